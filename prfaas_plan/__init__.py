@@ -1,0 +1,61 @@
+"""prfaas-plan: capacity planning and cost model for Prefill-as-a-Service.
+
+The data flow, one module each: ``arch`` / ``hardware`` (model and GPU databases) ->
+``kvcache`` (cache bytes) -> ``perf`` (prefill and decode latency) -> ``bandwidth`` (Phi_kv,
+egress, ratios) -> ``workload`` (lengths, traces, prefix caches) -> ``scenario`` -> ``planner``
+(paper and exact modes, baselines, cost) and ``queueing`` (TTFT) -> ``simulate`` -> ``report``.
+
+Names are imported lazily so that ``import prfaas_plan`` and the CLI start fast.
+"""
+
+from __future__ import annotations
+
+import importlib
+
+__version__ = "0.1.0"
+
+_EXPORTS = {
+    "PlanError": "errors",
+    "load_model": "arch",
+    "ModelSpec": "arch",
+    "list_models": "catalog",
+    "list_hardware": "catalog",
+    "load_gpu": "hardware",
+    "instance": "hardware",
+    "Instance": "hardware",
+    "CacheSettings": "kvcache",
+    "kv_bytes": "kvcache",
+    "kv_bytes_per_token": "kvcache",
+    "fixed_state_bytes": "kvcache",
+    "per_gpu_kv_bytes": "kvcache",
+    "kv_bytes_expr": "kvcache",
+    "prefill_time_s": "perf",
+    "decode_step_s": "perf",
+    "decode_capacity": "perf",
+    "kv_throughput_gbps": "perf",
+    "MeasuredProfile": "perf",
+    "parse_tokens": "units",
+    "cluster_egress_gbps": "bandwidth",
+    "max_prefill_gpus": "bandwidth",
+    "pd_balance": "bandwidth",
+    "load_scenario": "scenario",
+    "Scenario": "scenario",
+    "plan": "planner",
+    "PlanResult": "planner",
+    "load_trace": "workload",
+    "Workload": "workload",
+}
+
+
+def __getattr__(name: str):
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module 'prfaas_plan' has no attribute {name!r}")
+    return getattr(importlib.import_module(f".{module}", __name__), name)
+
+
+def __dir__() -> list[str]:
+    return sorted([*globals(), *_EXPORTS])
+
+
+__all__ = sorted(_EXPORTS)

@@ -1,0 +1,89 @@
+"""Cross-datacenter bandwidth: KV throughput per instance (Eq. 1), cluster egress (Eq. 2), the
+largest prefill cluster a link can feed, and the prefill:decode ratio that balances them (Eq. 8).
+
+Gbps = 1e9 bit/s. ``link_efficiency`` is the fraction of a line's nominal rate that multi-stream
+TCP actually delivers (measured by ``prfaas-plan bench`` on loopback; 0.9 by default).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+
+from .arch import ModelSpec
+from .errors import PlanError
+from .hardware import Instance
+from .kvcache import CacheSettings, kv_bytes
+from .perf import MeasuredProfile, analytic_prefill, decode_capacity, kv_throughput_gbps, prefill_time_s
+from .units import MIB_BYTES, format_tokens
+
+DEFAULT_LINK_EFFICIENCY = 0.9
+STANDARD_LINKS_GBPS = (10.0, 100.0, 400.0)
+
+
+def cluster_egress_gbps(model: ModelSpec, inst: Instance, cluster_gpus: int, tokens,
+                        settings: CacheSettings | None = None, profile: MeasuredProfile | None = None):
+    """Eq. 2: ``B_out = (N_gpus / gpus_per_instance) * Phi_kv(l)`` in Gbps, every instance busy
+    prefilling requests of ``tokens`` tokens."""
+    if cluster_gpus <= 0:
+        raise PlanError("--cluster-gpus: a cluster needs at least 1 GPU")
+    return cluster_gpus / inst.gpus * kv_throughput_gbps(model, inst, tokens, settings, profile)
+
+
+def max_prefill_gpus(model: ModelSpec, inst: Instance, tokens: int, link_gbps: float,
+                     link_efficiency: float = DEFAULT_LINK_EFFICIENCY,
+                     settings: CacheSettings | None = None, profile: MeasuredProfile | None = None) -> int:
+    """The most GPUs (whole instances) of prefill whose KV stream fits ``link_gbps * efficiency``."""
+    if link_gbps <= 0 or not 0 < link_efficiency <= 1:
+        raise PlanError("--link-gbps must be positive and the link efficiency in (0, 1]")
+    phi = float(kv_throughput_gbps(model, inst, tokens, settings, profile))
+    return int(np.floor(link_gbps * link_efficiency / phi)) * inst.gpus
+
+
+@dataclass(frozen=True)
+class PDBalance:
+    """Eq. 8: decode instances needed per prefill instance so that prefill output equals decode
+    capacity, for requests of ``tokens`` input and ``output_tokens`` output tokens."""
+
+    prefill_rps_per_instance: float
+    decode_rps_per_instance: float
+    decode_per_prefill_instance: float
+    decode_gpus_per_prefill_gpu: float
+    decode_batch_max: int
+    decode_step_s: float
+
+
+def pd_balance(model: ModelSpec, prefill: Instance, decode: Instance, tokens: int, output_tokens: int,
+               tpot_s: float, settings: CacheSettings | None = None,
+               profile: MeasuredProfile | None = None) -> PDBalance:
+    """Balance one prefill instance's request rate against decode capacity (Eq. 5 and 8). The
+    decode context is the prompt plus half the output (the mean over a request's decode)."""
+    p_rps = 1.0 / float(prefill_time_s(model, prefill, tokens, profile))
+    cap = decode_capacity(model, decode, tokens + output_tokens / 2, tpot_s, settings)
+    d_rps = cap.requests_per_s(output_tokens)
+    ratio = p_rps / d_rps
+    return PDBalance(p_rps, d_rps, ratio, ratio * decode.gpus / prefill.gpus, cap.batch_max, cap.step_s)
+
+
+def bandwidth_table(models: list[ModelSpec], inst: Instance, contexts: list[int], cluster_gpus: int,
+                    link_gbps: float, link_efficiency: float = DEFAULT_LINK_EFFICIENCY,
+                    settings: CacheSettings | None = None) -> pd.DataFrame:
+    """One row per model and context: S_kv, T_prefill and its bound, Phi_kv, cluster egress,
+    and the largest prefill cluster the link feeds."""
+    rows = []
+    for m in models:
+        lat = analytic_prefill(m, inst, np.asarray(contexts, dtype=float))
+        s = np.asarray(kv_bytes(m, np.asarray(contexts, dtype=float), settings), dtype=float)
+        t = np.asarray(lat.total_s, dtype=float)
+        phi = s * 8 / t / 1e9
+        bounds = np.atleast_1d(lat.bound)
+        for i, l in enumerate(contexts):
+            rows.append({
+                "model": m.id, "context": format_tokens(l), "context_tokens": l,
+                "kv_mib": s[i] / MIB_BYTES, "prefill_s": t[i], "bound": str(bounds[i]),
+                "phi_kv_gbps": phi[i], "cluster_egress_gbps": cluster_gpus / inst.gpus * phi[i],
+                "max_prefill_gpus_on_link": int(np.floor(link_gbps * link_efficiency / phi[i])) * inst.gpus,
+            })
+    return pd.DataFrame(rows)

@@ -1,0 +1,122 @@
+"""Accelerators and instances: the validated ``hardware_db`` schema.
+
+Units: TFLOP/s = 1e12 FLOP/s (dense, no 2:4 sparsity), GB = 1e9 bytes, TB/s = 1e12 B/s,
+scale-up GB/s per GPU per direction, NIC Gbps (1e9 bit/s) per GPU.
+
+Each GPU carries the named efficiency factors and fixed overheads of the performance model
+(:class:`Efficiency`), with their provenance: datasheet defaults until the microbenchmark
+harness (``prfaas-plan bench calibrate``) or a cited measurement replaces them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from pydantic import BaseModel, ConfigDict, Field, PositiveFloat
+
+from ._data import find_entry, list_entries, read_yaml, validate
+from .arch import Source
+from .errors import PlanError
+from .units import GB_BYTES, TB_BYTES
+
+
+class Efficiency(BaseModel):
+    """Achieved fraction of peak per kind of work, and fixed overheads (seconds)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    gemm: float = Field(gt=0, le=1, description="fraction of dense peak reached by prefill GEMMs (dense and MoE)")
+    attention: float = Field(gt=0, le=1, description="fraction of dense peak reached by attention kernels")
+    linear_attention: float = Field(gt=0, le=1, description="fraction of dense peak reached by chunked linear-attention kernels")
+    memory: float = Field(gt=0, le=1, description="fraction of HBM bandwidth reached when streaming weights and KV")
+    comm: float = Field(gt=0, le=1, description="fraction of scale-up bandwidth reached by TP/EP collectives")
+    prefill_overhead_s: float = Field(ge=0, description="fixed time per prefill request (scheduling, launch, sampling)")
+    decode_step_overhead_s: float = Field(ge=0, description="fixed time per decode step (launches, sampling, scheduling)")
+    provenance: str = Field(min_length=1, description="where these numbers come from")
+
+
+class GPU(BaseModel):
+    """One accelerator type."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    id: str
+    name: str
+    bf16_dense_tflops: PositiveFloat
+    fp8_dense_tflops: PositiveFloat | None = None
+    memory_gb: PositiveFloat
+    memory_tb_per_s: PositiveFloat
+    scaleup_gb_per_s: PositiveFloat = Field(description="NVLink-class bandwidth per GPU per direction, GB/s")
+    nic_gbps: PositiveFloat = Field(description="scale-out NIC bandwidth per GPU, Gbps")
+    tdp_w: PositiveFloat
+    price_usd_per_gpu_hour: PositiveFloat
+    price_date: str
+    efficiency: Efficiency
+    sources: list[Source] = Field(min_length=1)
+    notes: str | None = None
+
+    @property
+    def peak_flops(self) -> float:
+        """Dense bf16 FLOP/s."""
+        return self.bf16_dense_tflops * 1e12
+
+    @property
+    def memory_bytes(self) -> float:
+        return self.memory_gb * GB_BYTES
+
+    @property
+    def memory_bytes_per_s(self) -> float:
+        return self.memory_tb_per_s * TB_BYTES
+
+    @property
+    def scaleup_bytes_per_s(self) -> float:
+        return self.scaleup_gb_per_s * GB_BYTES
+
+
+@dataclass(frozen=True)
+class Instance:
+    """A serving instance: ``gpus`` GPUs of one type running one model replica (TP/EP inside)."""
+
+    gpu: GPU
+    gpus: int = 8
+
+    def __post_init__(self) -> None:
+        if self.gpus <= 0:
+            raise PlanError(f"gpus: an instance needs at least 1 GPU, got {self.gpus}")
+
+    @property
+    def name(self) -> str:
+        return f"{self.gpus}x{self.gpu.id}"
+
+    @property
+    def peak_flops(self) -> float:
+        return self.gpus * self.gpu.peak_flops
+
+    @property
+    def memory_bytes(self) -> float:
+        return self.gpus * self.gpu.memory_bytes
+
+    @property
+    def memory_bytes_per_s(self) -> float:
+        return self.gpus * self.gpu.memory_bytes_per_s
+
+    @property
+    def price_usd_per_hour(self) -> float:
+        return self.gpus * self.gpu.price_usd_per_gpu_hour
+
+
+def load_gpu(ref: str | Path, extra_dirs: tuple[Path, ...] = ()) -> GPU:
+    """Load a GPU by ``hardware_db`` id or YAML path."""
+    path = find_entry(ref, "prfaas_plan.hardware_db", "hardware", tuple(Path(d) for d in extra_dirs))
+    return validate(GPU, read_yaml(path), str(path))
+
+
+def list_gpus(extra_dirs: tuple[Path, ...] = ()) -> list[GPU]:
+    return [load_gpu(p) for p in list_entries("prfaas_plan.hardware_db", tuple(Path(d) for d in extra_dirs))]
+
+
+def instance(gpu: str | GPU, gpus: int = 8, extra_dirs: tuple[Path, ...] = ()) -> Instance:
+    """An instance of ``gpus`` GPUs of the given type (id, path or :class:`GPU`)."""
+    spec = gpu if isinstance(gpu, GPU) else load_gpu(gpu, extra_dirs)
+    return Instance(spec, int(gpus))

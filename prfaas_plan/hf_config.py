@@ -1,0 +1,418 @@
+"""Import a Hugging Face ``config.json`` as a :class:`~prfaas_plan.arch.ModelSpec` (no network).
+
+:func:`load_hf_config` maps the fields of the supported ``model_type`` values to our schema:
+attention kinds and head shapes, which layer uses which kind (from ``layer_types``,
+``full_attention_interval``, ``linear_attn_config.full_attn_layers`` (1-based),
+``hybrid_layer_pattern``, ``attn_type_list`` or ``layer_group_size``), the FFN / MoE sizes,
+hidden size, vocabulary, context length and weight dtype.
+
+Conventions and assumptions:
+
+* Multi-token-prediction (MTP / nextn) layers are not counted: they are an optional
+  speculative-decoding add-on, not part of the main stack.
+* Multimodal configs (``qwen3_5_moe``) are read from their ``text_config``; the vision tower is
+  ignored.
+* A config rarely states its parameter counts, so :func:`count_params` computes them from the
+  architecture (see its docstring for what is and is not counted).
+* The model id is the file's parent folder when the file is called ``config.json``, else the
+  file name without suffix (``tests/fixtures/hf/deepseek-v3.json`` -> ``deepseek-v3``).
+* The one :class:`~prfaas_plan.arch.Source` points at the Hugging Face copy of the file
+  (``_name_or_path`` when it names a hub repository, else the model id), because the schema
+  wants an http(s) URL; the local path is kept in its note.
+
+Every problem (unreadable or malformed JSON, unsupported ``model_type``, a missing field) is a
+one-line :class:`~prfaas_plan.errors.PlanError` naming the file and the field.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+from typing import Any, Callable
+
+from ._data import validate
+from .arch import ModelSpec
+from .errors import PlanError
+
+SUPPORTED_MODEL_TYPES: tuple[str, ...] = (
+    "llama", "qwen3", "qwen3_moe", "deepseek_v3", "kimi_k2", "qwen3_next", "qwen3_5_moe",
+    "kimi_linear", "mimo_v2_flash", "minimax_m2", "bailing_hybrid",
+)
+
+_TORCH_DTYPES = {"bfloat16": "bf16", "float16": "fp16", "float32": "fp32"}
+_STATE_DTYPES = {"float32": "fp32", "bfloat16": "bf16"}
+_HUB_REPO = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
+
+
+# --------------------------------------------------------------------------- parameter counts
+
+def _attention_params(attn, hidden: int) -> int:
+    """Weights of one attention layer (projections and short convolutions; norms, gates'
+    biases and other vectors are negligible and left out)."""
+    if attn.kind in ("gqa", "swa"):
+        q = hidden * attn.num_heads * attn.head_dim_k
+        k = hidden * attn.num_kv_heads * attn.head_dim_k
+        v = hidden * attn.num_kv_heads * attn.head_dim_v
+        o = attn.num_heads * attn.head_dim_v * hidden
+        return q + k + v + o
+    if attn.kind == "mla":
+        qk_dim = attn.qk_nope_head_dim + attn.qk_rope_head_dim
+        if attn.q_lora_rank:
+            q = hidden * attn.q_lora_rank + attn.q_lora_rank * attn.num_heads * qk_dim
+        else:
+            q = hidden * attn.num_heads * qk_dim
+        kv_a = hidden * (attn.kv_lora_rank + attn.qk_rope_head_dim)
+        kv_b = attn.kv_lora_rank * attn.num_heads * (attn.qk_nope_head_dim + attn.v_head_dim)
+        o = attn.num_heads * attn.v_head_dim * hidden
+        return q + kv_a + kv_b + o
+    if attn.kind == "gdn":
+        qk = attn.num_qk_heads * attn.head_dim_k
+        v = attn.num_v_heads * attn.head_dim_v
+        in_proj = hidden * (2 * qk + 2 * v)  # q, k, v and the output gate z
+        beta_alpha = hidden * 2 * attn.num_v_heads
+        conv = (2 * qk + v) * attn.conv_kernel
+        return in_proj + beta_alpha + conv + v * hidden
+    if attn.kind == "kda":
+        n_k = attn.num_k_heads or attn.num_heads
+        d_k = attn.head_dim_k or attn.head_dim
+        qk = n_k * d_k
+        v = attn.num_heads * attn.head_dim
+        qkv = hidden * (2 * qk + v)
+        # decay gate f and output gate g: low-rank hidden -> head_dim -> heads x head_dim
+        # (Kimi-Linear-48B: f_a_proj [128, 2304], f_b_proj [4096, 128]; same for g)
+        gates = 2 * (hidden * attn.head_dim + attn.head_dim * v)
+        beta = hidden * attn.num_heads
+        conv = (2 * qk + v) * attn.conv_kernel
+        return qkv + gates + beta + conv + v * hidden
+    if attn.kind == "lightning":
+        inner = attn.num_heads * attn.head_dim
+        return hidden * 3 * inner + hidden * inner + inner * hidden  # qkv, output gate, dense
+    raise PlanError(f"attention kind {attn.kind!r}: no parameter count defined")
+
+
+def count_params(model: ModelSpec) -> tuple[float, float]:
+    """Parameters (count) of ``model`` from its architecture: ``(total, active per token)``.
+
+    Counted: every layer's attention projections (see :func:`_attention_params`), FFNs
+    (SwiGLU: ``3 * hidden * intermediate`` per expert or dense block), MoE routers
+    (``hidden * num_experts``), shared experts, the input embedding and the LM head.
+    Active per token: attention, dense FFN layers, router, ``experts_per_token`` routed experts
+    and the shared experts of every MoE layer. Embedding and LM head are counted in the total
+    only (an embedding lookup is not a matmul; the LM head runs once per output token, not per
+    layer) and assumed untied. Left out: norms and biases (below 0.1%), MTP layers (DeepSeek-V3:
+    +14B), vision towers, and the output gate of Qwen3-Next / Qwen3.5 gated attention (it doubles
+    q_proj; the schema has no field for it: Qwen3.5-397B +0.5B). Model cards usually quote active
+    parameters *with* embeddings, so this count is a few percent lower than a card's figure.
+    """
+    hidden = model.hidden_size
+    ffn = model.ffn
+    total = active = 0
+    for index, name in enumerate(model.layer_kinds):
+        attn = _attention_params(model.attention[name], hidden)
+        total += attn
+        active += attn
+        if model.is_moe_layer(index):
+            expert = 3 * hidden * ffn.expert_intermediate
+            shared = ffn.num_shared_experts * 3 * hidden * ffn.shared_intermediate
+            router = hidden * ffn.num_experts
+            total += ffn.num_experts * expert + shared + router
+            active += ffn.experts_per_token * expert + shared + router
+        else:
+            dense = 3 * hidden * (ffn.dense_intermediate or 0)
+            total += dense
+            active += dense
+    embeddings = 2 * model.vocab_size * hidden  # input embedding + LM head
+    return float(total + embeddings), float(active)
+
+
+# --------------------------------------------------------------------------- reading the file
+
+class _Config:
+    """The fields of one config.json, with one-line errors that name the file and the field."""
+
+    def __init__(self, raw: dict, path: Path):
+        text = raw.get("text_config")
+        self.raw = {**raw, **text} if isinstance(text, dict) else raw
+        self.path = path
+        self.model_type = raw.get("model_type")
+
+    def req(self, name: str) -> Any:
+        value = self.raw.get(name)
+        if value is None:
+            raise PlanError(f"{self.path}: field {name}: missing required Hugging Face config field "
+                            f"for model_type {self.model_type!r}")
+        return value
+
+    def opt(self, name: str, default: Any = None) -> Any:
+        value = self.raw.get(name)
+        return default if value is None else value
+
+    def fail(self, name: str, problem: str) -> PlanError:
+        return PlanError(f"{self.path}: field {name}: {problem}")
+
+
+def _gqa(c: _Config, kind: str = "gqa", prefix: str = "") -> dict:
+    heads = c.req(prefix + "num_attention_heads")
+    head_dim = c.opt(prefix + "head_dim") or c.req("hidden_size") // heads
+    return {"kind": kind, "num_heads": heads,
+            "num_kv_heads": c.opt(prefix + "num_key_value_heads", heads),
+            "head_dim_k": head_dim, "head_dim_v": c.opt(prefix + "v_head_dim", head_dim)}
+
+
+def _mla(c: _Config) -> dict:
+    return {"kind": "mla", "num_heads": c.req("num_attention_heads"),
+            "kv_lora_rank": c.req("kv_lora_rank"), "q_lora_rank": c.opt("q_lora_rank"),
+            "qk_nope_head_dim": c.req("qk_nope_head_dim"), "qk_rope_head_dim": c.req("qk_rope_head_dim"),
+            "v_head_dim": c.req("v_head_dim")}
+
+
+def _layers(count: int, default: str, special: str, indices: list[int]) -> dict:
+    at = {special: sorted(indices)} if indices else {}
+    return {"count": count, "default": default, "at": at}
+
+
+def _from_layer_types(c: _Config, names: dict[str, str], default: str) -> tuple[int, list[int]]:
+    """0-based indices of the non-default layers, from ``layer_types`` or ``full_attention_interval``."""
+    count = c.req("num_hidden_layers")
+    types = c.opt("layer_types")
+    if types is not None:
+        if len(types) != count:
+            raise c.fail("layer_types", f"has {len(types)} entries for {count} layers")
+        unknown = sorted(set(types) - set(names))
+        if unknown:
+            raise c.fail("layer_types", f"unknown layer type {unknown[0]!r}; expected one of {sorted(names)}")
+        return count, [i for i, t in enumerate(types) if names[t] != default]
+    interval = c.req("full_attention_interval")
+    return count, [i for i in range(count) if (i + 1) % interval == 0]
+
+
+def _first_dense_from_list(c: _Config, field: str, values: list, dense_value) -> int:
+    """Number of leading dense layers from a per-layer list; dense layers elsewhere are not supported."""
+    dense = [i for i, v in enumerate(values) if v == dense_value]
+    if dense != list(range(len(dense))):
+        raise c.fail(field, f"dense layers {dense} are not a leading block; only first-k dense layers are supported")
+    return len(dense)
+
+
+def _qwen_moe_ffn(c: _Config) -> dict:
+    if c.opt("decoder_sparse_step", 1) != 1:
+        raise c.fail("decoder_sparse_step", "only 1 (every layer MoE) is supported")
+    first_dense = _first_dense_from_list(c, "mlp_only_layers", [
+        0 if i in c.opt("mlp_only_layers", []) else 1 for i in range(c.req("num_hidden_layers"))], 0)
+    shared = c.opt("shared_expert_intermediate_size", 0)
+    ffn = {"num_experts": c.req("num_experts"), "experts_per_token": c.req("num_experts_per_tok"),
+           "expert_intermediate": c.req("moe_intermediate_size"),
+           "num_shared_experts": 1 if shared else 0, "shared_intermediate": shared,
+           "first_dense_layers": first_dense}
+    if first_dense:
+        ffn["dense_intermediate"] = c.req("intermediate_size")
+    return ffn
+
+
+def _deepseek_ffn(c: _Config, experts: str, top_k: str, shared: str) -> dict:
+    if c.opt("moe_layer_freq", 1) != 1:
+        raise c.fail("moe_layer_freq", "only 1 (every layer after the first dense ones is MoE) is supported")
+    first_dense = c.opt("first_k_dense_replace", 0)
+    ffn = {"num_experts": c.req(experts), "experts_per_token": c.req(top_k),
+           "expert_intermediate": c.req("moe_intermediate_size"),
+           "num_shared_experts": c.opt(shared, 0), "shared_intermediate": c.req("moe_intermediate_size"),
+           "first_dense_layers": first_dense}
+    if not ffn["num_shared_experts"]:
+        ffn["shared_intermediate"] = 0
+    if first_dense:
+        ffn["dense_intermediate"] = c.req("intermediate_size")
+    return ffn
+
+
+def _dense(c: _Config) -> dict:
+    full = _gqa(c)
+    return {"attention": {"full": full}, "layers": {"count": c.req("num_hidden_layers"), "default": "full"},
+            "ffn": {"dense_intermediate": c.req("intermediate_size")}}
+
+
+def _qwen3_moe(c: _Config) -> dict:
+    return {"attention": {"full": _gqa(c)}, "layers": {"count": c.req("num_hidden_layers"), "default": "full"},
+            "ffn": _qwen_moe_ffn(c)}
+
+
+def _minimax_m2(c: _Config) -> dict:
+    count = c.req("num_hidden_layers")
+    types = c.opt("attn_type_list", [1] * count)
+    if len(types) != count or any(t != 1 for t in types):
+        raise c.fail("attn_type_list", "only all-full-attention stacks (every entry 1) are supported for minimax_m2")
+    shared = c.opt("shared_intermediate_size", 0)
+    ffn = {"num_experts": c.req("num_local_experts"), "experts_per_token": c.req("num_experts_per_tok"),
+           "expert_intermediate": c.req("intermediate_size"),
+           "num_shared_experts": 1 if shared else 0, "shared_intermediate": shared}
+    return {"attention": {"full": _gqa(c)}, "layers": {"count": count, "default": "full"}, "ffn": ffn}
+
+
+def _deepseek(c: _Config) -> dict:
+    return {"attention": {"mla": _mla(c)}, "layers": {"count": c.req("num_hidden_layers"), "default": "mla"},
+            "ffn": _deepseek_ffn(c, "n_routed_experts", "num_experts_per_tok", "n_shared_experts")}
+
+
+def _qwen_next(c: _Config) -> dict:
+    count, full = _from_layer_types(c, {"full_attention": "full", "linear_attention": "gdn"}, "gdn")
+    ssm = c.opt("mamba_ssm_dtype")
+    if ssm is not None and ssm not in _STATE_DTYPES:
+        raise c.fail("mamba_ssm_dtype", f"{ssm!r} is not supported; use float32 or bfloat16")
+    gdn = {"kind": "gdn", "num_qk_heads": c.req("linear_num_key_heads"),
+           "num_v_heads": c.req("linear_num_value_heads"), "head_dim_k": c.req("linear_key_head_dim"),
+           "head_dim_v": c.req("linear_value_head_dim"), "conv_kernel": c.req("linear_conv_kernel_dim"),
+           "ssm_dtype": _STATE_DTYPES.get(ssm)}
+    return {"attention": {"full": _gqa(c), "gdn": gdn}, "layers": _layers(count, "gdn", "full", full),
+            "ffn": _qwen_moe_ffn(c)}
+
+
+def _kimi_linear(c: _Config) -> dict:
+    count = c.req("num_hidden_layers")
+    linear = c.req("linear_attn_config")
+    full_1based = linear.get("full_attn_layers")
+    if full_1based is None:
+        raise c.fail("linear_attn_config.full_attn_layers", "missing required Hugging Face config field")
+    if any(not 1 <= i <= count for i in full_1based):
+        raise c.fail("linear_attn_config.full_attn_layers", f"1-based indices must lie in 1..{count}")
+    kda = {"kind": "kda", "num_heads": linear.get("num_heads"), "head_dim": linear.get("head_dim"),
+           "conv_kernel": linear.get("short_conv_kernel_size")}
+    for key, value in (("num_heads", kda["num_heads"]), ("head_dim", kda["head_dim"]),
+                       ("short_conv_kernel_size", kda["conv_kernel"])):
+        if value is None:
+            raise c.fail(f"linear_attn_config.{key}", "missing required Hugging Face config field")
+    return {"attention": {"mla": _mla(c), "kda": kda},
+            "layers": _layers(count, "kda", "mla", [i - 1 for i in full_1based]),
+            "ffn": _deepseek_ffn(c, "num_experts", "num_experts_per_token", "num_shared_experts")}
+
+
+def _mimo_v2_flash(c: _Config) -> dict:
+    count = c.req("num_hidden_layers")
+    pattern = c.opt("hybrid_layer_pattern")  # 0 = full (global) attention, 1 = sliding window
+    if pattern is None:
+        names = {"full_attention": 0, "sliding_attention": 1, "sliding_window_attention": 1}
+        pattern = [names.get(t, -1) for t in c.req("layer_types")]
+    if len(pattern) != count or set(pattern) - {0, 1}:
+        raise c.fail("hybrid_layer_pattern", f"expected {count} entries of 0 (full) or 1 (sliding window)")
+    swa = _gqa(c, "swa", prefix="swa_")
+    swa["window_tokens"] = c.opt("sliding_window") or c.req("sliding_window_size")
+    freq = c.opt("moe_layer_freq")
+    if freq is None:
+        freq = [0 if t == "dense" else 1 for t in c.req("mlp_layer_types")]
+    first_dense = _first_dense_from_list(c, "moe_layer_freq", list(freq), 0)
+    shared = c.opt("n_shared_experts", 0)
+    ffn = {"num_experts": c.req("n_routed_experts"), "experts_per_token": c.req("num_experts_per_tok"),
+           "expert_intermediate": c.req("moe_intermediate_size"), "num_shared_experts": shared,
+           "shared_intermediate": c.req("moe_intermediate_size") if shared else 0,
+           "first_dense_layers": first_dense}
+    if first_dense:
+        ffn["dense_intermediate"] = c.req("intermediate_size")
+    return {"attention": {"full": _gqa(c), "swa": swa},
+            "layers": _layers(count, "swa", "full", [i for i, p in enumerate(pattern) if p == 0]),
+            "ffn": ffn}
+
+
+def _bailing_hybrid(c: _Config) -> dict:
+    count = c.req("num_hidden_layers")
+    types = c.opt("layer_types")
+    if types is not None:
+        if len(types) != count:
+            raise c.fail("layer_types", f"has {len(types)} entries for {count} layers")
+        full = [i for i, t in enumerate(types) if t == "full_attention"]
+    else:  # vLLM / transformers rule: MLA iff (i + 1) % layer_group_size == 0
+        group = c.req("layer_group_size")
+        full = [i for i in range(count) if (i + 1) % group == 0]
+    hidden = c.req("hidden_size")
+    lightning = {"kind": "lightning", "num_heads": c.req("num_kv_heads_for_linear_attn"),
+                 "head_dim": hidden // c.req("num_attention_heads")}
+    shared_count = c.opt("num_shared_experts", 0)
+    first_dense = c.opt("first_k_dense_replace", 0)
+    ffn = {"num_experts": c.req("num_experts"), "experts_per_token": c.req("num_experts_per_tok"),
+           "expert_intermediate": c.req("moe_intermediate_size"), "num_shared_experts": shared_count,
+           "shared_intermediate": c.req("moe_shared_expert_intermediate_size") if shared_count else 0,
+           "first_dense_layers": first_dense}
+    if first_dense:
+        ffn["dense_intermediate"] = c.req("intermediate_size")
+    return {"attention": {"mla": _mla(c), "lightning": lightning},
+            "layers": _layers(count, "lightning", "mla", full), "ffn": ffn}
+
+
+_BUILDERS: dict[str, Callable[[_Config], dict]] = {
+    "llama": _dense, "qwen3": _dense, "qwen3_moe": _qwen3_moe, "deepseek_v3": _deepseek,
+    "kimi_k2": _deepseek, "qwen3_next": _qwen_next, "qwen3_5_moe": _qwen_next,
+    "kimi_linear": _kimi_linear, "mimo_v2_flash": _mimo_v2_flash, "minimax_m2": _minimax_m2,
+    "bailing_hybrid": _bailing_hybrid,
+}
+
+
+def _weight_dtype(c: _Config) -> str:
+    """Weight element type: from ``quantization_config`` when there is one, else the torch dtype."""
+    quant = c.raw.get("quantization_config")
+    if isinstance(quant, dict):
+        text = json.dumps(quant).lower()
+        bits = re.findall(r'"(?:num_bits|bits)": (\d+)', text)
+        if quant.get("quant_method") == "fp8" or "fp8" in str(quant.get("quant_algo", "")).lower():
+            return "fp8"
+        if bits and int(bits[0]) == 4 or "fp4" in text or "int4" in text:
+            return "int4"
+        if bits and int(bits[0]) == 8:
+            return "fp8" if '"type": "float"' in text else "int8"
+    dtype = c.opt("torch_dtype") or c.opt("dtype") or "bfloat16"
+    return _TORCH_DTYPES.get(str(dtype), "bf16")
+
+
+def _model_id(raw: dict, path: Path) -> tuple[str, str]:
+    """(id, hub repository or None) for a config file; see the module docstring."""
+    name = str(raw.get("_name_or_path") or "")
+    repo = name if _HUB_REPO.match(name) else None
+    stem = path.parent.name if path.name == "config.json" else path.stem
+    return (stem or "hf-model").lower(), repo
+
+
+def load_hf_config(path: str | Path) -> ModelSpec:
+    """Read a Hugging Face ``config.json`` (local file, no network) into a :class:`ModelSpec`.
+
+    Raises :class:`PlanError` for an unreadable or malformed file, an unsupported
+    ``model_type`` (the message lists the supported ones) or a missing required field (the
+    message names the field and the file). Parameter counts come from :func:`count_params`
+    unless the file states ``total_params`` / ``active_params``.
+    """
+    path = Path(path)
+    try:
+        raw = json.loads(path.read_text())
+    except FileNotFoundError:
+        raise PlanError(f"{path}: file not found") from None
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        where = f" line {exc.lineno} column {exc.colno}" if isinstance(exc, json.JSONDecodeError) else ""
+        raise PlanError(f"{path}:{where}: malformed JSON ({getattr(exc, 'msg', exc)}); fix the syntax") from None
+    if not isinstance(raw, dict):
+        raise PlanError(f"{path}: expected a JSON object of config fields at the top level")
+    model_type = raw.get("model_type")
+    if model_type not in _BUILDERS:
+        raise PlanError(f"{path}: field model_type: {model_type!r} is not supported; "
+                        f"supported: {', '.join(SUPPORTED_MODEL_TYPES)}")
+    c = _Config(raw, path)
+    model_id, repo = _model_id(raw, path)
+    body = _BUILDERS[model_type](c)
+    data = {
+        "id": model_id, "name": repo or model_id, "family": model_type,
+        "total_params": 1.0, "active_params": 1.0,  # placeholders until counted below
+        "weight_dtype": _weight_dtype(c),
+        "max_context_tokens": c.opt("max_position_embeddings") or c.req("model_max_length"),
+        "hidden_size": c.req("hidden_size"), "vocab_size": c.req("vocab_size"),
+        **body,
+        "sources": [{
+            "url": f"https://huggingface.co/{repo or model_id}/blob/main/config.json",
+            "covers": ["total_params", "active_params", "layers", "attention", "ffn", "hidden_size",
+                       "vocab_size", "max_context_tokens", "weight_dtype"],
+            "note": f"imported from the local file {path}; parameter counts computed from the "
+                    "architecture by prfaas_plan.hf_config.count_params",
+        }],
+    }
+    spec = validate(ModelSpec, data, str(path))
+    total, active = count_params(spec)
+    data["total_params"] = float(c.opt("total_params", total))
+    data["active_params"] = float(c.opt("active_params", active))
+    return validate(ModelSpec, data, str(path))
+
+
+__all__ = ["SUPPORTED_MODEL_TYPES", "count_params", "load_hf_config"]

@@ -1,0 +1,354 @@
+"""The performance model: prefill latency, decode step time, and which bound dominates.
+
+A per-layer roofline (DESIGN section 4), in the spirit of LLM-Viewer's tables:
+
+* **compute** (every efficiency is a fraction of the dense *bf16* peak, whatever the weight dtype:
+  factors fitted on FP8 checkpoints absorb FP8's speed-up; per-dtype peaks need per-dtype
+  calibration data we do not have yet): GEMM FLOPs of the attention projections and the dense or active-expert FFN
+  (``2 * params * tokens``), causal attention's quadratic term (``2 * H * (d_qk + d_v) * l^2 / 2``
+  for full/MLA layers, ``l * W`` pairs for sliding windows), and the chunked linear-attention
+  term (``~4 * d_k * d_v`` per token and head plus the intra-chunk part), each over the
+  instance's dense bf16 peak times a named efficiency (:class:`prfaas_plan.hardware.Efficiency`);
+* **memory**: weights (and, in decode, every request's KV cache and state) over HBM bandwidth;
+* **communication**: tensor-parallel all-reduces after attention and dense FFNs, expert-parallel
+  all-to-all for MoE layers, over the scale-up bandwidth (not overlapped: a conservative choice);
+* a fixed overhead per prefill request and per decode step.
+
+``time = max(compute, memory) + communication + overhead``; the reported bound is the largest of
+the three terms. Measured profiles (:class:`MeasuredProfile`, e.g. the PrfaaS paper's Table 5)
+replace the analytic prefill time through the same interface, interpolated in ``l``.
+All token counts are tokens; times are seconds; FLOPs are floating-point operations.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from .arch import ModelSpec
+from .errors import PlanError
+from .hardware import Instance
+from .kvcache import CacheSettings, kv_bytes
+from .units import DTYPE_BYTES, bytes_per_s_to_gbps
+
+LINEAR_ATTN_CHUNK_TOKENS = 64
+"""Chunk size of chunked linear-attention kernels (flash-linear-attention's default), which sets
+the intra-chunk quadratic work per token."""
+
+ACTIVATION_BYTES = 2
+"""Bytes per activation element moved by collectives (bf16)."""
+
+
+def _proj_params(attn, hidden: int) -> float:
+    """Weights of one attention layer's projections (parameters)."""
+    h = hidden
+    if attn.kind in ("gqa", "swa"):
+        return h * (attn.num_heads * attn.head_dim_k + attn.num_kv_heads * (attn.head_dim_k + attn.head_dim_v)) \
+            + attn.num_heads * attn.head_dim_v * h
+    if attn.kind == "mla":
+        qk = attn.qk_nope_head_dim + attn.qk_rope_head_dim
+        q = h * attn.q_lora_rank + attn.q_lora_rank * attn.num_heads * qk if attn.q_lora_rank else h * attn.num_heads * qk
+        kv = h * (attn.kv_lora_rank + attn.qk_rope_head_dim) \
+            + attn.kv_lora_rank * attn.num_heads * (attn.qk_nope_head_dim + attn.v_head_dim)
+        return q + kv + attn.num_heads * attn.v_head_dim * h
+    if attn.kind == "gdn":
+        qkvz = 2 * attn.num_qk_heads * attn.head_dim_k + 2 * attn.num_v_heads * attn.head_dim_v
+        return h * (qkvz + 2 * attn.num_v_heads) + attn.num_v_heads * attn.head_dim_v * h
+    if attn.kind == "kda":
+        inner = attn.num_heads * attn.head_dim
+        # q, k, v, output gate and output projection, plus the low-rank decay gate and beta
+        return 5 * h * inner + h * attn.head_dim + attn.head_dim * inner + h * attn.num_heads
+    # lightning: fused qkv, output gate, output projection
+    inner = attn.num_heads * attn.head_dim
+    return 5 * h * inner
+
+
+def _ffn_params(model: ModelSpec, layer: int, active: bool) -> float:
+    """Weights of one layer's FFN (all experts, or only those a token uses when ``active``)."""
+    f, h = model.ffn, model.hidden_size
+    if not model.is_moe_layer(layer):
+        return 3 * h * (f.dense_intermediate or 0)
+    experts = f.experts_per_token if active else f.num_experts
+    return 3 * h * (experts * f.expert_intermediate + f.num_shared_experts * f.shared_intermediate) \
+        + h * f.num_experts
+
+
+@dataclass(frozen=True)
+class LayerCosts:
+    """Per-model constants of the roofline, computed once (all layers summed).
+
+    gemm_flops_per_token: FLOPs per token of projections and active FFNs.
+    attn_flops_per_pair: FLOPs per (query, key) pair of quadratic attention, full/MLA layers.
+    swa: tuples (flops_per_pair, window_tokens) for sliding-window layers.
+    linear_flops_per_token: FLOPs per token of chunked linear attention.
+    weight_bytes / dense_weight_bytes / expert_bytes_per_layer: bytes of weights.
+    """
+
+    gemm_flops_per_token: float
+    attn_flops_per_pair: float
+    swa: tuple[tuple[float, int], ...]
+    linear_flops_per_token: float
+    weight_bytes: float
+    dense_weight_bytes: float
+    expert_bytes: float
+    moe_layers: int
+    attn_layers: int
+    dense_ffn_layers: int
+    decode_attn_flops_per_ctx_token: float
+
+
+def layer_costs(model: ModelSpec) -> LayerCosts:
+    """Sum the per-layer FLOP and byte constants of ``model``."""
+    h = model.hidden_size
+    wbytes = DTYPE_BYTES[model.weight_dtype]
+    gemm = attn_pair = linear = dense_w = dec_attn = 0.0
+    swa: list[tuple[float, int]] = []
+    for i, name in enumerate(model.layer_kinds):
+        a = model.attention[name]
+        proj = _proj_params(a, h)
+        gemm += 2 * (proj + _ffn_params(model, i, active=True))
+        dense_w += proj + (_ffn_params(model, i, active=False) if not model.is_moe_layer(i) else 0.0)
+        if a.kind in ("gqa", "swa"):
+            pair = 2 * a.num_heads * (a.head_dim_k + a.head_dim_v)
+            dec_attn += pair if a.kind == "gqa" else 0.0
+            if a.kind == "swa":
+                swa.append((pair, a.window_tokens))
+            else:
+                attn_pair += pair
+        elif a.kind == "mla":
+            attn_pair += 2 * a.num_heads * (a.qk_nope_head_dim + a.qk_rope_head_dim + a.v_head_dim)
+            # decode uses the absorbed form: scores and values over the latent per head
+            dec_attn += 2 * a.num_heads * (2 * a.kv_lora_rank + a.qk_rope_head_dim)
+        else:
+            heads = a.num_v_heads if a.kind == "gdn" else a.num_heads
+            dk = a.head_dim_k if a.kind == "gdn" else a.head_dim
+            dv = a.head_dim_v if a.kind == "gdn" else a.head_dim
+            linear += heads * (4 * dk * dv + 2 * LINEAR_ATTN_CHUNK_TOKENS * (dk + dv))
+    f = model.ffn
+    moe_layers = sum(model.is_moe_layer(i) for i in range(model.layers.count))
+    expert_params = 3 * h * f.expert_intermediate
+    shared = moe_layers * (3 * h * f.num_shared_experts * f.shared_intermediate + h * f.num_experts)
+    # lm_head runs for the last token only in prefill: 2 * h * vocab once, folded in as 1 token
+    embed = model.vocab_size * h
+    dense_w += shared + 2 * embed
+    return LayerCosts(
+        gemm_flops_per_token=gemm,
+        attn_flops_per_pair=attn_pair,
+        swa=tuple(swa),
+        linear_flops_per_token=linear,
+        weight_bytes=(dense_w + moe_layers * f.num_experts * expert_params) * wbytes,
+        dense_weight_bytes=dense_w * wbytes,
+        expert_bytes=expert_params * wbytes,
+        moe_layers=moe_layers,
+        attn_layers=model.layers.count,
+        dense_ffn_layers=model.layers.count - moe_layers,
+        decode_attn_flops_per_ctx_token=dec_attn,
+    )
+
+
+@dataclass(frozen=True)
+class Latency:
+    """A latency and its parts (seconds; arrays when the input was an array of lengths)."""
+
+    total_s: np.ndarray | float
+    compute_s: np.ndarray | float
+    memory_s: np.ndarray | float
+    comm_s: np.ndarray | float
+    overhead_s: float
+    parts: dict = field(default_factory=dict)
+
+    @property
+    def bound(self) -> np.ndarray | str:
+        """'compute', 'memory' or 'communication': the largest term (per length for arrays)."""
+        terms = np.stack(np.broadcast_arrays(self.compute_s, self.memory_s, self.comm_s))
+        names = np.array(["compute", "memory", "communication"])
+        out = names[np.argmax(terms, axis=0)]
+        return str(out) if out.ndim == 0 else out
+
+
+def _check_tokens(model: ModelSpec, tokens) -> np.ndarray:
+    l = np.asarray(tokens, dtype=float)
+    if np.any(l <= 0):
+        raise PlanError("context: token counts must be positive")
+    if np.any(l > model.max_context_tokens):
+        raise PlanError(
+            f"context: {int(np.max(l))} tokens exceeds {model.id}'s maximum of {model.max_context_tokens} tokens"
+        )
+    return l
+
+
+def analytic_prefill(model: ModelSpec, inst: Instance, tokens, costs: LayerCosts | None = None) -> Latency:
+    """Roofline prefill latency of one request of ``tokens`` tokens on one instance."""
+    l = _check_tokens(model, tokens)
+    c = costs or layer_costs(model)
+    eff = inst.gpu.efficiency
+    pairs = l * (l + 1) / 2
+    swa_flops = sum(p * np.where(l <= w, pairs, w * (w + 1) / 2 + (l - w) * w) for p, w in c.swa)
+    gemm_s = c.gemm_flops_per_token * l / (inst.peak_flops * eff.gemm)
+    attn_s = (c.attn_flops_per_pair * pairs + swa_flops) / (inst.peak_flops * eff.attention)
+    lin_s = c.linear_flops_per_token * l / (inst.peak_flops * eff.linear_attention)
+    compute_s = gemm_s + attn_s + lin_s
+    memory_s = (c.weight_bytes + kv_bytes(model, l)) / (inst.memory_bytes_per_s * eff.memory)
+    comm_s = _collective_s(model, inst, l, c)
+    total = np.maximum(compute_s, memory_s) + comm_s + eff.prefill_overhead_s
+    return Latency(total, compute_s, memory_s, comm_s, eff.prefill_overhead_s,
+                   {"gemm_s": gemm_s, "attention_s": attn_s, "linear_attention_s": lin_s})
+
+
+def _collective_s(model: ModelSpec, inst: Instance, tokens, c: LayerCosts) -> np.ndarray:
+    """TP all-reduce after every attention block and dense FFN, EP all-to-all (dispatch and
+    combine) in MoE layers, ring algorithms, bf16 activations."""
+    n = inst.gpus
+    if n == 1:
+        return np.zeros_like(np.asarray(tokens, dtype=float))
+    act = np.asarray(tokens, dtype=float) * model.hidden_size * ACTIVATION_BYTES
+    allreduce_bytes = 2 * (n - 1) / n * act * (c.attn_layers + c.dense_ffn_layers)
+    a2a_bytes = 2 * (n - 1) / n * act * model.ffn.experts_per_token * c.moe_layers / n
+    bw = inst.gpu.scaleup_bytes_per_s * inst.gpu.efficiency.comm
+    return (allreduce_bytes + a2a_bytes) / bw
+
+
+@dataclass(frozen=True)
+class MeasuredProfile:
+    """A measured prefill profile of one model on one instance: ``T_prefill`` (and optionally
+    ``S_kv``) at a few lengths, interpolated piecewise-linearly in ``l`` (linear extrapolation
+    beyond the last point from the last two)."""
+
+    tokens: tuple[int, ...]
+    prefill_s: tuple[float, ...]
+    kv_bytes: tuple[float, ...] | None = None
+    source: str = ""
+
+    def __post_init__(self) -> None:
+        if len(self.tokens) < 2 or len(self.tokens) != len(self.prefill_s):
+            raise PlanError("profile: give at least two (tokens, prefill_s) points of equal length")
+        if list(self.tokens) != sorted(set(self.tokens)) or min(self.prefill_s) <= 0:
+            raise PlanError("profile: tokens must be strictly increasing and times positive")
+
+    def prefill_time_s(self, tokens) -> np.ndarray | float:
+        return _interp(tokens, self.tokens, self.prefill_s)
+
+    def kv_bytes_at(self, tokens) -> np.ndarray | float:
+        if self.kv_bytes is None:
+            raise PlanError("profile: this profile has no S_kv column")
+        return _interp(tokens, self.tokens, self.kv_bytes)
+
+
+def _interp(x, xs, ys):
+    x = np.asarray(x, dtype=float)
+    xs_a, ys_a = np.asarray(xs, dtype=float), np.asarray(ys, dtype=float)
+    y = np.interp(x, xs_a, ys_a)
+    lo_slope = (ys_a[1] - ys_a[0]) / (xs_a[1] - xs_a[0])
+    hi_slope = (ys_a[-1] - ys_a[-2]) / (xs_a[-1] - xs_a[-2])
+    y = np.where(x < xs_a[0], ys_a[0] + (x - xs_a[0]) * lo_slope, y)
+    y = np.where(x > xs_a[-1], ys_a[-1] + (x - xs_a[-1]) * hi_slope, y)
+    y = np.maximum(y, 1e-9)
+    return float(y) if y.ndim == 0 else y
+
+
+def prefill_time_s(model: ModelSpec, inst: Instance, tokens, profile: MeasuredProfile | None = None):
+    """``T_prefill(l)`` in seconds: the measured profile when given, else the roofline."""
+    if profile is not None:
+        _check_tokens(model, tokens)
+        return profile.prefill_time_s(tokens)
+    return analytic_prefill(model, inst, tokens).total_s
+
+
+def kv_throughput_gbps(model: ModelSpec, inst: Instance, tokens, settings: CacheSettings | None = None,
+                       profile: MeasuredProfile | None = None):
+    """Eq. 1: ``Phi_kv(l) = S_kv(l) / T_prefill(l)``, Gbps, for one instance prefilling back to back."""
+    t = prefill_time_s(model, inst, tokens, profile)
+    s = kv_bytes(model, tokens, settings) if profile is None or profile.kv_bytes is None else profile.kv_bytes_at(tokens)
+    return bytes_per_s_to_gbps(np.asarray(s, dtype=float) / t) if np.ndim(t) else bytes_per_s_to_gbps(float(s) / t)
+
+
+def expected_experts_touched(num_experts: int, top_k: int, batch: int) -> float:
+    """Expected distinct experts a batch of ``batch`` tokens activates per MoE layer, assuming
+    uniform independent routing: ``E * (1 - (1 - k/E)^B)``."""
+    if num_experts == 0:
+        return 0.0
+    return num_experts * (1.0 - (1.0 - top_k / num_experts) ** batch)
+
+
+def decode_step(model: ModelSpec, inst: Instance, batch: int, context_tokens: float,
+                settings: CacheSettings | None = None, costs: LayerCosts | None = None) -> Latency:
+    """One decode step for ``batch`` requests of ``context_tokens`` context each.
+
+    Memory: dense weights, the experts the batch touches, and every request's cache (read once
+    per step; the MLA latent counted once, i.e. data-parallel attention as engines deploy it).
+    Compute: projections and active experts for ``batch`` tokens plus attention over the context.
+    """
+    if batch <= 0:
+        raise PlanError("batch: must be at least 1")
+    c = costs or layer_costs(model)
+    eff = inst.gpu.efficiency
+    experts = expected_experts_touched(model.ffn.num_experts, model.ffn.experts_per_token, batch)
+    weight_read = c.dense_weight_bytes + c.moe_layers * experts * c.expert_bytes
+    cache_read = batch * float(kv_bytes(model, context_tokens, settings))
+    memory_s = (weight_read + cache_read) / (inst.memory_bytes_per_s * eff.memory)
+    compute_s = (batch * c.gemm_flops_per_token / (inst.peak_flops * eff.gemm)
+                 + batch * (c.decode_attn_flops_per_ctx_token * context_tokens + c.linear_flops_per_token)
+                 / (inst.peak_flops * eff.attention))
+    comm_s = float(_collective_s(model, inst, batch, c))
+    total = max(compute_s, memory_s) + comm_s + eff.decode_step_overhead_s
+    return Latency(total, compute_s, memory_s, comm_s, eff.decode_step_overhead_s)
+
+
+def decode_step_s(model: ModelSpec, inst: Instance, batch: int, context_tokens: float,
+                  settings: CacheSettings | None = None) -> float:
+    """Decode step time in seconds (see :func:`decode_step`)."""
+    return float(decode_step(model, inst, batch, context_tokens, settings).total_s)
+
+
+KV_MEMORY_FRACTION = 0.90
+"""Fraction of instance memory an engine hands to weights plus cache (vLLM's default
+``gpu_memory_utilization``); the rest is activations, CUDA graphs and fragmentation."""
+
+
+@dataclass(frozen=True)
+class DecodeCapacity:
+    """Largest decode batch that meets a TPOT SLO and fits memory, and its step time."""
+
+    batch_max: int
+    step_s: float
+    binding: str  # "tpot" or "memory"
+    memory_batch_max: int
+    requests_per_s_per_output_token: float
+
+    def requests_per_s(self, output_tokens: float) -> float:
+        """Eq. 5 for one instance: ``BS_max / (T_decode * L_out)`` requests per second."""
+        return self.batch_max / (self.step_s * output_tokens)
+
+
+def decode_capacity(model: ModelSpec, inst: Instance, context_tokens: float, tpot_s: float,
+                    settings: CacheSettings | None = None) -> DecodeCapacity:
+    """``BS_max`` and ``T_decode`` of Eq. 5: the largest batch whose step time meets ``tpot_s``
+    and whose caches fit beside the weights."""
+    c = layer_costs(model)
+    free = inst.memory_bytes * KV_MEMORY_FRACTION - c.weight_bytes
+    if free <= 0:
+        raise PlanError(
+            f"memory: {model.id}'s weights ({c.weight_bytes / 1e9:.0f} GB) do not fit {inst.name} "
+            f"({inst.memory_bytes * KV_MEMORY_FRACTION / 1e9:.0f} GB usable); use more GPUs per instance"
+        )
+    per_req = float(kv_bytes(model, context_tokens, settings))
+    mem_max = int(free // per_req)
+    if mem_max < 1:
+        raise PlanError(f"memory: one {context_tokens:.0f}-token request does not fit beside the weights on {inst.name}")
+    step1 = decode_step_s(model, inst, 1, context_tokens, settings)
+    if step1 > tpot_s:
+        raise PlanError(
+            f"tpot: even batch 1 takes {step1 * 1e3:.1f} ms per token on {inst.name}, above the "
+            f"{tpot_s * 1e3:.1f} ms SLO; relax the TPOT SLO or use faster decode GPUs"
+        )
+    lo, hi = 1, mem_max
+    while lo < hi:  # step time is increasing in the batch: bisect on integers
+        mid = (lo + hi + 1) // 2
+        if decode_step_s(model, inst, mid, context_tokens, settings) <= tpot_s:
+            lo = mid
+        else:
+            hi = mid - 1
+    step = decode_step_s(model, inst, lo, context_tokens, settings)
+    binding = "memory" if lo == mem_max else "tpot"
+    return DecodeCapacity(lo, step, binding, mem_max, lo / step)

@@ -1,0 +1,234 @@
+"""Scenario files: everything a plan needs, validated (pydantic), with built-in examples.
+
+A scenario names the model, the PrfaaS pool (compute-dense GPUs in another datacenter), the
+local PD pool (decode-capable GPUs), the inter-DC link, the workload, the SLOs, optional
+measured profiles and decode constants, and the homogeneous baseline's GPU count.
+See ``scenarios/paper-case-study.yaml`` for a commented example.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import cached_property
+from pathlib import Path
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, PositiveFloat, PositiveInt, model_validator
+
+from ._data import find_entry, read_yaml, validate
+from .arch import ModelSpec, load_model
+from .errors import PlanError
+from .hardware import Instance, instance
+from .kvcache import CacheSettings
+from .perf import MeasuredProfile
+from .units import MIB_BYTES
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class ProfileSpec(_Strict):
+    """A measured prefill profile: T_prefill (s) and optionally S_kv (MiB) at some lengths."""
+
+    source: str
+    tokens: list[PositiveInt] = Field(min_length=2)
+    prefill_s: list[PositiveFloat] = Field(min_length=2)
+    kv_mib: list[PositiveFloat] | None = None
+
+    def to_profile(self) -> MeasuredProfile:
+        kv = tuple(v * MIB_BYTES for v in self.kv_mib) if self.kv_mib else None
+        return MeasuredProfile(tuple(self.tokens), tuple(self.prefill_s), kv, self.source)
+
+
+class PoolSpec(_Strict):
+    """A pool of GPUs of one type, cut into instances of ``gpus_per_instance`` GPUs."""
+
+    gpu: str
+    gpus: int = Field(ge=0)
+    gpus_per_instance: PositiveInt = 8
+    profile: ProfileSpec | None = None
+
+    @model_validator(mode="after")
+    def _whole(self) -> "PoolSpec":
+        if self.gpus % self.gpus_per_instance:
+            raise ValueError(f"gpus ({self.gpus}) must be a multiple of gpus_per_instance ({self.gpus_per_instance})")
+        return self
+
+    @property
+    def instances(self) -> int:
+        return self.gpus // self.gpus_per_instance
+
+
+class LinkSpec(_Strict):
+    """The inter-datacenter link: nominal Gbps (1e9 bit/s), usable fraction, round trip,
+    and an optional price of the line per hour."""
+
+    gbps: float = Field(ge=0)
+    efficiency: float = Field(default=0.9, gt=0, le=1)
+    rtt_s: float = Field(default=0.005, ge=0)
+    price_usd_per_hour: float = Field(default=0.0, ge=0)
+
+
+class WorkloadSpec(_Strict):
+    """Input lengths (the paper's truncated log-normal, or a trace) and output lengths."""
+
+    kind: Literal["lognormal", "trace"] = "lognormal"
+    mu: float = 9.90
+    sigma: PositiveFloat = 1.00
+    min_tokens: PositiveInt = 128
+    max_tokens: PositiveInt = 131072
+    output_tokens: PositiveFloat | None = 1024
+    trace: str | None = None
+    trace_format: Literal["auto", "mooncake", "azure", "csv"] = "auto"
+    prefix_cache_blocks: int | None = Field(default=0, ge=0,
+                                            description="LRU prefix cache size in 512-token blocks; 0 = off, null = unlimited")
+
+    @model_validator(mode="after")
+    def _check(self) -> "WorkloadSpec":
+        if self.kind == "trace" and not self.trace:
+            raise ValueError("a trace workload needs trace: PATH")
+        if self.min_tokens >= self.max_tokens:
+            raise ValueError("min_tokens must be below max_tokens")
+        return self
+
+
+class SloSpec(_Strict):
+    """Service-level objectives: time per output token, and a TTFT percentile bound."""
+
+    tpot_s: PositiveFloat = 0.025
+    ttft_quantile: float = Field(default=0.9, gt=0, lt=1)
+    ttft_s: PositiveFloat | None = None
+
+
+class DecodeSpec(_Strict):
+    """Optional measured decode constants that override the performance model (Eq. 5)."""
+
+    batch_max: PositiveInt | None = None
+    step_s: PositiveFloat | None = None
+    source: str | None = None
+
+
+class CacheSpec(_Strict):
+    kv_dtype: Literal["bf16", "fp8", "fp32"] = "bf16"
+    engine: Literal["vllm", "sglang"] = "vllm"
+    state_dtype: Literal["bf16", "fp32"] | None = None
+
+
+class ScenarioSpec(_Strict):
+    """A whole planning scenario (the YAML file)."""
+
+    id: str
+    name: str
+    description: str | None = None
+    model: str
+    cache: CacheSpec = CacheSpec()
+    prfaas: PoolSpec
+    local: PoolSpec
+    baseline_gpus: int | None = Field(default=None, ge=0, description="homogeneous-PD GPUs of the local type (default: both pools' GPU count)")
+    link: LinkSpec
+    workload: WorkloadSpec = WorkloadSpec()
+    slo: SloSpec = SloSpec()
+    decode: DecodeSpec = DecodeSpec()
+    load: float = Field(default=0.8, gt=0, lt=1, description="fraction of the maximum rate at which TTFT is reported")
+    assumptions: list[str] = []
+
+
+@dataclass(frozen=True)
+class Scenario:
+    """A loaded scenario: the spec plus its resolved model and instances."""
+
+    spec: ScenarioSpec
+    origin: str
+    extra_model_dirs: tuple[Path, ...] = ()
+
+    @cached_property
+    def model(self) -> ModelSpec:
+        return load_model(self.spec.model, self.extra_model_dirs)
+
+    @cached_property
+    def prfaas_instance(self) -> Instance:
+        return instance(self.spec.prfaas.gpu, self.spec.prfaas.gpus_per_instance)
+
+    @cached_property
+    def local_instance(self) -> Instance:
+        return instance(self.spec.local.gpu, self.spec.local.gpus_per_instance)
+
+    @property
+    def cache(self) -> CacheSettings:
+        c = self.spec.cache
+        return CacheSettings(kv_dtype=c.kv_dtype, engine=c.engine, state_dtype=c.state_dtype)
+
+    @property
+    def prfaas_profile(self) -> MeasuredProfile | None:
+        p = self.spec.prfaas.profile
+        return p.to_profile() if p else None
+
+    @property
+    def local_profile(self) -> MeasuredProfile | None:
+        p = self.spec.local.profile
+        return p.to_profile() if p else None
+
+    @property
+    def baseline_instances(self) -> int:
+        gpus = self.spec.baseline_gpus
+        if gpus is None:
+            gpus = self.spec.prfaas.gpus + self.spec.local.gpus
+        return gpus // self.spec.local.gpus_per_instance
+
+    def with_updates(self, **changes) -> "Scenario":
+        """A copy with top-level or dotted fields replaced (``{"link.gbps": 20}``), re-validated."""
+        data = self.spec.model_dump()
+        for key, value in changes.items():
+            node = data
+            parts = key.split(".")
+            for part in parts[:-1]:
+                if not isinstance(node.get(part), dict):
+                    raise PlanError(f"{key}: no such scenario field")
+                node = node[part]
+            if parts[-1] not in node:
+                raise PlanError(f"{key}: no such scenario field")
+            node[parts[-1]] = value
+        return Scenario(validate(ScenarioSpec, data, f"{self.origin} (with {', '.join(changes)})"),
+                        self.origin, self.extra_model_dirs)
+
+
+def load_scenario(ref: str | Path, extra_model_dirs: tuple[Path, ...] = ()) -> Scenario:
+    """Load a built-in scenario by id (``paper-case-study``) or a YAML path."""
+    path = find_entry(ref, "prfaas_plan.scenarios", "scenario")
+    spec = validate(ScenarioSpec, read_yaml(path), str(path))
+    sc = Scenario(spec, str(path), tuple(Path(d) for d in extra_model_dirs))
+    sc.model  # resolve now so that an unknown model is reported at load time
+    sc.prfaas_instance
+    sc.local_instance
+    return sc
+
+
+def _resolve_trace(sc: Scenario, ref: str) -> Path:
+    """A trace path as given (relative to the working directory), else next to the scenario file."""
+    path = Path(ref)
+    if not path.is_file() and not path.is_absolute():
+        beside = Path(sc.origin).parent / ref
+        if beside.is_file():
+            return beside
+    if not path.is_file():
+        raise PlanError(f"workload.trace: {ref} not found; give a path to a Mooncake JSONL, Azure CSV or CSV trace")
+    return path
+
+
+def build_workload(sc: Scenario):
+    """The scenario's workload (``workload.Workload``) and the mean *total* input length in
+    tokens (cached prefix included), which sets the decode context."""
+    from .workload import TruncatedLogNormal, Workload, load_trace, workload_from_trace
+
+    w = sc.spec.workload
+    if w.kind == "lognormal":
+        lengths = TruncatedLogNormal(w.mu, w.sigma, w.min_tokens, w.max_tokens)
+        return Workload(lengths, float(w.output_tokens or 0.0), None, sc.spec.id), float(lengths.mean_tokens())
+    trace = load_trace(_resolve_trace(sc, w.trace), w.trace_format)
+    if "hash_ids" not in trace.columns and w.prefix_cache_blocks != 0:
+        raise PlanError("workload.prefix_cache_blocks: this trace has no hash_ids; set prefix_cache_blocks: 0")
+    wl = workload_from_trace(trace, w.prefix_cache_blocks)
+    if w.output_tokens is not None:
+        wl = Workload(wl.lengths, float(w.output_tokens), wl.rate_rps, wl.name)
+    return wl, float(trace["input_tokens"].mean())

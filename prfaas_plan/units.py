@@ -1,0 +1,70 @@
+"""Units and token-count parsing.
+
+Conventions used everywhere in the package:
+
+* ``K`` in a token count is 1024 (``32K`` = 32,768 tokens), as in the PrfaaS paper's Table 5.
+* MiB = 2**20 bytes, GiB = 2**30 bytes; GB = 1e9 bytes, TB = 1e12 bytes.
+* Gbps = 1e9 bit/s; a byte is 8 bits.
+"""
+
+from __future__ import annotations
+
+import re
+
+from .errors import PlanError
+
+KIB_BYTES = 2**10
+MIB_BYTES = 2**20
+GIB_BYTES = 2**30
+GB_BYTES = 10**9
+TB_BYTES = 10**12
+BITS_PER_BYTE = 8
+GBPS_BITS_PER_S = 1e9
+TOKENS_PER_K = 1024
+TOKENS_PER_M = 1024 * 1024
+
+DTYPE_BYTES: dict[str, float] = {"fp32": 4, "bf16": 2, "fp16": 2, "fp8": 1, "int8": 1, "int4": 0.5}
+
+_TOKENS_RE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([kKmM]?)\s*$")
+
+
+def parse_tokens(text: str | int, field: str = "context") -> int:
+    """Parse a token count such as ``32K``, ``32k``, ``1M`` or ``32768`` (K = 1024, M = 1024**2).
+
+    Raises :class:`PlanError` naming ``field`` for anything that is not a positive count.
+    """
+    if isinstance(text, int):
+        value = text
+    else:
+        match = _TOKENS_RE.match(str(text))
+        if not match:
+            raise PlanError(
+                f"{field}: {text!r} is not a token count; use e.g. 32K, 32k or 32768 (K = 1024)"
+            )
+        number, suffix = float(match.group(1)), match.group(2).upper()
+        value = round(number * {"": 1, "K": TOKENS_PER_K, "M": TOKENS_PER_M}[suffix])
+    if value <= 0:
+        raise PlanError(f"{field}: {text!r} must be a positive number of tokens")
+    return int(value)
+
+
+def parse_token_list(text: str, field: str = "context") -> list[int]:
+    """Parse a comma-separated list of token counts (``1K,8K,32K``)."""
+    items = [part for part in str(text).split(",") if part.strip()]
+    if not items:
+        raise PlanError(f"{field}: give at least one token count, e.g. 1K,8K,32K")
+    return [parse_tokens(part, field) for part in items]
+
+
+def format_tokens(tokens: int) -> str:
+    """``32768`` -> ``32K``; counts that are not whole K are printed as they are."""
+    if tokens >= TOKENS_PER_M and tokens % TOKENS_PER_M == 0:
+        return f"{tokens // TOKENS_PER_M}M"
+    if tokens >= TOKENS_PER_K and tokens % TOKENS_PER_K == 0:
+        return f"{tokens // TOKENS_PER_K}K"
+    return str(tokens)
+
+
+def bytes_per_s_to_gbps(bytes_per_s: float) -> float:
+    """Bytes per second to Gbps (1e9 bit/s)."""
+    return bytes_per_s * BITS_PER_BYTE / GBPS_BITS_PER_S

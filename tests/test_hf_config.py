@@ -1,0 +1,187 @@
+"""Importing Hugging Face config.json files (tests/fixtures/hf, see SOURCES.md there).
+
+Each real config must give the same cache bytes, layer layout and (within 3%) the same
+architecture-derived active parameter count as its model_db entry.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+from prfaas_plan.arch import load_model
+from prfaas_plan.errors import PlanError
+from prfaas_plan.hf_config import SUPPORTED_MODEL_TYPES, count_params, load_hf_config
+from prfaas_plan.kvcache import CacheSettings
+
+HF_DIR = Path(__file__).parent / "fixtures" / "hf"
+
+# fixture file -> model_db id it must agree with
+FIXTURES = {
+    "deepseek-v3.json": "deepseek-v3",
+    "kimi-k2.json": "kimi-k2",
+    "kimi-linear-48b-a3b.json": "kimi-linear-48b-a3b",
+    "llama-3.3-70b.json": "llama-3.1-70b",        # Llama-3.3-70B = Llama-3.1-70B architecture
+    "minimax-m2.7.json": "minimax-m2.5",          # M2.7 = M2.5 architecture (context differs)
+    "qwen3-235b-a22b.json": "qwen3-235b-a22b",
+    "qwen3-next-80b-a3b.json": "qwen3-next-80b-a3b",
+    "qwen3.5-397b-a17b.json": "qwen3.5-397b-a17b",
+}
+
+SETTINGS = {
+    "vllm": CacheSettings(),
+    "sglang": CacheSettings(engine="sglang"),
+    "fp8-kv": CacheSettings(kv_dtype="fp8"),
+    "fp32-state": CacheSettings(state_dtype="fp32"),
+    "bf16-state": CacheSettings(state_dtype="bf16"),
+}
+
+
+def test_every_fixture_is_mapped():
+    assert sorted(p.name for p in HF_DIR.glob("*.json")) == sorted([*FIXTURES, "mimo-v2-flash-6layers.json"])
+
+
+@pytest.mark.parametrize("fixture, db_id", sorted(FIXTURES.items()))
+def test_fixture_matches_model_db(fixture, db_id):
+    hf = load_model(HF_DIR / fixture)  # arch.load_model dispatches .json to load_hf_config
+    db = load_model(db_id)
+    assert hf.id == Path(fixture).stem
+    assert hf.layer_kinds == db.layer_kinds
+    assert hf.layer_counts() == db.layer_counts()
+    assert (hf.hidden_size, hf.vocab_size) == (db.hidden_size, db.vocab_size)
+    for name, settings in SETTINGS.items():
+        assert hf.kv_bytes_per_token(settings) == db.kv_bytes_per_token(settings), name
+        if fixture == "qwen3.5-397b-a17b.json" and settings.engine == "vllm" and settings.state_dtype is None:
+            continue  # the published copy lacks mamba_ssm_dtype: see test_qwen35_copy_without_ssm_dtype
+        assert hf.fixed_state_bytes(settings) == db.fixed_state_bytes(settings), name
+    # Same architecture -> same count (checks the FFN/MoE mapping: dense layers, shared experts).
+    assert hf.active_params == pytest.approx(count_params(db)[1], rel=0.03)
+    assert hf.total_params == pytest.approx(count_params(db)[0], rel=0.03)
+    # And within 15% of the published figure (cards count embeddings; see count_params).
+    assert hf.active_params == pytest.approx(db.active_params, rel=0.15)
+
+
+def test_qwen35_copy_without_ssm_dtype():
+    # The aiconfigurator copy has no mamba_ssm_dtype, so vLLM's rule gives a bf16 GDN state:
+    # 45 layers x (36,864 conv + 1,048,576 recurrent elements) x 2 B = 97,689,600 B,
+    # against 192,061,440 B with the float32 state the model_db entry assumes.
+    hf = load_hf_config(HF_DIR / "qwen3.5-397b-a17b.json")
+    assert hf.attention["gdn"].ssm_dtype is None
+    assert hf.fixed_state_bytes() == 45 * (36_864 + 1_048_576) * 2 == 97_689_600
+
+
+def test_published_parameter_totals():
+    # Safetensors totals printed next to the copied configs (see SOURCES.md): the architecture
+    # count leaves out norms and biases, so it must land just below, within 0.1%.
+    expected = {"kimi-linear-48b-a3b.json": 49_122_681_728, "minimax-m2.7.json": 228_703_644_928,
+                "kimi-k2.json": 1_026_470_731_056}
+    for fixture, total in expected.items():
+        counted = load_hf_config(HF_DIR / fixture).total_params
+        assert 0.999 * total <= counted <= total, fixture
+
+
+def test_weight_dtype_from_quantization_config():
+    assert load_hf_config(HF_DIR / "deepseek-v3.json").weight_dtype == "fp8"
+    assert load_hf_config(HF_DIR / "minimax-m2.7.json").weight_dtype == "fp8"
+    assert load_hf_config(HF_DIR / "kimi-linear-48b-a3b.json").weight_dtype == "bf16"
+
+
+def test_kimi_linear_one_based_full_attn_layers():
+    # full_attn_layers [4, 8, 12, 16, 20, 24, 27] are 1-based -> MLA at 0-based 3, 7, ..., 26.
+    m = load_hf_config(HF_DIR / "kimi-linear-48b-a3b.json")
+    assert [i for i, k in enumerate(m.layer_kinds) if k == "mla"] == [3, 7, 11, 15, 19, 23, 26]
+
+
+def test_mimo_truncated_config():
+    # Megatron-Bridge's 6-layer copy of the MiMo-V2-Flash config: hybrid_layer_pattern
+    # [0, 1, 1, 1, 0, 1] -> full at 0 and 4: 2 x 4 KV x (192 + 128) x 2 B = 5,120 B/token;
+    # 4 SWA layers x 8 KV x 320 x 2 B x 128 tokens = 2,621,440 B; layer 0 dense (moe_layer_freq[0] = 0).
+    m = load_hf_config(HF_DIR / "mimo-v2-flash-6layers.json")
+    assert m.layer_kinds == ("full", "swa", "swa", "swa", "full", "swa")
+    assert m.kv_bytes_per_token() == 5_120
+    assert m.fixed_state_bytes() == 2_621_440
+    assert m.ffn.first_dense_layers == 1 and m.ffn.dense_intermediate == 16384
+
+
+def test_bailing_hybrid_defaults_match_ring(tmp_path):
+    # transformers' BailingHybridConfig defaults (the values the ring-2.5-1t entry uses), spelled
+    # as a config.json would: MLA iff (i + 1) % layer_group_size == 0.
+    cfg = {"model_type": "bailing_hybrid", "vocab_size": 157184, "hidden_size": 8192,
+           "intermediate_size": 18432, "moe_intermediate_size": 2048,
+           "moe_shared_expert_intermediate_size": 2048, "num_hidden_layers": 80,
+           "num_attention_heads": 64, "num_experts": 256, "num_shared_experts": 1,
+           "num_experts_per_tok": 8, "kv_lora_rank": 512, "q_lora_rank": 1536, "qk_rope_head_dim": 64,
+           "v_head_dim": 128, "qk_nope_head_dim": 128, "first_k_dense_replace": 4,
+           "layer_group_size": 8, "num_kv_heads_for_linear_attn": 64,
+           "max_position_embeddings": 131072, "torch_dtype": "bfloat16"}
+    folder = tmp_path / "Ring-2.5-1T"
+    folder.mkdir()
+    (folder / "config.json").write_text(json.dumps(cfg))
+    m = load_hf_config(folder / "config.json")
+    ring = load_model("ring-2.5-1t")
+    assert m.id == "ring-2.5-1t"  # from the parent folder of a config.json
+    assert m.layer_kinds == ring.layer_kinds
+    assert m.kv_bytes_per_token() == 10 * 576 * 2 == ring.kv_bytes_per_token()
+    assert m.fixed_state_bytes() == 70 * 64 * 128 * 128 * 2 == ring.fixed_state_bytes()
+
+
+def test_unsupported_model_type(tmp_path):
+    path = tmp_path / "gpt2.json"
+    path.write_text(json.dumps({"model_type": "gpt2", "n_layer": 12}))
+    with pytest.raises(PlanError) as err:
+        load_hf_config(path)
+    message = str(err.value)
+    assert "\n" not in message
+    assert str(path) in message and "'gpt2' is not supported" in message
+    assert all(t in message for t in SUPPORTED_MODEL_TYPES)
+
+
+def test_malformed_json(tmp_path):
+    path = tmp_path / "broken.json"
+    path.write_text('{"model_type": "llama", "hidden_size": 8192,')
+    with pytest.raises(PlanError) as err:
+        load_model(path)
+    message = str(err.value)
+    assert "\n" not in message
+    assert str(path) in message and "malformed JSON" in message and "line 1" in message
+
+
+def test_missing_required_field_names_field_and_file(tmp_path):
+    cfg = json.loads((HF_DIR / "llama-3.3-70b.json").read_text())
+    del cfg["num_hidden_layers"]
+    path = tmp_path / "llama.json"
+    path.write_text(json.dumps(cfg))
+    with pytest.raises(PlanError) as err:
+        load_hf_config(path)
+    message = str(err.value)
+    assert "\n" not in message
+    assert str(path) in message and "field num_hidden_layers" in message
+
+
+def test_missing_nested_field(tmp_path):
+    cfg = json.loads((HF_DIR / "kimi-linear-48b-a3b.json").read_text())
+    del cfg["linear_attn_config"]["full_attn_layers"]
+    path = tmp_path / "kimi.json"
+    path.write_text(json.dumps(cfg))
+    with pytest.raises(PlanError, match=r"field linear_attn_config\.full_attn_layers"):
+        load_hf_config(path)
+
+
+def test_id_from_name_or_path_repo(tmp_path):
+    cfg = json.loads((HF_DIR / "qwen3-235b-a22b.json").read_text())
+    cfg["_name_or_path"] = "Qwen/Qwen3-235B-A22B"
+    path = tmp_path / "anything.json"
+    path.write_text(json.dumps(cfg))
+    m = load_hf_config(path)
+    assert m.name == "Qwen/Qwen3-235B-A22B"
+    assert m.sources[0].url == "https://huggingface.co/Qwen/Qwen3-235B-A22B/blob/main/config.json"
+
+
+def test_config_json_in_folder_uses_folder_name(tmp_path):
+    folder = tmp_path / "DeepSeek-V3"
+    folder.mkdir()
+    shutil.copy(HF_DIR / "deepseek-v3.json", folder / "config.json")
+    assert load_model(folder / "config.json").id == "deepseek-v3"

@@ -1,0 +1,109 @@
+"""The model_db entries: every one loads and is plausible; bad YAML gives one-line errors."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from prfaas_plan.arch import list_model_specs, load_model
+from prfaas_plan.errors import PlanError
+from prfaas_plan.hf_config import count_params
+
+MODEL_DB = Path(__file__).parent.parent / "model_db"
+EXPECTED_IDS = {
+    "minimax-m2.5", "mimo-v2-flash", "qwen3.5-397b-a17b", "qwen3-235b-a22b", "qwen3-next-80b-a3b",
+    "ring-2.5-1t", "kimi-linear-48b-a3b", "kimi-linear-1t", "deepseek-v3", "kimi-k2", "llama-3.1-70b",
+}
+
+
+def test_every_entry_loads_by_id_and_path():
+    assert {m.id for m in list_model_specs()} == EXPECTED_IDS
+    for path in sorted(MODEL_DB.glob("*.yaml")):
+        by_path = load_model(path)
+        assert by_path.id == path.stem
+        assert load_model(path.stem) == by_path
+
+
+@pytest.mark.parametrize("model", list_model_specs(), ids=lambda m: m.id)
+def test_architecture_active_params_within_15_percent(model):
+    total, active = count_params(model)
+    assert active == pytest.approx(model.active_params, rel=0.15)
+    assert total == pytest.approx(model.total_params, rel=0.15)
+    assert active < total
+
+
+def test_count_params_by_hand():
+    # MiniMax-M2.5, per layer: attention 3072 x (48 + 8 + 8) x 128 + 48 x 128 x 3072 = 44,040,192;
+    # router 3072 x 256 = 786,432; expert 3 x 3072 x 1536 = 14,155,776.
+    # Active: 62 x (44,040,192 + 786,432 + 8 x 14,155,776) = 9,800,515,584.
+    # Total adds 248 more experts per layer and embedding + LM head 2 x 200,064 x 3072.
+    total, active = count_params(load_model("minimax-m2.5"))
+    assert active == 62 * (44_040_192 + 786_432 + 8 * 14_155_776) == 9_800_515_584
+    assert total == active + 62 * 248 * 14_155_776 + 2 * 200_064 * 3072
+    # Llama-3.1-70B (dense): 80 x (8192 x (64 + 16) x 128 + 64 x 128 x 8192 + 3 x 8192 x 28672)
+    # = 80 x 855,638,016 = 68,451,041,280 active; + 2 x 128,256 x 8192 (2,101,346,304)
+    # = 70,552,387,584 total.
+    total, active = count_params(load_model("llama-3.1-70b"))
+    assert (total, active) == (70_552_387_584, 68_451_041_280)
+
+
+@pytest.fixture
+def base_yaml() -> str:
+    return (MODEL_DB / "minimax-m2.5.yaml").read_text()
+
+
+def _load_error(tmp_path, text: str) -> tuple[Path, str]:
+    path = tmp_path / "bad-model.yaml"
+    path.write_text(text)
+    with pytest.raises(PlanError) as err:
+        load_model(path)
+    message = str(err.value)
+    assert "\n" not in message
+    assert str(path) in message
+    return path, message
+
+
+def test_unknown_field(tmp_path, base_yaml):
+    _, message = _load_error(tmp_path, base_yaml + "\ncolour: blue\n")
+    assert "field colour" in message and "unknown field" in message
+
+
+def test_unknown_nested_field(tmp_path, base_yaml):
+    text = base_yaml.replace("head_dim_v: 128}", "head_dim_v: 128, head_dim_q: 128}")
+    _, message = _load_error(tmp_path, text)
+    assert "head_dim_q" in message and "unknown field" in message
+
+
+def test_negative_size(tmp_path, base_yaml):
+    _, message = _load_error(tmp_path, base_yaml.replace("hidden_size: 3072", "hidden_size: -3072"))
+    assert "field hidden_size" in message and "greater than 0" in message
+
+
+def test_negative_expert_count(tmp_path, base_yaml):
+    _, message = _load_error(tmp_path, base_yaml.replace("num_experts: 256", "num_experts: -256"))
+    assert "field ffn.num_experts" in message
+
+
+def test_missing_field(tmp_path, base_yaml):
+    _, message = _load_error(tmp_path, base_yaml.replace("vocab_size: 200064\n", ""))
+    assert "field vocab_size" in message and "missing required field" in message
+
+
+def test_malformed_yaml(tmp_path, base_yaml):
+    # A syntax error has no field to name: the message gives the file and the line instead.
+    text = base_yaml.replace("hidden_size: 3072", "hidden_size: [3072")
+    _, message = _load_error(tmp_path, text)
+    assert "malformed YAML" in message and "line" in message
+
+
+def test_layer_index_out_of_range(tmp_path):
+    text = (MODEL_DB / "mimo-v2-flash.yaml").read_text().replace("41, 47]", "41, 48]")
+    _, message = _load_error(tmp_path, text)
+    assert "layers.at.full" in message and "48" in message
+
+
+def test_uncovered_field_needs_a_source(tmp_path, base_yaml):
+    text = base_yaml.replace("covers: [total_params, active_params]", "covers: [total_params]")
+    _, message = _load_error(tmp_path, text)
+    assert "active_params" in message and "source" in message

@@ -1,0 +1,109 @@
+"""Performance model against the PrfaaS paper's published 8xH200 measurements and closed forms."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import prfaas_plan as pp
+from prfaas_plan.bandwidth import cluster_egress_gbps, max_prefill_gpus, pd_balance
+from prfaas_plan.perf import (MeasuredProfile, analytic_prefill, decode_capacity, decode_step_s,
+                              expected_experts_touched)
+
+# PrfaaS paper Table 3: Phi_kv at 32K tokens on 8xH200, Gbps
+PAPER_PHI_32K_GBPS = {"minimax-m2.5": 59.93, "qwen3-235b-a22b": 33.35, "qwen3.5-397b-a17b": 8.25,
+                      "mimo-v2-flash": 4.66}
+# PrfaaS paper Table 5: the 1T hybrid model on 8xH200, seconds
+TABLE5_PREFILL_S = {1024: 0.44, 8192: 0.72, 32768: 1.84, 131072: 7.40}
+
+
+@pytest.fixture(scope="module")
+def h200():
+    return pp.instance("h200", gpus=8)
+
+
+@pytest.mark.parametrize("model_id", sorted(PAPER_PHI_32K_GBPS))
+def test_phi_kv_at_32k_within_30_percent_of_paper(h200, model_id):
+    phi = pp.kv_throughput_gbps(pp.load_model(model_id), h200, 32768)
+    assert phi == pytest.approx(PAPER_PHI_32K_GBPS[model_id], rel=0.30)
+
+
+def test_phi_kv_ratios_within_25_percent(h200):
+    phi = {m: pp.kv_throughput_gbps(pp.load_model(m), h200, 32768) for m in PAPER_PHI_32K_GBPS}
+    p = PAPER_PHI_32K_GBPS
+    assert phi["minimax-m2.5"] / phi["mimo-v2-flash"] == pytest.approx(p["minimax-m2.5"] / p["mimo-v2-flash"], rel=0.25)
+    assert phi["qwen3-235b-a22b"] / phi["qwen3.5-397b-a17b"] == pytest.approx(
+        p["qwen3-235b-a22b"] / p["qwen3.5-397b-a17b"], rel=0.25)
+
+
+def test_eq2_worked_examples(h200):
+    # Eq. 2 with the paper's own Phi: 512 / 8 instances x 59.93 Gbps = 3.84 Tbps; x 33.35 = 2.13 Tbps
+    for model_id, tbps in (("minimax-m2.5", 3.8), ("qwen3-235b-a22b", 2.1)):
+        m = pp.load_model(model_id)
+        t = float(pp.kv_bytes(m, 32768)) * 8 / (PAPER_PHI_32K_GBPS[model_id] * 1e9)
+        prof = MeasuredProfile((1024, 32768), (t / 32, t))
+        assert cluster_egress_gbps(m, h200, 512, 32768, profile=prof) / 1e3 == pytest.approx(tbps, rel=0.02)
+        # and with our own latency model, within the Phi band
+        assert cluster_egress_gbps(m, h200, 512, 32768) / 1e3 == pytest.approx(tbps, rel=0.30)
+
+
+@pytest.mark.parametrize("tokens", sorted(TABLE5_PREFILL_S))
+def test_1t_prefill_vs_table5(h200, tokens):
+    lat = analytic_prefill(pp.load_model("kimi-linear-1t"), h200, tokens)
+    assert float(lat.total_s) == pytest.approx(TABLE5_PREFILL_S[tokens], rel=0.15)
+    assert lat.bound == "compute"
+
+
+def test_vectorised_matches_scalar(h200):
+    m = pp.load_model("mimo-v2-flash")
+    ls = np.array([1024, 5000, 32768, 100000])
+    vec = pp.prefill_time_s(m, h200, ls)
+    assert np.allclose(vec, [pp.prefill_time_s(m, h200, int(x)) for x in ls])
+    assert np.all(np.diff(vec) > 0)
+
+
+def test_measured_profile_interpolates_linearly():
+    prof = MeasuredProfile(tuple(TABLE5_PREFILL_S), tuple(TABLE5_PREFILL_S.values()))
+    assert prof.prefill_time_s(8192) == pytest.approx(0.72)
+    mid = (8192 + 32768) / 2
+    assert prof.prefill_time_s(mid) == pytest.approx((0.72 + 1.84) / 2)
+
+
+def test_expected_experts_closed_form_vs_monte_carlo():
+    rng = np.random.default_rng(0)
+    e, k, b = 256, 8, 32
+    draws = [len({x for _ in range(b) for x in rng.choice(e, k, replace=False)}) for _ in range(2000)]
+    assert expected_experts_touched(e, k, b) == pytest.approx(np.mean(draws), rel=0.01)
+
+
+def test_decode_capacity_meets_slo_and_is_maximal():
+    m, h20 = pp.load_model("kimi-linear-1t"), pp.instance("h20", 8)
+    cap = decode_capacity(m, h20, 28000, 0.025)
+    assert cap.step_s <= 0.025
+    if cap.binding == "tpot":
+        assert decode_step_s(m, h20, cap.batch_max + 1, 28000) > 0.025
+    assert decode_capacity(m, h20, 100000, 0.025).batch_max <= cap.batch_max
+
+
+def test_pd_balance_is_rate_ratio():
+    m = pp.load_model("kimi-linear-1t")
+    bal = pd_balance(m, pp.instance("h200"), pp.instance("h20"), 32768, 1024, 0.025)
+    assert bal.decode_per_prefill_instance == pytest.approx(bal.prefill_rps_per_instance / bal.decode_rps_per_instance)
+    assert bal.decode_rps_per_instance == pytest.approx(bal.decode_batch_max / (bal.decode_step_s * 1024))
+
+
+def test_max_prefill_gpus_fits_link(h200):
+    m = pp.load_model("minimax-m2.5")
+    gpus = max_prefill_gpus(m, h200, 32768, 100, 0.9)
+    phi = pp.kv_throughput_gbps(m, h200, 32768)
+    assert gpus / 8 * phi <= 90 < (gpus / 8 + 1) * phi
+
+
+def test_bad_inputs_are_plan_errors(h200):
+    m = pp.load_model("qwen3-235b-a22b")
+    with pytest.raises(pp.PlanError, match="gpus"):
+        pp.instance("h200", gpus=0)
+    with pytest.raises(pp.PlanError, match="unknown hardware"):
+        pp.instance("h2000")
+    with pytest.raises(pp.PlanError, match="exceeds"):
+        pp.prefill_time_s(m, h200, m.max_context_tokens + 1)

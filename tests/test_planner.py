@@ -1,0 +1,146 @@
+"""Planner: the paper's case study, exact mode vs brute force, infeasible scenarios, traces."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import prfaas_plan as pp
+from prfaas_plan import planner as P
+
+TRACE = Path(__file__).resolve().parents[2] / "shared" / "traces" / "mooncake_conversation.jsonl"
+
+
+@pytest.fixture(scope="module")
+def sc():
+    return pp.load_scenario("paper-case-study")
+
+
+@pytest.fixture(scope="module")
+def paper(sc):
+    return pp.plan(sc, mode="paper")
+
+
+@pytest.fixture(scope="module")
+def exact(sc):
+    return pp.plan(sc, mode="exact")
+
+
+def test_paper_mode_vs_homogeneous_headline(paper):
+    # PrfaaS paper: +54% throughput over homogeneous PD (96 H20)
+    assert paper.ratio("homogeneous-pd") == pytest.approx(1.54, abs=0.10)
+
+
+def test_paper_mode_egress_headline(paper):
+    # PrfaaS paper: mean PrfaaS egress about 13 Gbps (13% of the 100 Gbps link)
+    assert paper.egress_gbps == pytest.approx(13.0, abs=3.0)
+    assert paper.plan.link_utilisation < 0.2
+
+
+@pytest.mark.xfail(strict=True, reason="our H20 PD-P prefill (public H20 efficiencies) adds more capacity "
+                   "than the paper's: PrfaaS-PD / naive comes out about 1.65, not 1.32 (see README)")
+def test_paper_mode_vs_naive_headline(paper):
+    assert paper.ratio("naive-heterogeneous") == pytest.approx(1.32, abs=0.08)
+
+
+def test_paper_mode_is_eqs_3_to_6_by_hand(sc, paper):
+    inp = P.plan_inputs(sc)
+    t, n_p = paper.threshold_tokens, paper.instances["pd_p"]
+    L = inp.lengths
+    p, l_long, l_short = L.tail_prob(t), L.mean_above(t), L.mean_below(t)
+    prof = sc.prfaas_profile
+    theta_prfaas = min(4 / prof.prefill_time_s(l_long), 100e9 * 0.9 / (8 * prof.kv_bytes_at(l_long)))
+    theta_pdp = n_p / float(inp.t_local(l_short))
+    theta_pdd = (8 - n_p) * inp.decode_batch_max / (inp.decode_step_s * 1024)
+    lam = min(theta_prfaas / p, theta_pdp / (1 - p), theta_pdd)
+    assert paper.lambda_max_rps == pytest.approx(lam, rel=1e-9)
+
+
+def test_paper_mode_grid_optimum_balances_prefill_stages(sc, paper):
+    # Eq. 7: at the optimal t both prefill stages saturate together (up to the grid spacing)
+    s = paper.plan.stage_rps
+    assert s["prfaas"] == pytest.approx(s["pd_p"], rel=0.05)
+
+
+def test_exact_mode_no_better_threshold_plan_by_brute_force(sc, exact):
+    inp = exact.inputs
+    b = exact.buckets
+    best = 0.0
+    for n_p in range(0, inp.n_local):
+        n_d = inp.n_local - n_p
+        for k in range(len(b.tokens) + 1):  # offload buckets k.. (a threshold between buckets)
+            y = np.zeros_like(b.probs)
+            y[k:] = b.probs[k:]
+            z = b.probs - y
+            caps = [n_d * inp.decode_rps_per_instance]
+            if y.sum() > 0:
+                caps += [inp.n_prfaas / np.dot(y, b.t_remote_s), inp.link_bits_per_s / np.dot(y, 8 * b.kv_bytes)]
+            if z.sum() > 0:
+                caps.append(n_p / np.dot(z, b.t_local_s) if n_p else 0.0)
+            best = max(best, min(caps))
+    assert best <= exact.lambda_max_rps * (1 + 1e-6)
+    # fractional thresholds can only help the MILP a little
+    assert exact.lambda_max_rps <= best * 1.05
+
+
+def test_exact_mode_offload_set_is_a_threshold(exact):
+    assert exact.plan.is_threshold
+    frac = exact.plan.routing["offload_fraction"].to_numpy()
+    assert frac[0] == 0 and frac[-1] == 1
+
+
+def test_exact_vs_paper_both_reported(paper, exact):
+    # E[T(L)] vs T(E[L]): the two modes differ but agree on the structure of the plan
+    assert exact.lambda_max_rps == pytest.approx(paper.lambda_max_rps, rel=0.15)
+    assert exact.instances["prfaas"] == paper.instances["prfaas"] == 4
+
+
+def test_ttft_reported_and_prfaas_beats_homogeneous(paper):
+    df = paper.ttft
+    common = df[(df.basis == "common rate") & (df.path == "all")].set_index("plan")
+    assert common.loc["prfaas-pd", "p90_s"] < common.loc["homogeneous-pd", "p90_s"]
+    assert (df["p99_s"] >= df["p90_s"]).all() and (df["p90_s"] >= df["p50_s"]).all()
+
+
+def test_cost_per_million_tokens(paper):
+    p = paper.plan
+    tokens_per_hour = p.lambda_max_rps * 3600 * (p.mean_input_tokens + p.output_tokens)
+    assert p.usd_per_million_tokens == pytest.approx(p.cost_usd_per_hour / tokens_per_hour * 1e6)
+    assert p.cost_usd_per_hour == pytest.approx(32 * 3.50 + 64 * pp.load_gpu("h20").price_usd_per_gpu_hour)
+
+
+def test_unmeetable_ttft_slo_names_the_constraint(sc):
+    bad = sc.with_updates(**{"link.gbps": 0.1, "slo.ttft_s": 0.5})
+    with pytest.raises(pp.PlanError, match="slo.ttft_s"):
+        pp.plan(bad, mode="exact")
+
+
+def test_zero_local_gpus_names_decode(sc):
+    bad = sc.with_updates(**{"local.gpus": 0, "baseline_gpus": 0})
+    with pytest.raises(pp.PlanError, match="local.gpus"):
+        pp.plan(bad)
+
+
+def test_tiny_link_binds(sc):
+    res = pp.plan(sc.with_updates(**{"link.gbps": 1.0}), mode="exact")
+    assert res.egress_gbps <= 0.9 + 1e-6
+    assert res.plan.offload_fraction < 0.1
+
+
+def test_sweeps_have_the_optimum(sc, paper):
+    inp = P.plan_inputs(sc)
+    by_t = P.sweep_threshold(inp, paper.instances["pd_p"])
+    assert by_t["lambda_max_rps"].max() == pytest.approx(paper.lambda_max_rps, rel=1e-9)
+    by_np = P.sweep_np(inp, paper.threshold_tokens)
+    assert by_np["lambda_max_rps"].max() == pytest.approx(paper.lambda_max_rps, rel=1e-9)
+
+
+@pytest.mark.skipif(not TRACE.exists(), reason=f"Mooncake trace not found at {TRACE}")
+def test_mooncake_trace_prefix_cache_changes_the_plan(sc):
+    base = {"workload.kind": "trace", "workload.trace": str(TRACE)}
+    off = pp.plan(sc.with_updates(**base, **{"workload.prefix_cache_blocks": 0}), mode="exact")
+    on = pp.plan(sc.with_updates(**base, **{"workload.prefix_cache_blocks": None}), mode="exact")
+    assert on.inputs.mean_tokens < 0.7 * off.inputs.mean_tokens
+    assert on.lambda_max_rps > off.lambda_max_rps
