@@ -257,6 +257,34 @@ def _quick_scenario(model: str, prfaas: str, local: str, link_gbps: float, trace
     return Scenario(validate(ScenarioSpec, data, "command-line flags"), "command-line flags")
 
 
+def _write_plan_json(res, path: Path) -> None:
+    """The plan as JSON, written to a temporary file and renamed (never half-written)."""
+    import json
+    import os
+    import tempfile
+
+    doc = {
+        "scenario": res.scenario.spec.model_dump(), "mode": res.mode,
+        "plans": json.loads(res.to_frame().to_json(orient="records")),
+        "ttft": json.loads(res.ttft.to_json(orient="records")),
+        "decode": {"batch_max": res.inputs.decode_batch_max, "step_s": res.inputs.decode_step_s,
+                   "source": res.inputs.decode_source},
+        "ratios": {k: res.ratio(k) for k in res.baselines},
+    }
+    folder = path.resolve().parent
+    if not folder.is_dir():
+        raise PlanError(f"--out: folder {folder} does not exist")
+    fd, tmp = tempfile.mkstemp(dir=folder, suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w") as fh:
+            json.dump(doc, fh, indent=2)
+        os.replace(tmp, path)
+    except BaseException:
+        os.unlink(tmp)
+        raise
+    typer.echo(f"wrote {path}", err=True)
+
+
 @app.command()
 def plan(
     scenario: Annotated[Optional[str], typer.Argument(help="scenario id (paper-case-study) or YAML path")] = None,
@@ -269,6 +297,7 @@ def plan(
     trace: Annotated[Optional[Path], typer.Option(help="workload from a trace (Mooncake JSONL, Azure CSV)")] = None,
     prefix_cache_blocks: Annotated[Optional[int], typer.Option(help="with --trace: LRU prefix cache in 512-token blocks (0 = off; omit = unlimited)")] = None,
     no_prefix_cache: Annotated[bool, typer.Option(help="with --trace: no prefix caching")] = False,
+    out: Annotated[Optional[Path], typer.Option("--out", "-o", help="also write the plans, TTFT and inputs as JSON")] = None,
     fmt: FormatOpt = Format.table,
 ) -> None:
     """Plan PrfaaS-PD: threshold t, instance split, Lambda_max, egress, cost and TTFT, against the
@@ -277,6 +306,8 @@ def plan(
     from .scenario import load_scenario
 
     cache_blocks = 0 if no_prefix_cache else prefix_cache_blocks
+    if out is not None and not out.resolve().parent.is_dir():
+        raise PlanError(f"--out: folder {out.resolve().parent} does not exist")
     if scenario is None:
         if model is None:
             raise PlanError("give a SCENARIO (e.g. paper-case-study) or --model with --prfaas/--local")
@@ -293,6 +324,8 @@ def plan(
             sc = sc.with_updates(**changes)
     res = run_plan(sc, mode=mode.value, load=load)
     df = res.to_frame()
+    if out is not None:
+        _write_plan_json(res, out)
     if fmt is not Format.table:
         emit(df, fmt)
         return

@@ -1,0 +1,78 @@
+"""The command line as a user meets it: readable tables, one-line errors with exit code 2."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+
+def run(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "prfaas_plan.cli", *args], capture_output=True, text=True, cwd=cwd)
+
+
+def test_kv_table_for_the_flagship_pair():
+    r = run("kv", "mimo-v2-flash", "minimax-m2.5", "--context", "32K")
+    assert r.returncode == 0, r.stderr
+    assert "mimo-v2-flash" in r.stdout and "minimax-m2.5" in r.stdout
+    assert "253,952" in r.stdout and "23,040" in r.stdout  # bytes per token from the public configs
+
+
+def test_kv_json_is_machine_readable():
+    r = run("kv", "deepseek-v3", "--context", "32k", "--format", "json")
+    rows = json.loads(r.stdout)
+    assert rows[0]["kv_bytes_per_token"] == 61 * (512 + 64) * 2
+    assert rows[0]["request_bytes"] == 61 * (512 + 64) * 2 * 32768
+
+
+@pytest.mark.parametrize("args, needle", [
+    (("kv", "minimax-m2.6"), "did you mean 'minimax-m2.5'"),
+    (("kv", "minimax-m2.5", "--context", "-5"), "--context"),
+    (("kv", "minimax-m2.5", "--context", "1M"), "exceeds"),
+    (("bandwidth", "minimax-m2.5", "--gpus", "0"), "--gpus"),
+    (("bandwidth", "minimax-m2.5", "--hardware", "h2000"), "unknown hardware"),
+    (("plan", "no-such-scenario"), "unknown scenario"),
+])
+def test_bad_input_is_one_line_exit_2(args, needle):
+    r = run(*args)
+    assert r.returncode == 2
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1 and needle in lines[0], r.stderr
+    assert "Traceback" not in r.stderr
+
+
+def test_malformed_model_yaml(tmp_path):
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("id: x\nname: [unclosed\n")
+    r = run("kv", str(bad))
+    assert r.returncode == 2 and "malformed YAML" in r.stderr and len(r.stderr.strip().splitlines()) == 1
+
+
+def test_unsupported_hf_family(tmp_path):
+    cfg = tmp_path / "config.json"
+    cfg.write_text(json.dumps({"model_type": "gpt2", "n_layer": 12}))
+    r = run("kv", str(cfg))
+    assert r.returncode == 2 and "gpt2" in r.stderr and "llama" in r.stderr
+
+
+def test_plan_writes_json_and_never_a_partial_file(tmp_path):
+    out = tmp_path / "plan.json"
+    r = run("plan", "paper-case-study", "--mode", "paper", "--out", str(out))
+    assert r.returncode == 0, r.stderr
+    doc = json.loads(out.read_text())
+    assert doc["plans"][0]["plan"] == "prfaas-pd" and doc["plans"][0]["lambda_max_rps"] > 0
+    bad = run("plan", "paper-case-study", "--out", str(tmp_path / "missing" / "plan.json"))
+    assert bad.returncode == 2 and not (tmp_path / "missing").exists()
+    assert [p.name for p in tmp_path.iterdir()] == ["plan.json"]
+
+
+def test_impossible_scenario_exits_nonzero(tmp_path):
+    sc = Path(__file__).resolve().parents[1] / "scenarios" / "paper-case-study.yaml"
+    text = sc.read_text().replace("gbps: 100", "gbps: 0.1").replace("ttft_quantile: 0.9", "ttft_quantile: 0.9\n  ttft_s: 0.5")
+    path = tmp_path / "impossible.yaml"
+    path.write_text(text)
+    r = run("plan", str(path))
+    assert r.returncode == 2 and "slo.ttft_s" in r.stderr
