@@ -203,9 +203,9 @@ def paper_stage_rates(inp: PlanInputs, t: np.ndarray, n_p: np.ndarray, n_pf: int
     n_pf = inp.n_prfaas if n_pf is None else n_pf
     t = np.asarray(t, dtype=float)[:, None]
     n_p = np.asarray(n_p, dtype=float)[None, :]
-    p = np.array([inp.lengths.tail_prob(x) for x in t[:, 0]])[:, None]
-    l_long = np.array([inp.lengths.mean_above(x) if pp > 0 else np.nan for x, pp in zip(t[:, 0], p[:, 0])])[:, None]
-    l_short = np.array([inp.lengths.mean_below(x) if pp < 1 else np.nan for x, pp in zip(t[:, 0], p[:, 0])])[:, None]
+    p = np.asarray(inp.lengths.tail_prob(t[:, 0]), dtype=float)[:, None]
+    l_long = np.asarray(inp.lengths.mean_above(t[:, 0]), dtype=float)[:, None]  # nan where p = 0
+    l_short = np.asarray(inp.lengths.mean_below(t[:, 0]), dtype=float)[:, None]  # nan where p = 1
     with np.errstate(divide="ignore", invalid="ignore"):
         compute = n_pf / inp.t_remote(np.nan_to_num(l_long, nan=1.0))
         link = inp.link_bits_per_s / (BITS_PER_BYTE * inp.kv_bytes(np.nan_to_num(l_long, nan=1.0)))
@@ -373,18 +373,16 @@ def _exact_plan(inp: PlanInputs, b: Buckets, name: str, sol: dict, n_pf: int) ->
                  stage, egress, _binding(stage, lam, link_r), routing, is_threshold)
 
 
-def plan_exact(inp: PlanInputs, n_buckets: int = DEFAULT_BUCKETS) -> Plan:
+def plan_exact(inp: PlanInputs, b: Buckets) -> Plan:
     """Exact mode for the scenario's pools: maximise Lambda over routing and the P:D split."""
     if inp.n_local < 1:
         raise PlanError("local.gpus: PrfaaS-PD needs at least one local instance to decode")
-    b = buckets(inp, n_buckets)
     sol = solve_exact(inp, b, inp.n_prfaas, inp.n_local, allow_remote=inp.n_prfaas > 0)
     return _exact_plan(inp, b, "prfaas-pd", sol, inp.n_prfaas)
 
 
-def baselines_exact(inp: PlanInputs, n_buckets: int = DEFAULT_BUCKETS) -> dict[str, Plan]:
+def baselines_exact(inp: PlanInputs, b: Buckets) -> dict[str, Plan]:
     """The two baselines with expectations over the bucketed workload."""
-    b = buckets(inp, n_buckets)
     out = {}
     if inp.n_baseline >= 2:
         sol = solve_exact(inp, b, 0, inp.n_baseline, allow_remote=False)
@@ -539,11 +537,11 @@ def plan(sc: Scenario, mode: str = "exact", load: float | None = None, n_buckets
     if not 0 < load < 1:
         raise PlanError("--load: give a fraction of the maximum rate between 0 and 1 (e.g. 0.8)")
     inp = plan_inputs(sc)
-    best = plan_exact(inp, n_buckets) if mode == "exact" else plan_paper(inp)
-    base = baselines_exact(inp, n_buckets) if mode == "exact" else baselines_paper(inp)
+    b = buckets(inp, n_buckets)
+    best = plan_exact(inp, b) if mode == "exact" else plan_paper(inp)
+    base = baselines_exact(inp, b) if mode == "exact" else baselines_paper(inp)
     if best.lambda_max_rps <= 0:
         raise PlanError(f"infeasible: no request rate can be served; binding constraint: {best.binding}")
-    b = buckets(inp, n_buckets)
     plans = {best.name: best, **base}
     common = load * min(p.lambda_max_rps for p in plans.values() if p.lambda_max_rps > 0)
     rows = []
