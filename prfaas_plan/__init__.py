@@ -44,6 +44,14 @@ _EXPORTS = {
     "PlanResult": "planner",
     "load_trace": "workload",
     "Workload": "workload",
+    "write_report": "report",
+    "write_compare": "report",
+    "sweep": "sweep",
+    "sweep_report": "sweep",
+    "simulate": "simulate",
+    "SimResult": "simulate",
+    "Policy": "simulate",
+    "Bursty": "simulate",
 }
 
 

@@ -347,6 +347,399 @@ def plan(
          floats="{:,.3f}")
 
 
+class SweepExecutor(str, Enum):
+    local = "local"
+    dask = "dask"
+    serial = "serial"
+
+
+@app.command()
+def sweep(
+    grid: Annotated[Path, typer.Argument(help="grid YAML: base scenario, axes to vary, what to run per cell")],
+    output: Annotated[Path, typer.Option("--output", "-o", help="results parquet; finished cells are kept in OUTPUT.cells/ so a rerun resumes")],
+    executor: Annotated[SweepExecutor, typer.Option(help="local process pool, dask.distributed cluster, or serial (this process)")] = SweepExecutor.local,
+    scheduler: Annotated[Optional[str], typer.Option(help="with --executor dask: scheduler address (tcp://host:8786); default a LocalCluster")] = None,
+    workers: Annotated[Optional[int], typer.Option(help="parallel workers (default: one per CPU)")] = None,
+    html: Annotated[Optional[Path], typer.Option(help="also write an offline HTML page of heatmaps")] = None,
+    x: Annotated[Optional[str], typer.Option("--x", help="with --html: axis across (default: the first axis)")] = None,
+    y: Annotated[Optional[str], typer.Option("--y", help="with --html: axis down (default: the second axis)")] = None,
+    retry_failed: Annotated[bool, typer.Option(help="rerun cells saved with an error")] = False,
+    progress: Annotated[bool, typer.Option("--progress/--no-progress", help="progress bar on stderr")] = True,
+    fmt: FormatOpt = Format.table,
+) -> None:
+    """Plan (or simulate) every cell of a grid of scenario variants in parallel; resumable; parquet out."""
+    from .sweep import sweep as run_sweep, sweep_report
+
+    if (x or y) and html is None:
+        raise PlanError("--x/--y: only with --html FILE")
+    if html is not None and not html.resolve().parent.is_dir():
+        raise PlanError(f"--html: folder {html.resolve().parent} does not exist")
+    if html is not None:  # check the heatmap axes before running anything
+        from .sweep import grid_axes
+
+        axes = grid_axes(grid)
+        for flag, a in (("--x", x), ("--y", y)):
+            if a is not None and a not in axes:
+                raise PlanError(f"{flag}: {a!r} is not an axis of {grid}; axes: {', '.join(axes) or 'none'}")
+        if not axes:
+            raise PlanError(f"--html: {grid} has no axes to draw")
+    try:
+        df = run_sweep(grid, executor=executor.value, workers=workers, scheduler=scheduler, out=output,
+                       progress=progress, retry_failed=retry_failed)
+    except KeyboardInterrupt:
+        typer.echo(f"interrupted: finished cells are saved in {output}.cells/; rerun the same command to resume",
+                   err=True)
+        raise typer.Exit(130) from None
+    a = df.attrs
+    typer.echo(f"{len(df)} rows ({a['computed']} computed, {a['reused']} reused, {a['failed']} failed) -> {output}",
+               err=True)
+    if html is not None:
+        typer.echo(f"wrote {sweep_report(df, html, x, y)}", err=True)
+    if fmt is not Format.table:
+        emit(df, fmt)
+        return
+    keep = [*a["axes"], *(["seed"] if "seed" in df.columns else []), "lambda_max_rps", "threshold_tokens",
+            "n_pd_p", "n_pd_d", "egress_gbps", "usd_per_million_tokens", "ttft_p90_s", "vs_homogeneous_pd", "status"]
+    shown = df[[c for c in dict.fromkeys(keep) if c in df.columns]]
+    emit(shown.head(60), fmt, f"Sweep {a['grid']} ({len(df)} rows{', first 60' if len(df) > 60 else ''}; "
+         f"all columns in {output})", floats="{:,.3f}")
+    for err, n in df["error"].dropna().value_counts().head(5).items():
+        typer.echo(f"{n} cell(s) failed: {err}", err=True)
+
+
+HtmlOutOpt = Annotated[Path, typer.Option("--output", "-o", help="HTML file to write (one self-contained file, works offline)")]
+PngOpt = Annotated[Optional[Path], typer.Option("--png", help="also write every chart as PNG (2x) and SVG into this folder, for slides")]
+
+
+def _wrote(path: Path, started: float, png: Optional[Path]) -> None:
+    import time
+
+    typer.echo(f"wrote {path} ({path.stat().st_size / 1e6:.1f} MB) in {time.perf_counter() - started:.1f} s"
+               + (f"; charts as PNG and SVG in {png}" if png is not None else ""), err=True)
+
+
+@app.command()
+def compare(
+    model: Annotated[Optional[list[str]], typer.Argument(help="model ids, YAML or HF config.json paths (default: minimax-m2.5 qwen3-235b-a22b qwen3.5-397b-a17b mimo-v2-flash ring-2.5-1t kimi-linear-1t)")] = None,
+    output: HtmlOutOpt = ...,
+    hardware: Annotated[str, typer.Option(help="prefill GPU (hardware_db id) for T_prefill and Phi_kv")] = "h200",
+    gpus: Annotated[int, typer.Option(help="GPUs per prefill instance")] = 8,
+    cluster_gpus: Annotated[int, typer.Option(help="GPUs of the prefill cluster whose egress is charted (Eq. 2)")] = 512,
+    context: Annotated[str, typer.Option("--context", "-c", help="reference prompt length for the bars and the table (K = 1024)")] = "32K",
+    kv_dtype: Annotated[KvDtype, typer.Option(help="element type of the KV cache")] = KvDtype.bf16,
+    engine: Annotated[EngineName, typer.Option(help="whose state-dtype rules to use")] = EngineName.vllm,
+    png: PngOpt = None,
+    model_db: ModelDbOpt = None,
+    hardware_db: HardwareDbOpt = None,
+) -> None:
+    """HTML page comparing models' KV traffic: bytes per token, fixed state, S_kv(l) and Phi_kv(l)
+    over 1K-1M tokens, and the inter-DC link a prefill cluster needs against 10/100/400 Gbps lines."""
+    import time
+
+    from .kvcache import CacheSettings
+    from .report import write_compare
+    from .units import parse_tokens
+
+    started = time.perf_counter()
+    path = write_compare(model or None, output, hardware=hardware, gpus=gpus, cluster_gpus=cluster_gpus, png_dir=png,
+                         context_tokens=parse_tokens(context, "--context"),
+                         settings=CacheSettings(kv_dtype=kv_dtype.value, engine=engine.value),
+                         extra_model_dirs=_dirs(model_db), extra_hardware_dirs=_dirs(hardware_db))
+    _wrote(path, started, png)
+
+
+@app.command()
+def report(
+    scenario: Annotated[str, typer.Argument(help="scenario id (paper-case-study) or YAML path")],
+    output: HtmlOutOpt = ...,
+    mode: Annotated[Mode, typer.Option(help="exact (MILP over length buckets) or paper (Eqs. 3-8, grid search)")] = Mode.exact,
+    png: PngOpt = None,
+    load: Annotated[Optional[float], typer.Option(help="fraction of Lambda_max for TTFT and the simulation")] = None,
+    trace: Annotated[Optional[Path], typer.Option(help="workload from a trace (Mooncake JSONL, Azure CSV)")] = None,
+    prefix_cache_blocks: Annotated[Optional[int], typer.Option(help="with --trace: LRU prefix cache in 512-token blocks (0 = off; omit = unlimited)")] = None,
+    simulate: Annotated[Optional[bool], typer.Option("--simulate/--no-simulate", help="simulate for time series and a simulated TTFT (default: when the simulator is installed)")] = None,
+    sim_duration: Annotated[float, typer.Option(help="simulated seconds of arrivals")] = 600.0,
+    seed: Annotated[int, typer.Option(help="simulation seed")] = 0,
+    model_db: ModelDbOpt = None,
+) -> None:
+    """HTML report of a scenario's plan: inputs, recommended plan and binding constraint, baselines,
+    Lambda_max against t and the P:D split, TTFT, egress and queues, cost, formulas, assumptions."""
+    import time
+
+    from .report import write_report
+    from .scenario import load_scenario
+
+    started = time.perf_counter()
+    if sim_duration <= 0:
+        raise PlanError("--sim-duration: give a positive number of seconds")
+    sc = load_scenario(scenario, _dirs(model_db))
+    if trace is not None:
+        sc = sc.with_updates(**{"workload.kind": "trace", "workload.trace": str(trace),
+                                "workload.prefix_cache_blocks": prefix_cache_blocks})
+    path = write_report(sc, output, mode=mode.value, png_dir=png, simulate=simulate, sim_duration_s=sim_duration,
+                        seed=seed, load=load)
+    _wrote(path, started, png)
+
+
+class PolicyName(str, Enum):
+    fixed = "fixed"
+    short = "short"
+    dual = "dual"
+
+
+@app.command("simulate")
+def simulate_cmd(
+    scenario: Annotated[str, typer.Argument(help="scenario id (paper-case-study) or YAML path")],
+    trace: Annotated[Optional[Path], typer.Option(help="replay this trace (Mooncake JSONL, Azure CSV); the plan is made for it")] = None,
+    duration: Annotated[Optional[float], typer.Option(help="simulated seconds of arrivals (default 600; with --trace the whole trace)")] = None,
+    rate_scale: Annotated[float, typer.Option(help="multiply the arrival rate (trace timestamps are divided by it)")] = 1.0,
+    load: Annotated[Optional[float], typer.Option(help="Poisson arrivals at this fraction of Lambda_max (default: the scenario's load)")] = None,
+    policy: Annotated[PolicyName, typer.Option(help="fixed (the plan), short (short-term threshold rule), dual (plus P:D rebalancing)")] = PolicyName.fixed,
+    link_drop: Annotated[Optional[str], typer.Option(help="link degradation FROM:TO@START-END in Gbps and seconds, e.g. 100:20@600-1200")] = None,
+    link_trace: Annotated[Optional[Path], typer.Option(help="CSV time_s,gbps: the link's nominal rate over time")] = None,
+    prefix_cache_blocks: Annotated[Optional[int], typer.Option(help="with --trace: LRU prefix cache per cluster in 512-token blocks (0 = off; omit = unlimited)")] = None,
+    seed: Annotated[int, typer.Option(help="random seed (arrivals, lengths, routing)")] = 0,
+    out: Annotated[Optional[Path], typer.Option("--out", "-o", help="write requests.csv, timeseries.csv and summary.json into this folder")] = None,
+    fmt: FormatOpt = Format.table,
+    model_db: ModelDbOpt = None,
+) -> None:
+    """Discrete-event simulation of the scenario's plan: TTFT, TPOT, throughput, egress, queues and
+    hit rates, under Poisson arrivals or a trace, a scheduling policy and link degradations."""
+    import pandas as pd
+    from rich.console import Console
+    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+
+    from .planner import plan as run_plan
+    from .scenario import load_scenario
+    from .simulate import parse_link_drop, read_link_trace, simulate as run_simulation, write_outputs
+
+    if link_drop is not None and link_trace is not None:
+        raise PlanError("--link-drop/--link-trace: give one of them, not both")
+    if duration is not None and not duration > 0:
+        raise PlanError("--duration: give a positive number of seconds")
+    if trace is not None and load is not None:
+        raise PlanError("--load: a trace brings its own arrivals; scale them with --rate-scale")
+    if prefix_cache_blocks is not None and (trace is None or prefix_cache_blocks < 0):
+        raise PlanError("--prefix-cache-blocks: only with --trace, and at least 0")
+    if out is not None and not out.resolve().parent.is_dir():
+        raise PlanError(f"--out: folder {out.resolve().parent} does not exist")
+    events = parse_link_drop(link_drop) if link_drop else read_link_trace(link_trace) if link_trace else []
+    sc = load_scenario(scenario, _dirs(model_db))
+    if trace is not None:
+        sc = sc.with_updates(**{"workload.kind": "trace", "workload.trace": str(trace),
+                                "workload.output_tokens": None, "workload.prefix_cache_blocks": prefix_cache_blocks})
+    res = run_plan(sc)
+    with Progress(TextColumn("simulating"), BarColumn(), TextColumn("{task.percentage:>3.0f}%"), TimeElapsedColumn(),
+                  console=Console(stderr=True), transient=True) as bar:
+        task = bar.add_task("simulate", total=1.0)
+        sim = run_simulation(sc, res, load=load, duration_s=duration if duration is not None or trace is not None else 600.0,
+                             trace=trace, rate_scale=rate_scale, policy=policy.value, link_events=events, seed=seed,
+                             progress=lambda done: bar.update(task, completed=done))
+    if out is not None:
+        typer.echo(f"wrote {write_outputs(sim, out)}", err=True)
+    summary = sim.summary()
+    if fmt is not Format.table:
+        emit(pd.DataFrame([summary]), fmt)
+        return
+    typer.echo(f"{sc.spec.name}\n{policy.value} policy, {sim.duration_s:,.0f} s of arrivals, seed {seed}; plan: "
+               f"t = {res.threshold_tokens or 0:,.0f} tokens, PrfaaS {res.instances['prfaas']} + PD-P "
+               f"{res.instances['pd_p']} + PD-D {res.instances['pd_d']}, Lambda_max = {res.lambda_max_rps:.3f} req/s")
+    shown = [(k, f"{v:,}" if isinstance(v, int) else f"{v:,.3f}") for k, v in summary.items()]
+    emit(pd.DataFrame(shown, columns=["metric", "value"]), fmt, "Simulation summary")
+
+
+bench_app = typer.Typer(
+    no_args_is_help=True,
+    help="Microbenchmarks (torch): measure this device, calibrate the performance model's efficiency "
+    "factors, validate its prefill predictions on held-out cases.",
+)
+app.add_typer(bench_app, name="bench")
+
+
+class BenchDevice(str, Enum):
+    auto = "auto"
+    cpu = "cpu"
+    cuda = "cuda"
+
+
+class BenchStatistic(str, Enum):
+    min = "min"
+    median = "median"
+
+
+StatisticOpt = Annotated[BenchStatistic, typer.Option(
+    "--statistic", help="per-case time used: min (least-disturbed repeat) or median of the repeats")]
+
+
+@bench_app.command("run")
+def bench_run(
+    output: Annotated[Path, typer.Option("--output", "-o", help="results JSON to write")],
+    device: Annotated[BenchDevice, typer.Option(help="auto (CUDA when torch sees one), cpu or cuda")] = BenchDevice.auto,
+    quick: Annotated[bool, typer.Option("--quick", help="fewer shapes, lengths and repeats")] = False,
+    threads: Annotated[Optional[int], typer.Option(help="torch intra-op threads (CPU profiles default to 1)")] = None,
+    progress: Annotated[bool, typer.Option("--progress/--no-progress", help="rich progress bar on stderr")] = True,
+    fmt: FormatOpt = Format.table,
+) -> None:
+    """Measure this device and write a results JSON.
+
+    Times GEMMs, causal, sliding-window and linear attention, memory copies, scaled-down model
+    prefills (their KV bytes checked against the cache model) and loopback KV transfer."""
+    import time
+
+    import pandas as pd
+
+    from . import bench
+
+    started = time.perf_counter()
+    res = bench.run_harness(device.value, quick=quick, threads=threads, progress=progress)
+    bench.write_results(res, output)
+    cases = pd.DataFrame([{"case": c["case"], "role": c["role"], "layer_mix": c["layer_mix"], "tokens": c["tokens"],
+                           "median_ms": c["median_s"] * 1e3, "min_ms": c["min_s"] * 1e3, "spread_pct": c["spread_pct"],
+                           "kv_bytes_measured": c["kv_bytes_measured"], "kv_bytes_model": c["kv_bytes_model"],
+                           "kv_match": c["kv_match"]} for c in res["models"]])
+    if fmt is not Format.table:
+        emit(cases, fmt)
+        return
+    dev = res["device"]
+    micro = [{"test": f"gemm {g['m']}x{g['k']}x{g['n']} {g['dtype']}", "median_ms": g["median_s"] * 1e3,
+              "min_ms": g["min_s"] * 1e3, "spread_pct": g["spread_pct"], "rate": g["flops"] / g["min_s"] / 1e12,
+              "unit": "TFLOP/s"} for g in res["gemm"]]
+    for key, label in (("attention", "attention"), ("swa", "swa"), ("linear_attention", "linear")):
+        for a in res[key]:
+            extra = f" {a['flavour']}" if key == "linear_attention" else ""
+            micro.append({"test": f"{label}{extra} {a['tokens']} tok", "median_ms": a["median_s"] * 1e3,
+                          "min_ms": a["min_s"] * 1e3, "spread_pct": a["spread_pct"],
+                          "rate": a["flops"] / a["min_s"] / 1e12, "unit": "TFLOP/s"})
+    for m in res["memory"]:
+        micro.append({"test": f"copy {m['size_mib']} MiB", "median_ms": m["median_s"] * 1e3, "min_ms": m["min_s"] * 1e3,
+                      "spread_pct": m["spread_pct"], "rate": m["bytes_moved"] / m["min_s"] / 1e9, "unit": "GB/s"})
+    emit(pd.DataFrame(micro), fmt, f"Microbenchmarks on {dev['name']} ({dev['kind']}, torch {dev['torch']}, "
+                                   f"{dev['threads']} threads; rate from the fastest repeat)", floats="{:,.4f}")
+    emit(cases, fmt, "Scaled-down model prefills (KV bytes: measured tensors vs kvcache.kv_bytes)", floats="{:,.1f}")
+    tr = res["transfer"]
+    emit(pd.DataFrame(tr["rows"]), fmt, f"Loopback KV transfer ({tr['payload_bytes']:,} B payload, "
+                                        f"integrity {'ok' if tr['integrity_ok'] else 'FAILED'})", floats="{:,.3f}")
+    typer.echo(f"wrote {output} in {time.perf_counter() - started:.1f} s")
+
+
+@bench_app.command("calibrate")
+def bench_calibrate(
+    source: Annotated[Path, typer.Argument(help="bench results JSON, or an observations YAML (with --gpu)")],
+    output: Annotated[Optional[Path], typer.Option("--output", "-o", help="hardware YAML to write")] = None,
+    gpu: Annotated[Optional[str], typer.Option(help="GPU id: the entry an observations YAML is fitted for; "
+                                                    "for a results file, the datasheet entry to start from")] = None,
+    name: Annotated[Optional[str], typer.Option(help="id of the written entry (default: the output file's stem)")] = None,
+    nominal_gbps: Annotated[Optional[float], typer.Option(help="nominal line rate the transfer Gbps is compared "
+                                                               "with (default: the base entry's NIC, else 100)")] = None,
+    params: Annotated[Optional[str], typer.Option(help="comma-separated efficiency factors to fit")] = None,
+    statistic: StatisticOpt = BenchStatistic.min,
+    tdp_w: Annotated[Optional[float], typer.Option(help="power to write for a CPU entry (else a placeholder)")] = None,
+    price_usd_per_hour: Annotated[Optional[float], typer.Option(help="price per device-hour for a CPU entry")] = None,
+    link_yaml: Annotated[Optional[Path], typer.Option(help="also write the scenario link block (gbps, efficiency)")] = None,
+    fmt: FormatOpt = Format.table,
+) -> None:
+    """Fit efficiency factors and overheads; write a hardware YAML.
+
+    From a results file: a complete hardware entry (peak FLOP/s, memory bandwidth, fitted factors,
+    link efficiency, provenance). From an observations YAML: the fitted values for --gpu."""
+    import pandas as pd
+    import yaml
+
+    from . import bench
+    from .calibration import FITTABLE
+    from .hardware import load_gpu
+
+    fit = tuple(p.strip() for p in params.split(",") if p.strip()) if params else None
+    if fit is not None:
+        unknown = sorted(set(fit) - set(FITTABLE))
+        if unknown or not fit:
+            raise PlanError(f"--params: cannot fit {', '.join(unknown) or '(nothing)'}; fittable: {', '.join(FITTABLE)}")
+    if source.suffix.lower() in (".yaml", ".yml"):
+        if gpu is None:
+            raise PlanError("--gpu: give the GPU id the observations are fitted for, e.g. --gpu h200")
+        fitted, table = bench.calibrate_observations(source, gpu, fit or bench.OBSERVATION_FIT_PARAMS)
+        eff = fitted.efficiency
+        rows = [{"parameter": k, "value": getattr(eff, k),
+                 "fitted": k in (fit or bench.OBSERVATION_FIT_PARAMS)} for k in FITTABLE + ("memory", "comm")]
+        emit(pd.DataFrame(rows), fmt, f"Efficiency of {fitted.id} fitted to {source}", floats="{:,.4f}")
+        if fmt is Format.table:
+            emit(table, fmt, "Residuals (predicted / measured - 1)", floats="{:,.3f}")
+        if output:
+            entry = fitted.model_copy(update={"id": name or output.stem})
+            output.parent.mkdir(parents=True, exist_ok=True)
+            output.write_text(f"# {entry.id}: {fitted.id} with efficiency fitted by `prfaas-plan bench calibrate "
+                              f"{source}`\n" + yaml.safe_dump(entry.model_dump(mode="json", exclude_none=True),
+                                                              sort_keys=False, width=110))
+            typer.echo(f"wrote {output}")
+        return
+    results = bench.load_results(source)
+    entry_name = name or (output.stem if output else f"measured-{results['device']['kind']}")
+    base = load_gpu(gpu) if gpu else None
+    cal = bench.calibrate_results(results, entry_name, source, base=base, nominal_gbps=nominal_gbps,
+                                  params=fit or bench.RESULTS_FIT_PARAMS, statistic=statistic.value, tdp_w=tdp_w,
+                                  price_usd_per_hour=price_usd_per_hour)
+    eff = cal.gpu.efficiency
+    rows = [{"parameter": k, "value": float(getattr(eff, k)),
+             "microbenchmark": float(cal.micro[k]) if k in cal.micro else float("nan"),
+             "fitted": k in (fit or bench.RESULTS_FIT_PARAMS)} for k in FITTABLE + ("memory", "comm")]
+    rows += [{"parameter": "peak_tflops_per_s", "value": cal.gpu.bf16_dense_tflops, "microbenchmark": float("nan"),
+              "fitted": False},
+             {"parameter": "memory_gb_per_s", "value": cal.gpu.memory_tb_per_s * 1e3, "microbenchmark": float("nan"),
+              "fitted": False}]
+    emit(pd.DataFrame(rows), fmt, f"{entry_name}: fitted on {len(cal.residuals)} calibration cases "
+                                  f"({statistic.value} of repeats)", floats="{:,.4f}")
+    if fmt is Format.table:
+        emit(cal.residuals, fmt, "Calibration residuals (predicted / measured - 1)", floats="{:,.1f}")
+        if len(cal.link):
+            emit(cal.link, fmt, f"Link efficiency = measured loopback Gbps / nominal {cal.nominal_gbps:g} Gbps "
+                                f"(capped at 1)", floats="{:,.3f}")
+    if output:
+        output.parent.mkdir(parents=True, exist_ok=True)
+        output.write_text(cal.yaml_text())
+        typer.echo(f"wrote {output}")
+    if link_yaml and cal.link_efficiency is not None:
+        link_yaml.parent.mkdir(parents=True, exist_ok=True)
+        link_yaml.write_text(f"# measured by prfaas-plan bench ({source}): best of "
+                             f"{len(cal.link)} connection counts, {cal.link_connections} connections\n"
+                             + yaml.safe_dump({"link": {"gbps": cal.nominal_gbps,
+                                                        "efficiency": round(cal.link_efficiency, 4)}}, sort_keys=False))
+        typer.echo(f"wrote {link_yaml}")
+
+
+@bench_app.command("validate")
+def bench_validate(
+    results: Annotated[Path, typer.Argument(help="bench results JSON")],
+    hardware: Annotated[Optional[Path], typer.Option(help="hardware YAML from bench calibrate (default: calibrate "
+                                                          "on the file's calibration cases now)")] = None,
+    statistic: StatisticOpt = BenchStatistic.min,
+    max_error_pct: Annotated[Optional[float], typer.Option(help="exit 1 when the median |error| exceeds this")] = None,
+    fmt: FormatOpt = Format.table,
+) -> None:
+    """Compare predicted and measured prefill on every held-out case.
+
+    Held out: other lengths of the calibration models, and whole layer mixes never fitted;
+    prints error % per case and the median absolute error."""
+    from . import bench
+    from .hardware import load_gpu
+
+    res = bench.load_results(results)
+    if hardware is not None:
+        gpu, origin = load_gpu(hardware), str(hardware)
+    else:
+        gpu = bench.calibrate_results(res, "in-memory", results, statistic=statistic.value).gpu
+        origin = "calibrated now on the file's calibration cases"
+    table = bench.validate_results(res, gpu, statistic.value)
+    med = bench.median_abs_error_pct(table)
+    emit(table, fmt, f"Held-out prefill: predicted vs measured ({gpu.id}: {origin})", floats="{:,.1f}")
+    if fmt is Format.table:
+        typer.echo(f"median |error| = {med:.1f}% over {len(table)} held-out cases "
+                   f"(held-out models: {bench.median_abs_error_pct(table[table.held_out == 'model']):.1f}%, "
+                   f"held-out lengths: {bench.median_abs_error_pct(table[table.held_out == 'length']):.1f}%)")
+    if max_error_pct is not None and med > max_error_pct:
+        typer.echo(f"prfaas-plan: median |error| {med:.1f}% exceeds --max-error-pct {max_error_pct:g}", err=True)
+        raise typer.Exit(1)
+
+
 def main(argv: list[str] | None = None) -> None:
     """Entry point: run the app; user errors become one line on stderr and exit code 2."""
     try:

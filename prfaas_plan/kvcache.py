@@ -21,7 +21,7 @@ from typing import Literal
 
 import numpy as np
 
-from .arch import GROWING_KINDS, LINEAR_KINDS, ModelSpec
+from .arch import GROWING_KINDS, ModelSpec
 from .errors import PlanError
 from .units import DTYPE_BYTES
 

@@ -18,8 +18,7 @@ rates Gbps (1e9 bit/s), prices US dollars.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
-from functools import cached_property
+from dataclasses import dataclass, field
 from typing import Callable
 
 import numpy as np
@@ -286,13 +285,9 @@ def buckets(inp: PlanInputs, n: int = DEFAULT_BUCKETS) -> Buckets:
 
 def _solve(prob, required: bool = True) -> bool:
     """Solve with CBC (shipped in pulp's wheel); a required model that is not optimal is an error."""
-    import warnings
-
     import pulp
 
-    with warnings.catch_warnings():  # pulp 3.3 announces a CBC packaging change for 4.0
-        warnings.simplefilter("ignore", DeprecationWarning)
-        status = prob.solve(pulp.PULP_CBC_CMD(msg=False))
+    status = prob.solve(pulp.PULP_CBC_CMD(msg=False))
     ok = pulp.LpStatus[status] == "Optimal"
     if required and not ok:
         raise PlanError(f"planner: the MILP is {pulp.LpStatus[status].lower()}; check pool sizes and the link")
@@ -302,6 +297,15 @@ def _solve(prob, required: bool = True) -> bool:
 def solve_exact(inp: PlanInputs, b: Buckets, n_pf: int, n_local: int, allow_remote: bool = True,
                 allow_local_prefill: bool = True, min_decode: int = 1) -> dict:
     """The bucketed MILP of DESIGN section 5 for given pools. Returns the optimum's variables."""
+    import warnings
+
+    with warnings.catch_warnings():  # pulp 3.3 announces API changes for 4.0 on every variable
+        warnings.simplefilter("ignore", DeprecationWarning)
+        return _solve_exact(inp, b, n_pf, n_local, allow_remote, allow_local_prefill, min_decode)
+
+
+def _solve_exact(inp: PlanInputs, b: Buckets, n_pf: int, n_local: int, allow_remote: bool,
+                 allow_local_prefill: bool, min_decode: int) -> dict:
     import pulp
 
     nb = len(b.tokens)

@@ -1,0 +1,465 @@
+"""HTML reports (prfaas_plan.report): the numbers in the tables are the planner's, every chart is
+declared and has a spec, the page references nothing on the network, and bad input leaves no file.
+
+Tables carry exact values in ``data-value`` (repr of floats), so equality here is exact. Browser
+rendering is checked in test_report_browser.py.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from html.parser import HTMLParser
+from pathlib import Path
+
+import pytest
+
+import prfaas_plan as pp
+from prfaas_plan import report as rpt
+from prfaas_plan.errors import PlanError
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+# ----------------------------------------------------------------------------- helpers
+class _Page(HTMLParser):
+    """Collects tables (name -> row -> col -> data-value), chart divs, body attributes, scripts."""
+
+    def __init__(self) -> None:
+        super().__init__(convert_charrefs=True)
+        self.tables: dict[str, dict[str, dict[str, str]]] = {}
+        self.table_rows: dict[str, list[dict[str, str]]] = {}
+        self.charts: list[str] = []
+        self.body: dict[str, str] = {}
+        self.scripts: list[dict[str, str]] = []
+        self.links: list[dict[str, str]] = []
+        self.meta: list[dict[str, str]] = []
+        self._table: list[str] = []
+        self._row: str | None = None
+        self._rowvals: dict[str, str] | None = None
+        self._in_script: dict[str, str] | None = None
+        self.script_text: dict[str, str] = {}
+
+    def handle_starttag(self, tag, attrs):
+        a = {k: (v or "") for k, v in attrs}
+        if tag == "table":
+            name = a.get("data-table", "")
+            self._table.append(name)
+            self.tables.setdefault(name, {})
+            self.table_rows.setdefault(name, [])
+        elif tag == "tr" and self._table:
+            self._row = a.get("data-row")
+            self._rowvals = {}
+        elif tag == "td" and self._table and self._rowvals is not None and "data-col" in a:
+            self._rowvals[a["data-col"]] = a.get("data-value", "")
+        elif tag == "div" and "data-chart" in a:
+            self.charts.append(a["data-chart"])
+        elif tag == "body":
+            self.body = a
+        elif tag == "script":
+            self.scripts.append(a)
+            self._in_script = a
+        elif tag == "link":
+            self.links.append(a)
+        elif tag == "meta":
+            self.meta.append(a)
+
+    def handle_endtag(self, tag):
+        if tag == "tr" and self._table and self._rowvals:
+            name = self._table[-1]
+            self.table_rows[name].append(self._rowvals)
+            if self._row is not None:
+                self.tables[name][self._row] = self._rowvals
+            self._rowvals, self._row = None, None
+        elif tag == "table" and self._table:
+            self._table.pop()
+        elif tag == "script":
+            self._in_script = None
+
+    def handle_data(self, data):
+        if self._in_script is not None and self._in_script.get("id"):
+            self.script_text[self._in_script["id"]] = self.script_text.get(self._in_script["id"], "") + data
+
+
+def parse(path_or_text) -> _Page:
+    text = path_or_text.read_text(encoding="utf-8") if isinstance(path_or_text, Path) else path_or_text
+    p = _Page()
+    p.feed(text)
+    return p
+
+
+def num(v: str) -> float:
+    return float(v) if v not in ("", "None") else math.nan
+
+
+def same(a, b) -> bool:
+    a, b = float(a), float(b)
+    return (math.isnan(a) and math.isnan(b)) or a == b
+
+
+# ----------------------------------------------------------------------------- fixtures
+@pytest.fixture(scope="module")
+def paper():
+    """The case study in paper mode, its report written once (simulation off: deterministic, fast)."""
+    sc = pp.load_scenario("paper-case-study")
+    res = pp.plan(sc, mode="paper")
+    return sc, res
+
+
+@pytest.fixture(scope="module")
+def paper_page(paper, tmp_path_factory):
+    sc, res = paper
+    path = tmp_path_factory.mktemp("report") / "paper.html"
+    rpt.write_report(sc, path, mode="paper", result=res, simulate=False)
+    return path, parse(path), path.read_text(encoding="utf-8")
+
+
+@pytest.fixture(scope="module")
+def compare_page(tmp_path_factory):
+    path = tmp_path_factory.mktemp("compare") / "compare.html"
+    rpt.write_compare(None, path)
+    return path, parse(path), path.read_text(encoding="utf-8")
+
+
+# ----------------------------------------------------------------------------- plan report: numbers
+def test_baseline_table_equals_planner_frame(paper, paper_page):
+    _, res = paper
+    _, page, _ = paper_page
+    frame = res.to_frame()
+    table = page.tables["baselines"]
+    assert set(table) == set(frame["plan"])
+    cols = ["threshold_tokens", "n_prfaas", "n_pd_p", "n_pd_d", "lambda_max_rps", "throughput_vs_this",
+            "offload_fraction", "egress_gbps", "link_utilisation", "usd_per_million_tokens", "p90_ttft_s_common_rate"]
+    for _, row in frame.iterrows():
+        for c in cols:
+            assert same(num(table[row["plan"]][c]), row[c]), (row["plan"], c)
+        assert table[row["plan"]]["binding"] == row["binding"]
+
+
+def test_plan_table_equals_recommended_plan(paper, paper_page):
+    _, res = paper
+    _, page, _ = paper_page
+    t = page.tables["plan"]
+    p = res.plan
+    assert num(t["threshold_tokens"]["value"]) == p.threshold_tokens
+    assert num(t["lambda_max_rps"]["value"]) == p.lambda_max_rps
+    assert num(t["egress_gbps"]["value"]) == p.egress_gbps
+    assert num(t["cost_usd_per_hour"]["value"]) == p.cost_usd_per_hour
+    assert num(t["usd_per_million_tokens"]["value"]) == p.usd_per_million_tokens
+    assert int(t["n_prfaas"]["value"]) == p.instances["prfaas"]
+    assert int(t["n_pd_p"]["value"]) == p.instances["pd_p"]
+    assert int(t["n_pd_d"]["value"]) == p.instances["pd_d"]
+    assert int(t["gpus_remote"]["value"]) == p.gpus["prfaas"]
+    assert int(t["gpus_local"]["value"]) == p.gpus["pd_p"] + p.gpus["pd_d"]
+    assert t["binding"]["value"] == p.binding
+    # stage capacities: Eq. 6's terms, the smallest is Lambda_max
+    s = page.tables["stages"]
+    for k in ("prfaas", "pd_p", "pd_d"):
+        assert num(s[k]["rate_rps"]) == p.stage_rps[k]
+    assert min(num(r["rate_rps"]) for r in s.values()) == pytest.approx(p.lambda_max_rps, rel=1e-9)
+
+
+def test_ttft_and_cost_tables_equal_planner(paper, paper_page):
+    _, res = paper
+    _, page, _ = paper_page
+    t = page.tables["ttft"]
+    assert len(t) == len(res.ttft)
+    for _, r in res.ttft.iterrows():
+        row = t[f"{r.plan}|{r.basis}|{r.path}"]
+        for c in ("rate_rps", "mean_s", "p50_s", "p90_s", "p99_s"):
+            assert same(num(row[c]), r[c])
+    c = page.tables["cost"]
+    for name, plan in res.plans.items():
+        assert num(c[name]["cost_usd_per_hour"]) == plan.cost_usd_per_hour
+        assert num(c[name]["usd_per_million_tokens"]) == plan.usd_per_million_tokens
+        assert num(c[name]["rps_per_usd_hour"]) == plan.rps_per_usd_hour
+
+
+def test_figure5_sweeps_are_the_planners(paper, paper_page):
+    from prfaas_plan.planner import sweep_np
+
+    _, res = paper
+    _, page, _ = paper_page
+    rows = page.table_rows["sweep-threshold"]
+    assert len(rows) > 50
+    # the sweep's best Lambda is the paper-mode optimum (same grid family, N_p fixed at the optimum)
+    best = max(num(r["lambda_max_rps"]) for r in rows)
+    assert best == pytest.approx(res.plan.lambda_max_rps, rel=0.02)
+    ref = sweep_np(res.inputs, res.plan.threshold_tokens)
+    got = page.tables["sweep-np"]
+    for _, r in ref.iterrows():
+        assert same(num(got[str(int(r.n_pd_p))]["lambda_max_rps"]), r.lambda_max_rps)
+
+
+def test_analytic_ttft_cdf_matches_queueing_model(paper):
+    from prfaas_plan.planner import ttft_at
+
+    sc, res = paper
+    rep = rpt.build_report(sc, result=res, simulate=False)
+    data = rep.tables["ttft-cdf-common-rate-data"].df
+    for plan_name, grp in data.groupby("plan"):
+        rate = float(grp.rate_rps.iloc[0])
+        want = ttft_at(res.inputs, res.plans[plan_name], res.buckets, rate)["all"].cdf(grp.ttft_s.to_numpy())
+        assert grp.cdf.to_numpy() == pytest.approx(want, abs=1e-12)
+        # the P90 in the TTFT table sits where the CDF crosses 0.9
+        p90 = float(res.ttft[(res.ttft.plan == plan_name) & (res.ttft.basis == "common rate")
+                             & (res.ttft.path == "all")].p90_s.iloc[0])
+        dist = ttft_at(res.inputs, res.plans[plan_name], res.buckets, rate)["all"]
+        assert dist.cdf(p90) >= 0.9 - 1e-9
+
+
+# ----------------------------------------------------------------------------- plan report: page
+def test_chart_count_matches_declared_and_specs(paper, paper_page):
+    _, page, text = paper_page
+    specs = json.loads(page.script_text["report-specs"])
+    n = int(page.body["data-chart-count"])
+    assert n == len(page.charts) == len(specs) == len(set(page.charts))
+    assert set(page.charts) == set(specs)
+    assert {"throughput-vs-baselines", "lambda-vs-threshold", "lambda-vs-pd-split", "ttft-cdf-common-rate",
+            "ttft-cdf-own-load", "cost-per-million-tokens", "length-distribution"} <= set(specs)
+    for name, spec in specs.items():
+        assert spec["$schema"].startswith("https://vega.github.io/schema/vega-lite/"), name
+        assert spec["config"]["font"] == rpt.FONT
+
+
+def test_no_network_references(paper_page, compare_page):
+    for _, page, text in (paper_page, compare_page):
+        for s in page.scripts:
+            assert "src" not in s, s
+        for link in page.links:
+            assert not re.match(r"https?://", link.get("href", "")), link
+        assert not re.search(r"<(script|link|img|iframe)\b[^>]*(src|href)\s*=\s*[\"']?https?://", text, re.I)
+        assert not re.search(r"@import\s+(url\()?[\"']?https?://", text, re.I)
+        assert not re.search(r"url\(\s*[\"']?https?://", text.split("<script>", 1)[0], re.I)
+        csp = [m for m in page.meta if m.get("http-equiv", "").lower() == "content-security-policy"]
+        assert csp and "default-src 'none'" in csp[0]["content"]
+
+
+def test_javascript_inlined_once(paper_page, compare_page):
+    for _, page, text in (paper_page, compare_page):
+        assert text.count("window.vegaEmbed=") == 1
+        assert text.count("vegaEmbed(el, spec") == 1
+        assert int(page.body["data-chart-count"]) >= 6
+
+
+def test_formulas_assumptions_and_provenance(paper, paper_page):
+    import html
+
+    import sympy
+
+    from prfaas_plan.kvcache import kv_bytes_expr
+
+    sc, res = paper
+    _, _, text = paper_page
+    plain = html.unescape(text)
+    assert sympy.pretty(kv_bytes_expr(sc.model, sc.cache), use_unicode=True) in plain
+    for eq in ("Eq. 1", "Eq. 2", "Eq. 3", "Eq. 4", "Eq. 5", "Eq. 6"):
+        assert eq in plain
+    for a in sc.spec.assumptions:
+        assert a in plain
+    assert res.inputs.decode_source in plain
+    assert sc.prfaas_profile.source in plain
+    assert sc.prfaas_instance.gpu.efficiency.provenance in plain
+    assert sc.local_instance.gpu.efficiency.provenance in plain
+    assert "measured" in plain and "modelled" in plain
+
+
+def test_without_simulator_the_page_says_so(paper, tmp_path, monkeypatch):
+    sc, res = paper
+    monkeypatch.setattr(rpt, "_simulator", lambda: None)
+    rep = rpt.build_report(sc, result=res)
+    names = {f.name for f in rep.figures}
+    assert "egress-timeseries" not in names
+    html_text = rep.to_html()
+    assert "simulator (prfaas_plan.simulate) is not available" in html_text
+    assert "no egress or queue time series are shown" in html_text
+
+
+def test_a_failing_simulator_does_not_cost_the_report(paper, monkeypatch):
+    sc, res = paper
+
+    def broken(*a, **k):
+        raise IndexError("boom")
+
+    monkeypatch.setattr(rpt, "_simulator", lambda: broken)
+    rep = rpt.build_report(sc, result=res)
+    assert "The simulation failed (IndexError: boom)" in rep.to_html()
+
+
+def test_with_simulator_time_series_and_simulated_cdf(paper):
+    if rpt._simulator() is None:
+        pytest.skip("prfaas_plan.simulate is not available")
+    sc, res = paper
+    rep = rpt.build_report(sc, result=res, simulate=True, sim_duration_s=120, seed=1)
+    names = {f.name for f in rep.figures}
+    assert {"egress-timeseries", "queue-timeseries"} <= names
+    sim = rep.data["simulation"]
+    assert sim is not None and len(sim.requests) > 0
+    spec = rep.specs()["ttft-cdf-own-load"]
+    assert "simulated" in json.dumps(spec)
+
+
+def test_mooncake_trace_report(tmp_path):
+    trace = ROOT.parent / "shared" / "traces" / "mooncake_conversation.jsonl"
+    if not trace.is_file():
+        pytest.skip(f"{trace} not present")
+    sc = pp.load_scenario("paper-case-study").with_updates(
+        **{"workload.kind": "trace", "workload.trace": str(trace), "workload.prefix_cache_blocks": None})
+    res = pp.plan(sc)
+    path = rpt.write_report(sc, tmp_path / "m.html", result=res, simulate=False)
+    page = parse(path)
+    assert num(page.tables["plan"]["lambda_max_rps"]["value"]) == res.plan.lambda_max_rps
+    assert "unlimited prefix cache" in path.read_text(encoding="utf-8")
+
+
+# ----------------------------------------------------------------------------- comparison
+def test_compare_numbers_equal_library(compare_page):
+    from prfaas_plan.kvcache import fixed_state_bytes, kv_bytes, kv_bytes_per_token
+    from prfaas_plan.perf import kv_throughput_gbps
+    from prfaas_plan.units import MIB_BYTES
+
+    _, page, _ = compare_page
+    t = page.tables["models"]
+    assert list(t) == list(rpt.DEFAULT_COMPARE_MODELS)
+    inst = pp.instance("h200", gpus=8)
+    for mid in rpt.DEFAULT_COMPARE_MODELS:
+        m = pp.load_model(mid)
+        assert int(t[mid]["kv_bytes_per_token"]) == kv_bytes_per_token(m)
+        assert num(t[mid]["fixed_state_mib"]) == fixed_state_bytes(m) / MIB_BYTES
+        assert num(t[mid]["kv_mib_ref"]) == pytest.approx(kv_bytes(m, 32768) / MIB_BYTES, rel=1e-12)
+        phi = float(kv_throughput_gbps(m, inst, 32768))
+        assert num(t[mid]["phi_gbps_ref"]) == pytest.approx(phi, rel=1e-9)
+        assert num(t[mid]["cluster_gbps_ref"]) == pytest.approx(512 / 8 * phi, rel=1e-9)
+        assert num(t[mid]["util_100g"]) == pytest.approx(512 / 8 * phi / 100, rel=1e-9)
+    # the flagship: MiMo-V2-Flash ships an order of magnitude less KV than MiniMax-M2.5 at 32K
+    ratio = num(t["minimax-m2.5"]["phi_gbps_ref"]) / num(t["mimo-v2-flash"]["phi_gbps_ref"])
+    assert 8 < ratio < 16
+
+
+def test_compare_curves_stop_at_max_context(compare_page):
+    _, page, _ = compare_page
+    rows = page.table_rows["curves"]
+    for mid in rpt.DEFAULT_COMPARE_MODELS:
+        m = pp.load_model(mid)
+        toks = [int(r["tokens"]) for r in rows if r["name"] == rpt._short_name(m)]
+        assert min(toks) == 1024 and max(toks) == min(m.max_context_tokens, 2 ** 20)
+    specs = json.loads(page.script_text["report-specs"])
+    assert len(specs) == 6 == int(page.body["data-chart-count"])
+
+
+def test_compare_png_and_svg_export(tmp_path):
+    out = tmp_path / "slides"
+    path = rpt.write_compare(["mimo-v2-flash", "minimax-m2.5"], tmp_path / "c.html", png_dir=out)
+    page = parse(path)
+    for name in page.charts:
+        png = (out / f"{name}.png").read_bytes()
+        assert png[:8] == b"\x89PNG\r\n\x1a\n" and len(png) > 5000
+        assert (out / f"{name}.svg").read_text(encoding="utf-8").lstrip().startswith("<svg")
+    assert not list(out.glob("*.part")) and not list(tmp_path.glob(".*.part"))
+
+
+# ----------------------------------------------------------------------------- bad input
+def _no_files(folder: Path) -> list[Path]:
+    return [p for p in folder.rglob("*")]
+
+
+def test_unknown_model_is_planerror_and_leaves_no_file(tmp_path):
+    with pytest.raises(PlanError, match="no-such-model"):
+        rpt.write_compare(["mimo-v2-flash", "no-such-model"], tmp_path / "c.html", png_dir=tmp_path / "png")
+    assert _no_files(tmp_path) == []
+
+
+def test_unknown_hardware_and_bad_sizes_are_planerrors(tmp_path):
+    with pytest.raises(PlanError):
+        rpt.write_compare(None, tmp_path / "c.html", hardware="no-such-gpu")
+    with pytest.raises(PlanError, match="cluster-gpus"):
+        rpt.write_compare(None, tmp_path / "c.html", cluster_gpus=0)
+    with pytest.raises(PlanError, match="twice"):
+        rpt.write_compare(["mimo-v2-flash", "mimo-v2-flash"], tmp_path / "c.html")
+    with pytest.raises(PlanError, match="mode"):
+        rpt.write_report(pp.load_scenario("paper-case-study"), tmp_path / "r.html", mode="fast")
+    assert _no_files(tmp_path) == []
+
+
+@pytest.mark.parametrize("kind", ["missing-folder", "is-a-folder", "parent-is-a-file"])
+def test_unwritable_path_is_planerror_and_leaves_no_file(tmp_path, kind):
+    if kind == "missing-folder":
+        target = tmp_path / "nope" / "r.html"
+    elif kind == "is-a-folder":
+        target = tmp_path / "adir"
+        target.mkdir()
+    else:
+        (tmp_path / "afile").write_text("x")
+        target = tmp_path / "afile" / "r.html"
+    before = sorted(_no_files(tmp_path))
+    with pytest.raises(PlanError):
+        rpt.write_compare(["mimo-v2-flash"], target)
+    with pytest.raises(PlanError):
+        rpt.write_report("paper-case-study", target, mode="paper", simulate=False)
+    assert sorted(_no_files(tmp_path)) == before
+
+
+def test_png_dir_that_is_a_file_is_planerror(tmp_path):
+    (tmp_path / "png").write_text("x")
+    with pytest.raises(PlanError, match="--png"):
+        rpt.write_compare(["mimo-v2-flash"], tmp_path / "c.html", png_dir=tmp_path / "png")
+    assert not (tmp_path / "c.html").exists()
+
+
+def test_failure_while_rendering_keeps_the_old_file(tmp_path, monkeypatch):
+    target = tmp_path / "c.html"
+    target.write_text("old report")
+
+    def explode(*a, **k):
+        raise RuntimeError("renderer crashed")
+
+    monkeypatch.setattr(rpt, "_page_html", explode)
+    with pytest.raises(RuntimeError):
+        rpt.write_compare(["mimo-v2-flash"], target)
+    assert target.read_text() == "old report"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["c.html"]
+
+
+def test_failure_while_writing_leaves_no_partial_file(tmp_path, monkeypatch):
+    import os as _os
+
+    target = tmp_path / "c.html"
+
+    def bad_replace(src, dst):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(_os, "replace", bad_replace)
+    with pytest.raises(PlanError, match="No space left"):
+        rpt._atomic_write(target, b"x" * 1000)
+    assert list(tmp_path.iterdir()) == []
+
+
+# ----------------------------------------------------------------------------- CLI
+def cli(*args: str) -> int:
+    """Run the CLI in this process (typer exits with the status code)."""
+    from prfaas_plan.cli import main
+
+    try:
+        main(list(args))
+    except SystemExit as exc:
+        return int(exc.code or 0)
+    return 0
+
+
+def test_cli_compare_and_report(tmp_path, capsys):
+    assert cli("compare", "mimo-v2-flash", "minimax-m2.5", "-o", str(tmp_path / "c.html"), "--cluster-gpus", "256") == 0
+    page = parse(tmp_path / "c.html")
+    assert set(page.tables["models"]) == {"mimo-v2-flash", "minimax-m2.5"}
+    assert "256-GPU" in (tmp_path / "c.html").read_text(encoding="utf-8")
+    assert cli("report", "paper-case-study", "-o", str(tmp_path / "r.html"), "--mode", "paper", "--no-simulate") == 0
+    assert parse(tmp_path / "r.html").body["data-report"] == "plan"
+    assert "wrote" in capsys.readouterr().err
+
+
+def test_cli_bad_input_exit_2_and_no_file(tmp_path, capsys):
+    assert cli("compare", "no-such-model", "-o", str(tmp_path / "c.html")) == 2
+    assert "prfaas-plan: error:" in capsys.readouterr().err
+    assert cli("report", "paper-case-study", "-o", str(tmp_path / "missing" / "r.html")) == 2
+    assert cli("report", "paper-case-study", "-o", str(tmp_path / "r.html"), "--sim-duration", "0") == 2
+    assert list(tmp_path.iterdir()) == []

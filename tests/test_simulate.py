@@ -1,0 +1,396 @@
+"""The discrete-event simulator against independent numbers: closed forms (M/M/1, M/D/1, M/M/c),
+the planner's capacity and egress, the queueing model's TTFT, the trace replay of
+workload.prefix_cache_replay, and the behaviour the scheduler policies must show.
+
+Every simulation here is sized so its statistical error is well below the tolerance it is held
+to, and the whole file runs in well under a minute on two cores.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+import prfaas_plan as pp
+from prfaas_plan.errors import PlanError
+from prfaas_plan.planner import Buckets, ttft_at, unhidden_transfer_s
+from prfaas_plan.queueing import erlang_c
+from prfaas_plan.simulate import (
+    Bursty,
+    LRUPrefixCache,
+    Policy,
+    SimResult,
+    _Arrivals,
+    _poisson_times,
+    _run,
+    _Routing,
+    _Setup,
+    parse_link_drop,
+    read_link_trace,
+    simulate,
+    write_outputs,
+)
+from prfaas_plan.units import BITS_PER_BYTE, GBPS_BITS_PER_S
+from prfaas_plan.workload import TruncatedLogNormal, prefix_cache_replay
+
+REPO = Path(__file__).resolve().parents[1]
+MOONCAKE = REPO.parent / "shared" / "traces" / "mooncake_conversation.jsonl"
+
+
+@pytest.fixture(scope="module")
+def case():
+    sc = pp.load_scenario("paper-case-study")
+    return sc, pp.plan(sc)
+
+
+def _pooled(sc, res, seeds, start_s, **kw) -> pd.DataFrame:
+    """Requests after the warm-up of several independent runs, pooled."""
+    frames = [simulate(sc, res, seed=s, **kw).window(start_s, None) for s in seeds]
+    return pd.concat(frames, ignore_index=True)
+
+
+# ----------------------------------------------------------------------------- the analytic layer
+@pytest.mark.parametrize("load", [0.5, 0.7, 0.85])
+def test_ttft_agrees_with_the_queueing_model(case, load):
+    """Poisson arrivals on the paper case study: simulated mean and P90 TTFT within 10% of
+    planner.ttft_at (M/G/c model). 3 x 12,000 s per load: ~100k requests, so the sampling error
+    of the mean and the P90 is about 1% (seed-to-seed spread measured while sizing the test)."""
+    sc, res = case
+    rate = load * res.lambda_max_rps
+    model = ttft_at(res.inputs, res.plan, res.buckets, rate)["all"]
+    req = _pooled(sc, res, seeds=(1, 2, 3), start_s=300.0, rate_rps=rate, duration_s=12_000)
+    ttft = req.ttft_s.to_numpy()
+    assert np.isfinite(ttft).all()
+    assert ttft.mean() == pytest.approx(model.mean_s, rel=0.10)
+    assert np.quantile(ttft, 0.9) == pytest.approx(model.quantile(0.9), rel=0.10)
+    # the routing and the egress are the plan's
+    assert (req.path == "prfaas").mean() == pytest.approx(res.plan.offload_fraction, abs=0.01)
+
+
+def test_egress_and_offload_match_the_plan(case):
+    sc, res = case
+    sim = simulate(sc, res, load=0.7, duration_s=10_000, seed=4)
+    s = sim.summary(500, 10_000)
+    assert s["egress_gbps_mean"] == pytest.approx(0.7 * res.egress_gbps, rel=0.05)
+    assert s["throughput_rps"] == pytest.approx(0.7 * res.lambda_max_rps, rel=0.03)
+    assert s["tpot_mean_s"] == pytest.approx(res.inputs.decode_step_s)
+
+
+def test_saturation_throughput_is_lambda_max(case):
+    """Offered 1.3 x Lambda_max: completions per second over a long window match the planner's
+    exact-mode Lambda_max within 5% (both prefill stages saturate together at the optimum)."""
+    sc, res = case
+    sims = [simulate(sc, res, load=1.3, duration_s=4_000, seed=s) for s in (0, 1)]
+    thr = np.mean([sim.summary(1_000, 4_000)["throughput_rps"] for sim in sims])
+    assert thr == pytest.approx(res.lambda_max_rps, rel=0.05)
+    assert sims[0].summary(1_000, 4_000)["offered_rps"] > 1.2 * res.lambda_max_rps
+
+
+def test_light_load_transfer_is_the_planners_unhidden_transfer(case):
+    """On an idle link the pipelined transfer leaves only the last layer (plus rtt/2):
+    planner.unhidden_transfer_s at zero egress, request by request."""
+    sc, res = case
+    inp = res.inputs
+    req = simulate(sc, res, load=0.02, duration_s=20_000, seed=5).requests
+    rem = req[req.path == "prfaas"]
+    l = rem.uncached_tokens.to_numpy(dtype=float)
+    b = Buckets(l, np.full(l.size, 1 / l.size), inp.t_remote(l), inp.t_local(l), inp.kv_bytes(l))
+    expect = unhidden_transfer_s(inp, b, 0.0)
+    close = np.isclose(rem.transfer_s.to_numpy(), expect, rtol=1e-6)
+    assert len(rem) > 50 and close.mean() > 0.97  # the rest overlapped another transfer
+
+
+# ----------------------------------------------------------------------------- textbook queues
+class _Exponential:
+    def __init__(self, mean_tokens: float) -> None:
+        self.mean_tokens = mean_tokens
+
+    def sample(self, n, rng):
+        return np.maximum(np.rint(rng.exponential(self.mean_tokens, n)), 1).astype(np.int64)
+
+
+class _Constant:
+    def __init__(self, tokens: int) -> None:
+        self.tokens = tokens
+
+    def sample(self, n, rng):
+        return np.full(n, self.tokens, dtype=np.int64)
+
+
+def _queue_wait(lengths, servers: int, rho: float, customers: int, seed: int) -> float:
+    """Mean prefill wait of the simulator's engine configured as a bare M/G/c queue: one local
+    pool, service = tokens / 1e6 s (mean 1 s), no remote pool, a zero-time decode step."""
+    setup = _Setup(
+        n_prfaas=0, n_pd_p=servers, n_pd_d=1, decode_batch_max=1, decode_step_s=0.0, n_layers=1, rtt_s=0.0,
+        link_bits_per_s=1e9, link_efficiency=1.0, t_remote=lambda l: np.asarray(l, float) / 1e6,
+        t_local=lambda l: np.asarray(l, float) / 1e6, kv_bytes=lambda l: np.zeros_like(np.asarray(l, float)),
+        routing=_Routing.threshold(1e18), lengths=lengths, output_tokens=0,
+    )
+    rng = np.random.default_rng(seed)
+    duration = customers / (rho * servers)
+    t = _poisson_times(rho * servers, 0.0, duration, rng)
+    arr = _Arrivals(t, lengths.sample(len(t), rng), np.zeros(len(t), dtype=np.int64))
+    eng = _run(setup, arr, Policy(period_s=1e6), (), duration, rng)
+    return float(eng.wait[len(t) // 50:].mean())
+
+
+@pytest.mark.parametrize("rho", [0.5, 0.7])
+def test_mm1_and_md1_waits_match_the_closed_forms(rho):
+    """M/M/1: W = rho / (mu - lambda); M/D/1: W = rho / (2 mu (1 - rho)) (mu = 1/s). 600k customers:
+    relative standard error under 1% at rho = 0.7."""
+    mm1 = _queue_wait(_Exponential(1e6), 1, rho, 600_000, seed=11)
+    md1 = _queue_wait(_Constant(10**6), 1, rho, 600_000, seed=12)
+    assert mm1 == pytest.approx(rho / (1 - rho), rel=0.03)
+    assert md1 == pytest.approx(rho / (2 * (1 - rho)), rel=0.03)
+
+
+def test_mmc_wait_matches_erlang_c():
+    c, rho = 4, 0.7
+    w = _queue_wait(_Exponential(1e6), c, rho, 400_000, seed=13)
+    assert w == pytest.approx(erlang_c(c, c * rho) / (c * (1 - rho)), rel=0.03)
+
+
+def test_link_is_processor_sharing_mg1_ps_sojourn():
+    """The link alone (prefill ~0 s, so many layers that pipelining hides nothing): transfers of
+    exponential size through processor sharing, M/M/1-PS: E[sojourn] = E[x] / (1 - rho), and the
+    same for deterministic sizes (PS means are insensitive to the size distribution)."""
+    link_bps, rho, n = 1e9, 0.6, 300_000
+    for lengths in (_Exponential(1e6), _Constant(10**6)):
+        setup = _Setup(
+            n_prfaas=1, n_pd_p=0, n_pd_d=1, decode_batch_max=1, decode_step_s=0.0, n_layers=10**9, rtt_s=0.0,
+            link_bits_per_s=link_bps, link_efficiency=1.0, t_remote=lambda l: np.asarray(l, float) * 1e-15,
+            t_local=lambda l: np.asarray(l, float), kv_bytes=lambda l: np.asarray(l, float) / BITS_PER_BYTE,
+            routing=_Routing.threshold(0.0), lengths=lengths, output_tokens=0,
+        )
+        mean_x = 1e6 / link_bps  # seconds per transfer on an idle link
+        rate = rho / mean_x
+        rng = np.random.default_rng(21)
+        t = _poisson_times(rate, 0.0, n / rate, rng)
+        arr = _Arrivals(t, lengths.sample(len(t), rng), np.zeros(len(t), dtype=np.int64))
+        eng = _run(setup, arr, Policy(period_s=1e6), (), n / rate, rng)
+        assert (eng.path == 1).all()
+        assert eng.transfer[len(t) // 50:].mean() == pytest.approx(mean_x / (1 - rho), rel=0.03)
+
+
+# ----------------------------------------------------------------------------- prefix caches
+def test_lru_class_reproduces_prefix_cache_replay():
+    if not MOONCAKE.is_file():
+        pytest.skip(f"{MOONCAKE} not found")
+    tr = pp.load_trace(MOONCAKE)
+    for blocks in (None, 20_000, 0):
+        ref = prefix_cache_replay(tr, blocks)
+        cache = LRUPrefixCache(blocks)
+        hits = []
+        for ids, l_in in zip(tr.hash_ids, tr.input_tokens):
+            hits.append(min(cache.hit_blocks(ids) * 512, l_in - 1))
+            cache.insert(ids)
+        np.testing.assert_array_equal(np.asarray(hits) * (blocks != 0), ref.hit_tokens)
+        assert cache.evicted_blocks == ref.evicted_blocks
+
+
+def test_mooncake_replay_with_and_without_prefix_caching(case):
+    """The 12,031-request conversation trace at its recorded rate: caching lowers the uncached
+    tokens and TTFT; per-cluster caches hit at most what one shared cache would (the planner's
+    prefix_cache_replay figure), since each cluster only sees what it prefilled."""
+    if not MOONCAKE.is_file():
+        pytest.skip(f"{MOONCAKE} not found")
+    sc, _ = case
+    tr = pp.load_trace(MOONCAKE)
+    runs = {}
+    for blocks in (None, 0):
+        st = sc.with_updates(**{"workload.kind": "trace", "workload.trace": str(MOONCAKE),
+                                "workload.output_tokens": None, "workload.prefix_cache_blocks": blocks})
+        res = pp.plan(st)
+        runs[blocks] = simulate(st, res, trace=tr, duration_s=None)
+    on, off = runs[None].summary(), runs[0].summary()
+    shared = prefix_cache_replay(tr, None).token_hit_rate
+    assert on["requests"] == off["requests"] == len(tr)
+    assert off["token_hit_rate"] == 0 and on["unfinished"] == off["unfinished"] == 0
+    assert 0.15 < on["token_hit_rate"] <= shared + 1e-9
+    assert runs[None].requests.uncached_tokens.mean() < 0.85 * runs[0].requests.uncached_tokens.mean()
+    assert on["ttft_mean_s"] < off["ttft_mean_s"]
+    assert on["egress_gbps_mean"] > 0 and off["egress_gbps_mean"] > 0
+
+
+# ----------------------------------------------------------------------------- policies
+def test_link_degradation_short_term_policy_beats_fixed(case):
+    """The link drops for ten minutes at 85% load to a rate whose usable part is 7% below the
+    egress the plan ships at this load (0.85 x egress_gbps, from the planner): 100 -> 10 Gbps for
+    the case study. The fixed threshold's TTFT blows up; the short-term rule raises t and keeps P90
+    TTFT far lower, then returns to the plan's t. A drop to 20 Gbps (18 usable) still carries the
+    plan's egress, and nothing blows up."""
+    sc, res = case
+    usable = lambda gbps: gbps * sc.spec.link.efficiency  # noqa: E731
+    demand = 0.85 * res.egress_gbps
+    drop = round(0.93 * demand / sc.spec.link.efficiency, 1)
+    assert usable(drop) < demand < usable(20)
+    runs = {p: simulate(sc, res, load=0.85, duration_s=1_800, seed=0, policy=p, link_events=[(600, 1200, drop)])
+            for p in ("fixed", "short")}
+    fixed_before = runs["fixed"].summary(0, 600)["ttft_p90_s"]
+    fixed, short = runs["fixed"].summary(600, 1200), runs["short"].summary(600, 1200)
+    assert fixed["ttft_p90_s"] > 3 * fixed_before
+    assert short["ttft_p90_s"] < 0.5 * fixed["ttft_p90_s"]
+    ts = runs["short"].timeseries
+    assert ts[(ts.time_s > 700) & (ts.time_s <= 1200)].threshold_tokens.mean() > 1.1 * res.threshold_tokens
+    assert ts.threshold_tokens.iloc[-1] == pytest.approx(res.threshold_tokens)
+    cap = runs["fixed"].timeseries.set_index("time_s").link_capacity_gbps
+    assert cap.loc[900.0] == pytest.approx(usable(drop)) and cap.loc[300.0] == pytest.approx(usable(sc.spec.link.gbps))
+    mild = simulate(sc, res, load=0.85, duration_s=1_800, seed=0, link_events=parse_link_drop("100:20@600-1200"))
+    assert mild.summary(600, 1200)["ttft_p90_s"] < 1.5 * fixed_before
+
+
+def _shift_trace(phases, seed: int = 0) -> pd.DataFrame:
+    """Poisson arrivals in consecutive phases of (ln-mean of input tokens, rate_rps, seconds)."""
+    rng = np.random.default_rng(seed)
+    frames, t0 = [], 0.0
+    for mu, rate, dur in phases:
+        n = rng.poisson(rate * dur)
+        frames.append(pd.DataFrame({
+            "arrival_s": np.sort(rng.uniform(t0, t0 + dur, n)),
+            "input_tokens": TruncatedLogNormal(mu, 1.0, 128, 131072).sample(n, rng), "output_tokens": 1024}))
+        t0 += dur
+    return pd.concat(frames, ignore_index=True)
+
+
+def test_traffic_shift_rebalancer_moves_instances_and_recovers_throughput(case):
+    """Short prompts (ln-mean 8.0, 9 req/s) for 30 min, then long prompts (ln-mean 10.6, 2.4 req/s).
+    With the plan's 6 PD-P : 2 PD-D the short phase is decode-bound at 2 x the planner's per-instance
+    decode rate; the rebalancer turns PD-P into PD-D, serves the offered rate, then moves instances
+    back to prefill and re-plans t when prompts get long."""
+    sc, res = case
+    tr = _shift_trace([(8.0, 9.0, 1800), (10.6, 2.4, 1800)])
+    fixed = simulate(sc, res, trace=tr, duration_s=None, policy="fixed")
+    dual = simulate(sc, res, trace=tr, duration_s=None, policy="dual")
+    decode_cap = res.instances["pd_d"] * res.inputs.decode_rps_per_instance
+    f_a, d_a = fixed.summary(600, 1800), dual.summary(600, 1800)
+    assert f_a["throughput_rps"] == pytest.approx(decode_cap, rel=0.03)
+    assert d_a["throughput_rps"] == pytest.approx(d_a["offered_rps"], rel=0.05)
+    assert d_a["throughput_rps"] > 1.5 * f_a["throughput_rps"]
+    ts = dual.timeseries
+    phase_a, phase_b = ts[(ts.time_s > 600) & (ts.time_s <= 1800)], ts[ts.time_s > 2400]
+    assert phase_a.n_pd_d.min() > res.instances["pd_d"]
+    assert phase_b.n_pd_p.mean() > phase_a.n_pd_p.mean() + 2
+    assert phase_b.threshold_tokens.mean() > 3 * phase_a.threshold_tokens.mean()
+    d_b = dual.summary(2400, 3600)
+    assert d_b["throughput_rps"] == pytest.approx(d_b["offered_rps"], rel=0.05)
+    assert d_b["ttft_p90_s"] < 0.1 * fixed.summary(2400, 3600)["ttft_p90_s"]  # fixed still drains phase 1
+    done_dual, done_fixed = dual.summary(0, 3600)["completed"], fixed.summary(0, 3600)["completed"]
+    assert done_dual > 0.98 * len(tr) and done_dual > 1.08 * done_fixed
+
+
+# ----------------------------------------------------------------------------- API details
+def test_same_seed_same_run_other_seed_other_run(case):
+    sc, res = case
+    a = simulate(sc, res, load=0.8, duration_s=300, seed=7, policy="short")
+    b = simulate(sc, res, load=0.8, duration_s=300, seed=7, policy="short")
+    c = simulate(sc, res, load=0.8, duration_s=300, seed=8, policy="short")
+    pd.testing.assert_frame_equal(a.requests, b.requests)
+    pd.testing.assert_frame_equal(a.timeseries, b.timeseries)
+    assert len(a.requests) != len(c.requests) or not np.allclose(a.requests.arrival_s, c.requests.arrival_s)
+
+
+def test_result_frames_and_summary(case):
+    sc, res = case
+    sim = simulate(sc.with_updates(**{"slo.ttft_s": 10.0}), res, load=0.6, duration_s=600, seed=1)
+    assert isinstance(sim, SimResult)
+    for col in ("arrival_s", "path", "uncached_tokens", "wait_s", "prefill_s", "transfer_s", "ttft_s", "tpot_s",
+                "end_s"):
+        assert col in sim.requests.columns
+    for col in ("time_s", "egress_gbps", "link_utilisation", "remote_queue", "local_queue", "decode_busy",
+                "threshold_tokens", "n_pd_p", "n_pd_d"):
+        assert col in sim.timeseries.columns
+    assert len(sim.timeseries) == 600 and set(sim.requests.path) <= {"prfaas", "pd_p"}
+    s = sim.summary()
+    for key in ("throughput_rps", "completed", "ttft_mean_s", "ttft_p50_s", "ttft_p90_s", "ttft_p99_s",
+                "tpot_mean_s", "tpot_p90_s", "slo_attainment", "token_hit_rate", "request_hit_rate"):
+        assert key in s, key
+    r = sim.requests
+    expect = r.wait_s + r.prefill_s + r.transfer_s + r.decode_wait_s + res.inputs.decode_step_s
+    np.testing.assert_allclose(r.ttft_s, expect, rtol=1e-9)
+    assert s["slo_attainment"] == pytest.approx(float((r.ttft_s <= 10.0).mean()))
+
+
+def test_bursty_arrivals_have_the_mmpp_mean_and_are_overdispersed(case):
+    sc, res = case
+    b = Bursty(on_rps=6.0, off_rps=1.0, mean_on_s=30.0, mean_off_s=60.0)
+    sim = simulate(sc, res, arrivals=b, duration_s=20_000, seed=3)
+    t = sim.requests.arrival_s.to_numpy()
+    assert len(t) / 20_000 == pytest.approx(b.mean_rps, rel=0.05)
+    counts = np.bincount((t // 10).astype(int))
+    assert counts.var() / counts.mean() > 3  # Poisson would give 1
+
+
+def test_link_event_parsing(tmp_path):
+    assert parse_link_drop("100:20@600-1200") == [(600.0, 1200.0, 20.0)]
+    assert parse_link_drop("100:20@600-1200, 100:5@2000-2100")[1] == (2000.0, 2100.0, 5.0)
+    for bad in ("100-20@600-1200", "100:20@1200-600", "100:0@1-2", ""):
+        with pytest.raises(PlanError, match="--link-drop"):
+            parse_link_drop(bad)
+    f = tmp_path / "link.csv"
+    f.write_text("time_s,gbps\n0,100\n300,40\n900,100\n")
+    assert read_link_trace(f) == [(0.0, 300.0, 100.0), (300.0, 900.0, 40.0), (900.0, math.inf, 100.0)]
+    f.write_text("t,gbps\n0,1\n")
+    with pytest.raises(PlanError, match="time_s"):
+        read_link_trace(f)
+
+
+@pytest.mark.parametrize("kw, needle", [
+    ({"policy": "greedy"}, "--policy"),
+    ({"rate_rps": 1.0, "load": 0.5}, "not both"),
+    ({"seed": -1}, "--seed"),
+    ({"link_events": [(10, 5, 20)]}, "window"),
+    ({"trace": "no/such/trace.jsonl"}, "no such trace file"),
+])
+def test_bad_input_is_a_plan_error(case, kw, needle):
+    sc, res = case
+    with pytest.raises(PlanError, match=needle):
+        simulate(sc, res, duration_s=10, **kw)
+
+
+def test_bad_policy_levels():
+    with pytest.raises(PlanError, match="policy.low"):
+        Policy("short", low=0.9, high=0.8)
+    with pytest.raises(PlanError, match="cache_aware"):
+        Policy("short", cache_aware="sometimes")
+    with pytest.raises(PlanError, match="raise_factor"):
+        Policy("short", raise_factor=0.9)
+
+
+def test_outputs_are_written_whole_or_not_at_all(case, tmp_path, monkeypatch):
+    sc, res = case
+    sim = simulate(sc, res, load=0.5, duration_s=60, seed=0)
+    out = write_outputs(sim, tmp_path / "run")
+    assert sorted(p.name for p in out.iterdir()) == ["requests.csv", "summary.json", "timeseries.csv"]
+    assert json.loads((out / "summary.json").read_text())["requests"] == len(sim.requests)
+
+    def boom(*a, **k):
+        raise OSError("disk full")
+
+    monkeypatch.setattr(pd.DataFrame, "to_csv", boom)
+    with pytest.raises(OSError):
+        write_outputs(sim, tmp_path / "run2")
+    with pytest.raises(OSError):
+        write_outputs(sim, tmp_path / "run")  # an existing result stays as it was
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["run"]
+    assert (tmp_path / "run" / "requests.csv").stat().st_size > 0
+
+
+def test_cli_simulate_writes_outputs(tmp_path):
+    out = tmp_path / "sim"
+    r = subprocess.run([sys.executable, "-m", "prfaas_plan.cli", "simulate", "paper-case-study", "--duration", "120",
+                        "--policy", "short", "--link-drop", "100:20@30-60", "--out", str(out), "--format", "json"],
+                       capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    rows = json.loads(r.stdout)
+    assert rows[0]["requests"] > 0 and "ttft_p90_s" in rows[0]
+    assert {p.name for p in out.iterdir()} == {"requests.csv", "summary.json", "timeseries.csv"}
+    bad = subprocess.run([sys.executable, "-m", "prfaas_plan.cli", "simulate", "paper-case-study", "--link-drop", "x"],
+                         capture_output=True, text=True)
+    assert bad.returncode == 2 and len(bad.stderr.strip().splitlines()) == 1 and "--link-drop" in bad.stderr

@@ -1,0 +1,294 @@
+"""Sweeps (prfaas_plan.sweep): grid validation, executors agree, resume, failed cells, report, CLI.
+
+The grids are small (exact mode with 16 length buckets: about 0.3 s a cell) so that the file
+runs in well under a minute on two cores.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pandas as pd
+import pytest
+import yaml
+
+from prfaas_plan import sweep as sweep_mod
+from prfaas_plan.cli import main
+from prfaas_plan.errors import PlanError
+from prfaas_plan.sweep import expand_grid, read_results, read_sidecar, sidecar_dir, sweep, sweep_report
+
+ROOT = Path(__file__).resolve().parents[1]
+
+PLAN_GRID = {
+    "name": "tiny",
+    "scenario": "paper-case-study",
+    "n_buckets": 16,
+    "axes": {"link.gbps": [10, 100], "prfaas.gpus": [16, 32], "slo.ttft_s": [None, 1.0]},
+}
+"""8 plan cells; the 4 with a 1 s P90 TTFT SLO are infeasible (PlanError) and must be recorded."""
+
+
+def _simulator():
+    try:
+        from prfaas_plan.simulate import simulate  # noqa: F401
+    except ImportError as exc:
+        return f"prfaas_plan.simulate is not importable yet ({exc})"
+    return None
+
+
+SIM_GRID = {
+    "name": "tiny-sim",
+    "scenario": "paper-case-study",
+    "run": "simulate",
+    "n_buckets": 16,
+    "seeds": 2,
+    "duration_s": 120,
+    "axes": {"link.gbps": [100]},
+}
+"""1 cell x 2 seeds."""
+
+
+@pytest.fixture(scope="module")
+def local_tables():
+    out = {"plan": sweep(PLAN_GRID, executor="local", workers=2)}
+    if _simulator() is None:
+        out["simulate"] = sweep(SIM_GRID, executor="local", workers=2)
+    return out
+
+
+@pytest.fixture(scope="module")
+def dask_tables():
+    pytest.importorskip("dask.distributed")
+    from dask.distributed import Client, LocalCluster
+
+    with LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None) as cluster, \
+            Client(cluster) as client:
+        out = {"plan": sweep(PLAN_GRID, executor="dask", scheduler=client)}
+        if _simulator() is None:
+            out["simulate"] = sweep(SIM_GRID, executor="dask", scheduler=client)
+    return out
+
+
+# ----------------------------------------------------------------------------- executors agree
+def test_plan_grid_is_identical_on_local_pool_and_dask(local_tables, dask_tables):
+    a, b = local_tables["plan"], dask_tables["plan"]
+    assert len(a) == 8 and list(a["cell"]) == list(range(8))
+    pd.testing.assert_frame_equal(a, b, check_exact=True)
+    # one row per cell, inputs as columns, outputs next to them
+    for col in ("link.gbps", "prfaas.gpus", "slo.ttft_s", "mode", "lambda_max_rps", "threshold_tokens", "n_pd_p",
+                "n_pd_d", "egress_gbps", "binding", "cost_usd_per_hour", "vs_homogeneous_pd", "ttft_p90_s"):
+        assert col in a.columns, col
+
+
+def test_simulate_grid_is_identical_on_local_pool_and_dask(local_tables, dask_tables):
+    why = _simulator()
+    if why:
+        pytest.skip(why)
+    a, b = local_tables["simulate"], dask_tables["simulate"]
+    assert list(a["seed"]) == [0, 1] and (a["status"] == "ok").all(), a["error"].tolist()
+    assert any(c.startswith("sim_") for c in a.columns)
+    pd.testing.assert_frame_equal(a, b, check_exact=True)
+
+
+def test_failed_cells_are_recorded_and_do_not_stop_the_sweep(local_tables):
+    df = local_tables["plan"]
+    bad = df[df["slo.ttft_s"] == 1.0]
+    good = df[df["slo.ttft_s"].isna()]
+    assert (bad["status"] == "error").all() and bad["error"].str.contains("slo.ttft_s").all()
+    assert bad["lambda_max_rps"].isna().all()
+    assert (good["status"] == "ok").all() and good["error"].isna().all()
+    assert df.attrs["failed"] == 4
+    # more PrfaaS GPUs and a faster link never lower throughput
+    g = good.set_index(["link.gbps", "prfaas.gpus"])["lambda_max_rps"]
+    assert g[(100, 32)] >= g[(10, 32)] >= g[(10, 16)] - 1e-9
+
+
+def test_serial_executor_matches_too(local_tables):
+    df = sweep(PLAN_GRID, executor="serial")
+    pd.testing.assert_frame_equal(df, local_tables["plan"], check_exact=True)
+
+
+# ----------------------------------------------------------------------------- validation before running
+@pytest.mark.parametrize("axes, needles", [
+    ({"link.gbsp": [10]}, ["link.gbsp", "did you mean 'link.gbps'"]),
+    ({"link.gbps": [10, -5]}, ["axes.link.gbps = -5", "link.gbps"]),
+    ({"prfaas.gpus": [16, 12]}, ["axes.prfaas.gpus = 12", "multiple of gpus_per_instance"]),
+    ({"model": ["no-such-model"]}, ["axes.model", "no-such-model"]),
+    ({"prfaas.gpu": ["h2000"]}, ["axes.prfaas.gpu", "h2000"]),
+    ({"mode": ["exact", "fast"]}, ["mode", "fast"]),
+    ({"link.gbps": 10}, ["axes.link.gbps"]),
+    ({"link.gbps": [10, 10]}, ["axes.link.gbps", "repeated"]),
+])
+def test_bad_axis_fails_before_any_cell_runs(axes, needles, tmp_path, monkeypatch):
+    calls = []
+    monkeypatch.setattr(sweep_mod, "run_cell", lambda cell: calls.append(cell))
+    out = tmp_path / "r.parquet"
+    with pytest.raises(PlanError) as err:
+        sweep({"scenario": "paper-case-study", "axes": axes}, executor="serial", out=out)
+    for needle in needles:
+        assert needle in str(err.value), str(err.value)
+    assert calls == [] and not out.exists() and not sidecar_dir(out).exists()
+
+
+def test_jointly_invalid_cell_fails_before_any_cell_runs():
+    grid = {"scenario": "paper-case-study", "axes": {"prfaas.gpus": [16, 32], "prfaas.gpus_per_instance": [8, 32]}}
+    with pytest.raises(PlanError, match=r"cell prfaas.gpus=16, prfaas.gpus_per_instance=32: .*multiple"):
+        expand_grid(grid)
+
+
+def test_grid_shape_errors_name_the_field():
+    with pytest.raises(PlanError, match="seeds"):
+        expand_grid({"scenario": "paper-case-study", "seeds": 3})
+    with pytest.raises(PlanError, match="field axis: unknown field"):
+        expand_grid({"scenario": "paper-case-study", "axis": {"link.gbps": [1]}})
+    with pytest.raises(PlanError, match="unknown scenario"):
+        expand_grid({"scenario": "no-such-scenario"})
+
+
+# ----------------------------------------------------------------------------- cell identity
+def test_cell_ids_are_stable_and_only_follow_inputs(tmp_path):
+    _, _, a = expand_grid(PLAN_GRID)
+    _, _, b = expand_grid(PLAN_GRID)
+    assert [c.cell_id for c in a] == [c.cell_id for c in b] and len({c.cell_id for c in a}) == 8
+    # the grid as a file, and a renamed/re-described copy of the scenario: same cells
+    sc = yaml.safe_load((ROOT / "scenarios" / "paper-case-study.yaml").read_text())
+    sc.update(id="renamed", name="another name", description="edited")
+    (tmp_path / "sc.yaml").write_text(yaml.safe_dump(sc))
+    (tmp_path / "g.yaml").write_text(yaml.safe_dump({**PLAN_GRID, "scenario": "sc.yaml"}))
+    _, _, c = expand_grid(tmp_path / "g.yaml")
+    assert [x.cell_id for x in c] == [x.cell_id for x in a]
+    # a different planner mode or bucket count is a different cell
+    _, _, d = expand_grid({**PLAN_GRID, "n_buckets": 32})
+    assert not {x.cell_id for x in d} & {x.cell_id for x in a}
+
+
+def test_example_grid_file_expands():
+    g, base, cells = expand_grid(ROOT / "scenarios" / "grids" / "paper-link-threshold.yaml")
+    assert base.spec.id == "paper-case-study" and list(g.axes) == ["link.gbps", "prfaas.gpus"]
+    assert len(cells) == 20 and cells[-1].inputs == {"link.gbps": 100, "prfaas.gpus": 64}
+
+
+# ----------------------------------------------------------------------------- resume
+def test_interrupted_sweep_resumes_with_only_the_missing_cells(tmp_path, monkeypatch):
+    out = tmp_path / "r.parquet"
+    real = sweep_mod.run_cell
+    calls = []
+
+    def interrupted(cell):
+        if len(calls) == 3:
+            raise KeyboardInterrupt
+        calls.append(cell.cell_id)
+        return real(cell)
+
+    monkeypatch.setattr(sweep_mod, "run_cell", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        sweep(PLAN_GRID, executor="serial", out=out)
+    assert not out.exists()  # the parquet is only assembled at the end
+    saved = read_sidecar(sidecar_dir(out))
+    assert set(saved) == set(calls) and len(saved) == 3
+
+    again = []
+    monkeypatch.setattr(sweep_mod, "run_cell", lambda cell: again.append(cell.cell_id) or real(cell))
+    df = sweep(PLAN_GRID, executor="serial", out=out)
+    assert len(again) == 5 and not set(again) & set(calls)
+    assert df.attrs["computed"] == 5 and df.attrs["reused"] == 3
+    assert len(read_sidecar(sidecar_dir(out))) == 8  # failed (PlanError) cells are saved too
+    pd.testing.assert_frame_equal(read_results(out), df, check_exact=True)
+
+    # a third run computes nothing, even the failed cells; --retry-failed reruns exactly those
+    again.clear()
+    assert sweep(PLAN_GRID, executor="serial", out=out).attrs["computed"] == 0 and again == []
+    df = sweep(PLAN_GRID, executor="serial", out=out, retry_failed=True)
+    assert len(again) == 4 and df.attrs["computed"] == 4
+
+
+def test_killed_cli_sweep_resumes_with_only_the_missing_cells(tmp_path):
+    grid = {**PLAN_GRID, "axes": {"link.gbps": [5, 10, 20, 40, 100], "prfaas.gpus": [16, 32]}}
+    (tmp_path / "g.yaml").write_text(yaml.safe_dump(grid))
+    out = tmp_path / "r.parquet"
+    side = sidecar_dir(out)
+    proc = subprocess.Popen([sys.executable, "-m", "prfaas_plan.cli", "sweep", str(tmp_path / "g.yaml"), "-o", str(out),
+                             "--workers", "1", "--no-progress"], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                            start_new_session=True)
+    try:
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and proc.poll() is None and len(read_sidecar(side)) < 3:
+            time.sleep(0.05)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)  # the sweep, its process pool and solvers: its own group
+        _, err = proc.communicate()
+    first = read_sidecar(side)
+    if proc.returncode == 0 or len(first) == 10:
+        pytest.fail(f"the sweep finished before it could be killed: {err.decode()}")
+    assert proc.returncode == -signal.SIGKILL and 3 <= len(first) < 10 and not out.exists()
+
+    df = sweep(tmp_path / "g.yaml", executor="local", workers=2, out=out)
+    assert df.attrs["reused"] == len(first) and df.attrs["computed"] == 10 - len(first)
+    after = read_sidecar(side)
+    assert len(after) == 10
+    assert all(after[k] == v for k, v in first.items())  # finished cells untouched
+    assert sum(r["run_id"] == df.attrs["run_id"] for r in after.values()) == 10 - len(first)
+    assert len(read_results(out)) == 10 and (df["status"] == "ok").all()
+
+
+# ----------------------------------------------------------------------------- report
+def test_report_is_offline_html_with_heatmaps(local_tables, tmp_path):
+    df = local_tables["plan"]
+    path = sweep_report(df, tmp_path / "r.html", x="link.gbps", y="prfaas.gpus")
+    page = path.read_text()
+    assert not re.search(r"<script[^>]+src=", page) and not re.search(r"""(?:src|href)\s*=\s*["']?https?:""", page)
+    assert "vegaEmbed(" in page and "Throughput" in page and "P90 TTFT" in page and "Cost" in page
+    assert "Failed cells" in page and "slo.ttft_s" in page  # the third axis is a drop-down
+    with pytest.raises(PlanError, match="--y: 'prfaas.gpu' is not an axis"):
+        sweep_report(df, tmp_path / "x.html", x="link.gbps", y="prfaas.gpu")
+
+
+def test_report_of_a_simulated_sweep_averages_seeds(local_tables, tmp_path):
+    why = _simulator()
+    if why:
+        pytest.skip(why)
+    page = sweep_report(local_tables["simulate"], tmp_path / "s.html").read_text()  # one axis: a strip
+    assert "Simulated P90 TTFT" in page and "Simulated throughput" in page
+
+
+# ----------------------------------------------------------------------------- CLI
+def test_cli_sweep_writes_parquet_and_report(tmp_path, capsys):
+    (tmp_path / "g.yaml").write_text(yaml.safe_dump({**PLAN_GRID, "axes": {"link.gbps": [10, 100]}}))
+    out, page = tmp_path / "r.parquet", tmp_path / "r.html"
+    with pytest.raises(SystemExit) as exc:
+        main(["sweep", str(tmp_path / "g.yaml"), "-o", str(out), "--executor", "serial", "--no-progress",
+              "--html", str(page), "--format", "json"])
+    assert exc.value.code == 0
+    cap = capsys.readouterr()
+    rows = json.loads(cap.out)
+    assert len(rows) == 2 and rows[1]["link.gbps"] == 100 and "2 rows (2 computed, 0 reused, 0 failed)" in cap.err
+    assert len(pd.read_parquet(out)) == 2 and page.is_file()
+
+
+@pytest.mark.parametrize("args, needle", [
+    (("--executor", "serial", "--html", "{tmp}/r.html", "--x", "link.gbs"), "--x: 'link.gbs' is not an axis"),
+    (("--executor", "local", "--scheduler", "tcp://127.0.0.1:1"), "--scheduler: only with --executor dask"),
+    (("--workers", "0",), "--workers"),
+])
+def test_cli_sweep_bad_flags_exit_2(args, needle, tmp_path, capsys):
+    (tmp_path / "g.yaml").write_text(yaml.safe_dump(PLAN_GRID))
+    with pytest.raises(SystemExit) as exc:
+        main(["sweep", str(tmp_path / "g.yaml"), "-o", str(tmp_path / "r.parquet"), "--no-progress",
+              *(a.replace("{tmp}", str(tmp_path)) for a in args)])
+    assert exc.value.code == 2
+    assert needle in capsys.readouterr().err
+    assert not sidecar_dir(tmp_path / "r.parquet").exists()
+
+
+def test_cli_and_sweep_module_do_not_import_dask_at_start_up():
+    code = "import sys, prfaas_plan.cli, prfaas_plan.sweep; print(any(m.split('.')[0] in ('dask', 'distributed') for m in sys.modules))"
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert r.stdout.strip() == "False", r.stderr
