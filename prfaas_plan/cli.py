@@ -61,7 +61,9 @@ def emit(df, fmt: Format, title: str = "", floats: str = "{:,.3f}") -> None:
     for row in df.itertuples(index=False):
         cells = []
         for v in row:
-            if isinstance(v, float):
+            if isinstance(v, float) and v != v:
+                cells.append("-")  # NaN: not applicable
+            elif isinstance(v, float):
                 cells.append(floats.format(v) if abs(v) < 1e15 else f"{v:.3g}")
             elif isinstance(v, int) and not isinstance(v, bool):
                 cells.append(f"{v:,}")
@@ -78,9 +80,14 @@ def models(fmt: FormatOpt = Format.table, model_db: ModelDbOpt = None) -> None:
 
     df = list_models(_dirs(model_db))
     if fmt is Format.table:
+        from .units import MIB_BYTES
+
         df = df[["id", "layer_mix", "total_params_b", "active_params_b", "max_context_tokens",
-                 "kv_bytes_per_token", "fixed_state_bytes"]]
-    emit(df, fmt, "Models (cache bytes: bf16 KV, vLLM state dtypes)", floats="{:,.1f}")
+                 "kv_bytes_per_token", "fixed_state_bytes"]].assign(fixed_state_bytes=df.fixed_state_bytes / MIB_BYTES)
+        df = df.rename(columns={"layer_mix": "layers", "total_params_b": "total B params",
+                                "active_params_b": "active B params", "max_context_tokens": "max context tokens",
+                                "kv_bytes_per_token": "KV B/token", "fixed_state_bytes": "fixed state MiB"})
+    emit(df, fmt, "Models (cache bytes: bf16 KV, vLLM state dtypes; MiB = 2^20 B)", floats="{:,.1f}")
 
 
 @app.command()
@@ -90,8 +97,12 @@ def hardware(fmt: FormatOpt = Format.table, hardware_db: HardwareDbOpt = None) -
 
     df = list_hardware(_dirs(hardware_db))
     if fmt is Format.table:
-        df = df.drop(columns=["name", "efficiency_provenance"])
-    emit(df, fmt, "Accelerators (dense TFLOP/s; GB = 1e9 B; TB/s = 1e12 B/s)", floats="{:,.1f}")
+        df = df.drop(columns=["name", "efficiency_provenance"]).rename(columns={
+            "bf16_dense_tflops": "BF16 TFLOP/s", "fp8_dense_tflops": "FP8 TFLOP/s", "memory_gb": "HBM GB",
+            "memory_tb_per_s": "HBM TB/s", "scaleup_gb_per_s": "NVLink GB/s/dir", "nic_gbps": "NIC Gbps",
+            "tdp_w": "TDP W", "price_usd_per_gpu_hour": "$/GPU-hour", "price_date": "price date"})
+        df["price date"] = df["price date"].str.slice(0, 7)
+    emit(df, fmt, "Accelerators (dense TFLOP/s; GB = 1e9 B; TB/s = 1e12 B/s)", floats="{:,.2f}")
 
 
 class KvDtype(str, Enum):
