@@ -11,7 +11,6 @@ conventions live one step later, in :mod:`prfaas_plan.kvcache`.
 
 from __future__ import annotations
 
-from functools import cached_property
 from pathlib import Path
 from typing import Annotated, ClassVar, Literal, Union
 
@@ -222,9 +221,10 @@ class ModelSpec(_Frozen):
             raise ValueError(f"no source covers {', '.join(missing)}; add a sources entry with its URL")
         return self
 
-    @cached_property
+    @property
     def layer_kinds(self) -> tuple[str, ...]:
-        """Name of the attention config of every layer, in order."""
+        """Name of the attention config of every layer, in order (derived on each call, so that
+        ``model_copy(update=...)`` never carries a stale pattern)."""
         kinds = [self.layers.default] * self.layers.count
         for name, idx in self.layers.at.items():
             for i in idx:

@@ -600,30 +600,31 @@ def bench_run(
     import pandas as pd
 
     from . import bench
+    from .units import GB_BYTES
 
     started = time.perf_counter()
     res = bench.run_harness(device.value, quick=quick, threads=threads, progress=progress)
     bench.write_results(res, output)
     cases = pd.DataFrame([{"case": c["case"], "role": c["role"], "layer_mix": c["layer_mix"], "tokens": c["tokens"],
-                           "median_ms": c["median_s"] * 1e3, "min_ms": c["min_s"] * 1e3, "spread_pct": c["spread_pct"],
+                           "median_ms": c["median_s"] * bench.MS_PER_S, "min_ms": c["min_s"] * bench.MS_PER_S, "spread_pct": c["spread_pct"],
                            "kv_bytes_measured": c["kv_bytes_measured"], "kv_bytes_model": c["kv_bytes_model"],
                            "kv_match": c["kv_match"]} for c in res["models"]])
     if fmt is not Format.table:
         emit(cases, fmt)
         return
     dev = res["device"]
-    micro = [{"test": f"gemm {g['m']}x{g['k']}x{g['n']} {g['dtype']}", "median_ms": g["median_s"] * 1e3,
-              "min_ms": g["min_s"] * 1e3, "spread_pct": g["spread_pct"], "rate": g["flops"] / g["min_s"] / 1e12,
+    micro = [{"test": f"gemm {g['m']}x{g['k']}x{g['n']} {g['dtype']}", "median_ms": g["median_s"] * bench.MS_PER_S,
+              "min_ms": g["min_s"] * bench.MS_PER_S, "spread_pct": g["spread_pct"], "rate": g["flops"] / g["min_s"] / bench.FLOPS_PER_TFLOP,
               "unit": "TFLOP/s"} for g in res["gemm"]]
     for key, label in (("attention", "attention"), ("swa", "swa"), ("linear_attention", "linear")):
         for a in res[key]:
             extra = f" {a['flavour']}" if key == "linear_attention" else ""
-            micro.append({"test": f"{label}{extra} {a['tokens']} tok", "median_ms": a["median_s"] * 1e3,
-                          "min_ms": a["min_s"] * 1e3, "spread_pct": a["spread_pct"],
-                          "rate": a["flops"] / a["min_s"] / 1e12, "unit": "TFLOP/s"})
+            micro.append({"test": f"{label}{extra} {a['tokens']} tok", "median_ms": a["median_s"] * bench.MS_PER_S,
+                          "min_ms": a["min_s"] * bench.MS_PER_S, "spread_pct": a["spread_pct"],
+                          "rate": a["flops"] / a["min_s"] / bench.FLOPS_PER_TFLOP, "unit": "TFLOP/s"})
     for m in res["memory"]:
-        micro.append({"test": f"copy {m['size_mib']} MiB", "median_ms": m["median_s"] * 1e3, "min_ms": m["min_s"] * 1e3,
-                      "spread_pct": m["spread_pct"], "rate": m["bytes_moved"] / m["min_s"] / 1e9, "unit": "GB/s"})
+        micro.append({"test": f"copy {m['size_mib']} MiB", "median_ms": m["median_s"] * bench.MS_PER_S, "min_ms": m["min_s"] * bench.MS_PER_S,
+                      "spread_pct": m["spread_pct"], "rate": m["bytes_moved"] / m["min_s"] / GB_BYTES, "unit": "GB/s"})
     emit(pd.DataFrame(micro), fmt, f"Microbenchmarks on {dev['name']} ({dev['kind']}, torch {dev['torch']}, "
                                    f"{dev['threads']} threads; rate from the fastest repeat)", floats="{:,.4f}")
     emit(cases, fmt, "Scaled-down model prefills (KV bytes: measured tensors vs kvcache.kv_bytes)", floats="{:,.1f}")
@@ -659,6 +660,7 @@ def bench_calibrate(
     from . import bench
     from .calibration import FITTABLE
     from .hardware import load_gpu
+    from .units import GB_BYTES, TB_BYTES
 
     fit = tuple(p.strip() for p in params.split(",") if p.strip()) if params else None
     if fit is not None:
@@ -695,7 +697,7 @@ def bench_calibrate(
              "fitted": k in (fit or bench.RESULTS_FIT_PARAMS)} for k in FITTABLE + ("memory", "comm")]
     rows += [{"parameter": "peak_tflops_per_s", "value": cal.gpu.bf16_dense_tflops, "microbenchmark": float("nan"),
               "fitted": False},
-             {"parameter": "memory_gb_per_s", "value": cal.gpu.memory_tb_per_s * 1e3, "microbenchmark": float("nan"),
+             {"parameter": "memory_gb_per_s", "value": cal.gpu.memory_tb_per_s * TB_BYTES / GB_BYTES, "microbenchmark": float("nan"),
               "fitted": False}]
     emit(pd.DataFrame(rows), fmt, f"{entry_name}: fitted on {len(cal.residuals)} calibration cases "
                                   f"({statistic.value} of repeats)", floats="{:,.4f}")
