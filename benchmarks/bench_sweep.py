@@ -65,13 +65,8 @@ def main() -> None:
     workers = [int(w) for w in args.workers.split(",")]
     executors = args.executors.split(",")
     grids = [("plan", plan_grid(args.plan_cells, args.n_buckets))]
-    try:
-        import prfaas_plan.simulate  # noqa: F401
-
-        if args.sim_cells > 0:
-            grids.append(("simulate", sim_grid(args.sim_cells, args.duration_s)))
-    except ImportError:
-        print("prfaas_plan.simulate is not importable: simulate grid skipped")
+    if args.sim_cells > 0:
+        grids.append(("simulate", sim_grid(args.sim_cells, args.duration_s)))
     print(f"# {platform.processor() or platform.machine()}, {os.cpu_count()} CPUs, Python {platform.python_version()}")
     print(f"# load average before: {os.getloadavg()[0]:.2f} (other processes on these CPUs skew the figures)")
     print("# cell s: mean seconds inside one cell on its worker; busy: sum of those / (workers x wall)")

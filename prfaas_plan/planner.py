@@ -56,6 +56,8 @@ class PlanInputs:
     n_local: int
     n_baseline: int
     link_bits_per_s: float
+    trace: object | None = None  # trace to replay with one prefix cache per cluster (exact mode)
+    cache_blocks: int | None = 0
 
     @property
     def decode_rps_per_instance(self) -> float:
@@ -69,7 +71,8 @@ class PlanInputs:
 def plan_inputs(sc: Scenario) -> PlanInputs:
     """Resolve a scenario: workload, prefill time functions (measured profile when the scenario
     gives one, else the roofline), cache bytes, and decode capacity."""
-    wl, total_input_tokens = build_workload(sc)
+    resolved = build_workload(sc)
+    wl, total_input_tokens = resolved.workload, resolved.mean_input_tokens
     model, cache = sc.model, sc.cache
     prof_r, prof_l = sc.prfaas_profile, sc.local_profile
 
@@ -99,6 +102,7 @@ def plan_inputs(sc: Scenario) -> PlanInputs:
         decode_batch_max=int(bs), decode_step_s=float(step), decode_source=src,
         n_prfaas=sc.spec.prfaas.instances, n_local=sc.spec.local.instances, n_baseline=sc.baseline_instances,
         link_bits_per_s=sc.spec.link.gbps * sc.spec.link.efficiency * GBPS_BITS_PER_S,
+        trace=resolved.trace, cache_blocks=resolved.cache_blocks,
     )
 
 
@@ -385,6 +389,45 @@ def plan_exact(inp: PlanInputs, b: Buckets) -> Plan:
     return _exact_plan(inp, b, "prfaas-pd", sol, inp.n_prfaas)
 
 
+PER_CLUSTER_ITERATIONS = 4
+THRESHOLD_SETTLED_REL = 0.02
+
+
+def split_cache_buckets(inp: PlanInputs, threshold_tokens: float, n: int) -> Buckets:
+    """Buckets of a trace replayed with one prefix cache per cluster, routed by ``threshold_tokens``
+    on the local uncached length (what the router sees). Requests are grouped by that length;
+    each group's remote prefill time and shipped bytes average the lengths left uncached by the
+    PrfaaS cluster's own cache, which only holds what it prefilled."""
+    from .workload import split_cache_replay
+
+    r = split_cache_replay(inp.trace, inp.cache_blocks, threshold_tokens)
+    l_loc = r.local_uncached_tokens.astype(float)
+    l_rem = r.remote_uncached_tokens.astype(float)
+    groups = [g for g in np.array_split(np.argsort(l_loc, kind="stable"), min(n, l_loc.size)) if g.size]
+    per_request = {"tokens": l_loc, "t_local_s": inp.t_local(l_loc), "t_remote_s": inp.t_remote(l_rem),
+                   "kv_bytes": inp.kv_bytes(l_rem)}
+    mean = {k: np.array([v[g].mean() for g in groups]) for k, v in per_request.items()}
+    probs = np.array([g.size for g in groups], dtype=float) / l_loc.size
+    return Buckets(mean["tokens"], probs, mean["t_remote_s"], mean["t_local_s"], mean["kv_bytes"])
+
+
+def plan_exact_per_cluster(inp: PlanInputs, first: Plan, n: int) -> tuple[Plan, Buckets]:
+    """Re-plan a trace workload with one prefix cache per cluster: replay the trace routed by the
+    plan's t, rebuild the buckets, solve again, until t settles (a fixed-point iteration; the
+    first plan assumed one cache shared by both clusters, which overstates hits)."""
+    plan_, b = first, None
+    for _ in range(PER_CLUSTER_ITERATIONS):
+        t = plan_.threshold_tokens if plan_.threshold_tokens is not None else np.inf
+        b = split_cache_buckets(inp, t, n)
+        new = plan_exact(inp, b)
+        new_t = new.threshold_tokens if new.threshold_tokens is not None else np.inf
+        settled = new_t == t or abs(new_t - t) <= THRESHOLD_SETTLED_REL * t
+        plan_ = new
+        if settled:
+            break
+    return plan_, b
+
+
 def baselines_exact(inp: PlanInputs, b: Buckets) -> dict[str, Plan]:
     """The two baselines with expectations over the bucketed workload."""
     out = {}
@@ -488,7 +531,7 @@ class PlanResult:
     plan: Plan
     baselines: dict[str, Plan]
     inputs: PlanInputs
-    buckets: Buckets
+    buckets: Buckets  # the recommended plan's (per-cluster caches for trace workloads)
     ttft: pd.DataFrame
     slo_rps: dict[str, float]
 
@@ -543,32 +586,38 @@ def plan(sc: Scenario, mode: str = "exact", load: float | None = None, n_buckets
     inp = plan_inputs(sc)
     b = buckets(inp, n_buckets)
     best = plan_exact(inp, b) if mode == "exact" else plan_paper(inp)
+    b_best = b
+    if mode == "exact" and inp.trace is not None and inp.n_prfaas > 0:
+        best, b_best = plan_exact_per_cluster(inp, best, n_buckets)
+    # the baselines run one cluster each, so one shared prefix cache is exact for them
     base = baselines_exact(inp, b) if mode == "exact" else baselines_paper(inp)
     if best.lambda_max_rps <= 0:
         raise PlanError(f"infeasible: no request rate can be served; binding constraint: {best.binding}")
     plans = {best.name: best, **base}
+    bk = {name: (b_best if name == best.name else b) for name in plans}
     common = load * min(p.lambda_max_rps for p in plans.values() if p.lambda_max_rps > 0)
     rows = []
     for name, p in plans.items():
         if p.lambda_max_rps <= 0:
             continue
         for basis, rate in (("own load", load * p.lambda_max_rps), ("common rate", common)):
-            for path, dist in ttft_at(inp, p, b, rate).items():
+            for path, dist in ttft_at(inp, p, bk[name], rate).items():
                 pc = dist.percentiles()
                 rows.append({"plan": name, "basis": basis, "path": path, "rate_rps": rate,
                              "mean_s": pc["mean"], "p50_s": pc["p50"], "p90_s": pc["p90"], "p99_s": pc["p99"]})
     slo = {}
     s = sc.spec.slo
     if s.ttft_s is not None:
-        slo = {name: slo_rate(inp, p, b, s.ttft_quantile, s.ttft_s) for name, p in plans.items() if p.lambda_max_rps > 0}
+        slo = {name: slo_rate(inp, p, bk[name], s.ttft_quantile, s.ttft_s) for name, p in plans.items()
+               if p.lambda_max_rps > 0}
         if slo[best.name] <= 0:
-            floor = ttft_at(inp, best, b, best.lambda_max_rps * 1e-6)["all"].quantile(s.ttft_quantile)
+            floor = ttft_at(inp, best, b_best, best.lambda_max_rps * 1e-6)["all"].quantile(s.ttft_quantile)
             raise PlanError(
                 f"infeasible: slo.ttft_s: P{round(s.ttft_quantile * 100)} TTFT is {floor:.2f} s even at "
                 f"vanishing load, above the {s.ttft_s:g} s SLO (prefill of the longest requests plus KV "
                 f"transfer); relax slo.ttft_s, add link bandwidth or faster prefill GPUs"
             )
-    return PlanResult(sc, mode, best, base, inp, b, pd.DataFrame(rows), slo)
+    return PlanResult(sc, mode, best, base, inp, b_best, pd.DataFrame(rows), slo)
 
 
 # ----------------------------------------------------------------------------- sweeps (Figure 5)

@@ -621,38 +621,27 @@ def _token_ticks(lo: float, hi: float) -> list[int]:
 
 
 # ----------------------------------------------------------------------------- the plan report
-def _simulator():
-    """``prfaas_plan.simulate.simulate`` when that module exists, else None."""
-    try:
-        from . import simulate as sim_mod
-    except ImportError:
-        return None
-    return getattr(sim_mod, "simulate", None)
-
-
 def build_report(sc, mode: str = "exact", result=None, simulate: bool | None = None,
                  sim_duration_s: float = 600.0, seed: int = 0, load: float | None = None) -> Report:
     """Compute everything the plan report shows (see the module docstring) and lay it out.
 
     sc: a :class:`~prfaas_plan.scenario.Scenario`; mode: ``exact`` or ``paper``; result: a
     precomputed :class:`~prfaas_plan.planner.PlanResult` (else :func:`~prfaas_plan.planner.plan`);
-    simulate: run the simulator for time series and a simulated TTFT CDF (None = when it exists);
+    simulate: run the simulator for time series and a simulated TTFT CDF (None = yes);
     sim_duration_s / seed: the simulation's length and seed; load: fraction of Lambda_max for TTFT.
     """
     from .planner import plan as run_plan
 
     if mode not in ("exact", "paper"):
         raise PlanError(f"--mode: {mode!r} is not a planner mode; use exact or paper")
+    from .simulate import simulate as run_simulation
+
     res = result if result is not None else run_plan(sc, mode=mode, load=load)
-    sim_fn = _simulator()
     sim, sim_note = None, ""
-    if simulate is None:
-        simulate = sim_fn is not None
-    if simulate and sim_fn is None:
-        sim_note = "The simulator (prfaas_plan.simulate) is not available in this installation."
-    elif simulate:
+    if simulate is None or simulate:
         try:
-            sim = sim_fn(sc, res, load=sc.spec.load if load is None else load, duration_s=sim_duration_s, seed=seed)
+            sim = run_simulation(sc, res, load=sc.spec.load if load is None else load, duration_s=sim_duration_s,
+                                 seed=seed)
         except PlanError as exc:
             sim_note = f"The simulation could not run: {exc}"
         except Exception as exc:  # noqa: BLE001 - a simulator bug must not cost the user the whole report
@@ -660,8 +649,7 @@ def build_report(sc, mode: str = "exact", result=None, simulate: bool | None = N
         if sim is not None and not (hasattr(sim, "requests") and hasattr(sim, "timeseries")):
             sim, sim_note = None, "The simulator returned no requests/timeseries frames"
     else:
-        sim_note = ("The simulator (prfaas_plan.simulate) is not available in this installation"
-                    if sim_fn is None else "Simulation was turned off for this report")
+        sim_note = "Simulation was turned off for this report"
     return _plan_page(sc, res, sim, sim_note, sim_duration_s, seed)
 
 

@@ -216,19 +216,34 @@ def _resolve_trace(sc: Scenario, ref: str) -> Path:
     return path
 
 
-def build_workload(sc: Scenario):
-    """The scenario's workload (``workload.Workload``) and the mean *total* input length in
-    tokens (cached prefix included), which sets the decode context."""
+@dataclass(frozen=True)
+class ResolvedWorkload:
+    """A scenario's workload: ``workload`` (uncached lengths with one shared prefix cache),
+    the mean *total* input length in tokens (cached prefix included; it sets the decode
+    context), and for trace workloads with prefix caching the trace itself and the cache size,
+    so that the planner can replay one cache per cluster."""
+
+    workload: object  # workload.Workload
+    mean_input_tokens: float
+    trace: object | None = None  # pandas.DataFrame
+    cache_blocks: int | None = 0
+
+
+def build_workload(sc: Scenario) -> ResolvedWorkload:
+    """Resolve the scenario's workload section (see :class:`ResolvedWorkload`)."""
     from .workload import TruncatedLogNormal, Workload, load_trace, workload_from_trace
 
     w = sc.spec.workload
     if w.kind == "lognormal":
         lengths = TruncatedLogNormal(w.mu, w.sigma, w.min_tokens, w.max_tokens)
-        return Workload(lengths, float(w.output_tokens or 0.0), None, sc.spec.id), float(lengths.mean_tokens())
+        return ResolvedWorkload(Workload(lengths, float(w.output_tokens or 0.0), None, sc.spec.id),
+                                float(lengths.mean_tokens()))
     trace = load_trace(_resolve_trace(sc, w.trace), w.trace_format)
     if "hash_ids" not in trace.columns and w.prefix_cache_blocks != 0:
         raise PlanError("workload.prefix_cache_blocks: this trace has no hash_ids; set prefix_cache_blocks: 0")
     wl = workload_from_trace(trace, w.prefix_cache_blocks)
     if w.output_tokens is not None:
         wl = Workload(wl.lengths, float(w.output_tokens), wl.rate_rps, wl.name)
-    return wl, float(trace["input_tokens"].mean())
+    cached = w.prefix_cache_blocks != 0
+    return ResolvedWorkload(wl, float(trace["input_tokens"].mean()), trace if cached else None,
+                            w.prefix_cache_blocks)

@@ -70,7 +70,7 @@ import os
 import shutil
 import uuid
 from bisect import bisect_left
-from collections import OrderedDict, deque
+from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -80,6 +80,7 @@ import pandas as pd
 
 from .errors import PlanError
 from .units import BITS_PER_BYTE, GBPS_BITS_PER_S
+from .workload import MOONCAKE_BLOCK_TOKENS, LRUPrefixCache
 
 __all__ = [
     "Policy",
@@ -89,12 +90,11 @@ __all__ = [
     "parse_link_drop",
     "read_link_trace",
     "write_outputs",
-    "LRUPrefixCache",
 ]
 
 POLICIES = ("fixed", "short", "dual")
 CACHE_AWARE = ("scarce", "always", "never")
-BLOCK_TOKENS = 512  # Mooncake hash-id block
+BLOCK_TOKENS = MOONCAKE_BLOCK_TOKENS  # tokens per hash-id block
 PATH_NAMES = ("pd_p", "prfaas")  # path codes 0 (local prefill) and 1 (PrfaaS)
 TIMESERIES_COLUMNS = (
     "time_s", "egress_gbps", "link_utilisation", "egress_demand", "link_capacity_gbps", "active_transfers",
@@ -308,54 +308,6 @@ def _capacity_schedule(events: Sequence[LinkEvent], base_bits_per_s: float, effi
 # ----------------------------------------------------------------------------------------------
 # Building blocks
 # ----------------------------------------------------------------------------------------------
-
-
-class LRUPrefixCache:
-    """An incremental LRU prefix cache of block hashes (the logic of
-    :func:`workload.prefix_cache_replay`, one request at a time).
-
-    capacity_blocks: None = unlimited, 0 = caching off (no hits, nothing stored).
-    """
-
-    __slots__ = ("capacity_blocks", "_blocks", "evicted_blocks")
-
-    def __init__(self, capacity_blocks: int | None) -> None:
-        self.capacity_blocks = capacity_blocks
-        self._blocks: OrderedDict[int, None] = OrderedDict()
-        self.evicted_blocks = 0
-
-    @property
-    def enabled(self) -> bool:
-        return self.capacity_blocks != 0
-
-    def __len__(self) -> int:
-        return len(self._blocks)
-
-    def hit_blocks(self, hash_ids: Sequence[int]) -> int:
-        """Number of leading blocks present (a block after a miss does not count)."""
-        blocks = self._blocks
-        hits = 0
-        for h in hash_ids:
-            if h not in blocks:
-                break
-            hits += 1
-        return hits
-
-    def insert(self, hash_ids: Sequence[int]) -> None:
-        """Insert or refresh a request's blocks, tail first (its head ends most recent), then evict."""
-        if self.capacity_blocks == 0:
-            return
-        blocks = self._blocks
-        for h in reversed(hash_ids):
-            if h in blocks:
-                blocks.move_to_end(h)
-            else:
-                blocks[h] = None
-        cap = self.capacity_blocks
-        if cap is not None:
-            while len(blocks) > cap:
-                blocks.popitem(last=False)
-                self.evicted_blocks += 1
 
 
 class _Link:

@@ -695,6 +695,110 @@ class PrefixReplay:
     evicted_blocks: int
 
 
+class LRUPrefixCache:
+    """An incremental LRU cache of prefix blocks, keyed by Mooncake ``hash_ids``.
+
+    capacity_blocks: None = unlimited, 0 = caching off (no hits, nothing stored).
+    A request's hit is its longest run of *leading* blocks present (a block after a miss does not
+    count: its KV depends on everything before it); inserting refreshes a request's blocks tail
+    first, so its head ends most recently used and its tail is evicted first (as vLLM frees blocks
+    in reverse order); eviction happens after the whole request is inserted.
+    """
+
+    __slots__ = ("capacity_blocks", "_blocks", "evicted_blocks")
+
+    def __init__(self, capacity_blocks: int | None) -> None:
+        self.capacity_blocks = capacity_blocks
+        self._blocks: OrderedDict[int, None] = OrderedDict()
+        self.evicted_blocks = 0
+
+    @property
+    def enabled(self) -> bool:
+        return self.capacity_blocks != 0
+
+    def __len__(self) -> int:
+        return len(self._blocks)
+
+    def hit_blocks(self, hash_ids: Sequence[int]) -> int:
+        """Number of leading blocks present."""
+        blocks = self._blocks
+        hits = 0
+        for h in hash_ids:
+            if h not in blocks:
+                break
+            hits += 1
+        return hits
+
+    def insert(self, hash_ids: Sequence[int]) -> None:
+        """Insert or refresh a request's blocks, tail first, then evict least recently used."""
+        if self.capacity_blocks == 0:
+            return
+        blocks = self._blocks
+        for h in reversed(hash_ids):
+            if h in blocks:
+                blocks.move_to_end(h)
+            else:
+                blocks[h] = None
+        cap = self.capacity_blocks
+        if cap is not None:
+            while len(blocks) > cap:
+                blocks.popitem(last=False)
+                self.evicted_blocks += 1
+
+
+def _hash_ids(trace: pd.DataFrame) -> list:
+    if "hash_ids" not in trace.columns:
+        source = trace.attrs.get("path", "trace")
+        raise PlanError(
+            f"{source}: no 'hash_ids' column, so prefix caching cannot be replayed; "
+            "use a Mooncake trace or pass capacity_blocks=0 (no caching)"
+        )
+    return trace["hash_ids"].to_list()
+
+
+def _arrival_order(trace: pd.DataFrame) -> np.ndarray:
+    """Row indices in arrival order (ties keep row order)."""
+    if "arrival_s" in trace.columns:
+        return np.argsort(trace["arrival_s"].to_numpy(dtype=float), kind="stable")
+    return np.arange(len(trace))
+
+
+@dataclass(frozen=True, eq=False)
+class SplitReplay:
+    """Replay through one prefix cache per cluster, routed by a length threshold.
+
+    local_uncached_tokens: each request's uncached length against the local cluster's cache
+        (what the router sees).
+    remote_uncached_tokens: its uncached length against the PrfaaS cluster's cache.
+    remote: whether it was routed to the PrfaaS cluster (local uncached length > threshold).
+    """
+
+    local_uncached_tokens: np.ndarray
+    remote_uncached_tokens: np.ndarray
+    remote: np.ndarray
+
+
+def split_cache_replay(trace: pd.DataFrame, capacity_blocks: int | None, threshold_tokens: float,
+                       block_tokens: int = MOONCAKE_BLOCK_TOKENS) -> SplitReplay:
+    """Replay ``trace`` through two LRU caches of ``capacity_blocks`` each, one per cluster: a
+    request whose local uncached length exceeds ``threshold_tokens`` is prefilled (and its blocks
+    cached) on the PrfaaS cluster, else locally. Each cluster only caches what it prefilled, so
+    hit rates are lower than with one shared cache (:func:`prefix_cache_replay`)."""
+    input_tokens = trace["input_tokens"].to_numpy(dtype=np.int64)
+    hash_ids = _hash_ids(trace)
+    caches = (LRUPrefixCache(capacity_blocks), LRUPrefixCache(capacity_blocks))
+    hits = np.zeros((2, input_tokens.size), dtype=np.int64)
+    remote = np.zeros(input_tokens.size, dtype=bool)
+    for row in _arrival_order(trace).tolist():
+        ids = hash_ids[row]
+        hits[0, row], hits[1, row] = caches[0].hit_blocks(ids), caches[1].hit_blocks(ids)
+        local_uncached = input_tokens[row] - min(hits[0, row] * block_tokens, input_tokens[row] - 1)
+        remote[row] = local_uncached > threshold_tokens
+        caches[int(remote[row])].insert(ids)
+    uncached = input_tokens - np.minimum(hits * block_tokens, input_tokens - 1)
+    return SplitReplay(uncached[0], uncached[1], remote)
+
+
 def prefix_cache_replay(
     trace: pd.DataFrame, capacity_blocks: int | None, block_tokens: int = MOONCAKE_BLOCK_TOKENS
 ) -> PrefixReplay:
@@ -732,37 +836,13 @@ def prefix_cache_replay(
     if input_tokens.size and input_tokens.min() < 1:
         raise PlanError("trace: input_tokens must be at least 1 token per request")
     hit_blocks = np.zeros(input_tokens.size, dtype=np.int64)
-    evicted_blocks = 0
-    if capacity_blocks != 0:
-        if "hash_ids" not in trace.columns:
-            source = trace.attrs.get("path", "trace")
-            raise PlanError(
-                f"{source}: no 'hash_ids' column, so prefix caching cannot be replayed; "
-                "use a Mooncake trace or pass capacity_blocks=0 (no caching)"
-            )
-        hash_ids = trace["hash_ids"].to_list()
-        if "arrival_s" in trace.columns:
-            order = np.argsort(trace["arrival_s"].to_numpy(dtype=float), kind="stable")
-        else:
-            order = np.arange(input_tokens.size)
-        cache: OrderedDict[int, None] = OrderedDict()
-        for row in order.tolist():
-            ids = hash_ids[row]
-            hits = 0
-            for block_hash in ids:
-                if block_hash not in cache:
-                    break
-                hits += 1
-            hit_blocks[row] = hits
-            for block_hash in reversed(ids):
-                if block_hash in cache:
-                    cache.move_to_end(block_hash)
-                else:
-                    cache[block_hash] = None
-            if capacity_blocks is not None:
-                while len(cache) > capacity_blocks:
-                    cache.popitem(last=False)
-                    evicted_blocks += 1
+    cache = LRUPrefixCache(capacity_blocks)
+    if cache.enabled:
+        hash_ids = _hash_ids(trace)
+        for row in _arrival_order(trace).tolist():
+            hit_blocks[row] = cache.hit_blocks(hash_ids[row])
+            cache.insert(hash_ids[row])
+    evicted_blocks = cache.evicted_blocks
     hit_tokens = np.minimum(hit_blocks * block_tokens, input_tokens - 1)
     total_input_tokens = int(input_tokens.sum())
     return PrefixReplay(

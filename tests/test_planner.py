@@ -155,3 +155,16 @@ def test_mooncake_trace_prefix_cache_changes_the_plan(sc):
     on = pp.plan(sc.with_updates(**base, **{"workload.prefix_cache_blocks": None}), mode="exact")
     assert on.inputs.mean_tokens < 0.7 * off.inputs.mean_tokens
     assert on.lambda_max_rps > off.lambda_max_rps
+
+
+@pytest.mark.skipif(not TRACE.exists(), reason=f"Mooncake trace not found at {TRACE}")
+def test_trace_plan_uses_one_prefix_cache_per_cluster(sc):
+    cached = sc.with_updates(**{"workload.kind": "trace", "workload.trace": str(TRACE),
+                                "workload.prefix_cache_blocks": None})
+    res = pp.plan(cached, mode="exact")
+    inp = res.inputs
+    shared = P.plan_exact(inp, P.buckets(inp, P.DEFAULT_BUCKETS))  # as if both clusters shared one cache
+    assert res.lambda_max_rps < shared.lambda_max_rps  # fewer hits per cluster, less capacity
+    # the routing the plan reports reproduces itself through the replay (a fixed point, to a bucket)
+    again = P.plan_exact(inp, P.split_cache_buckets(inp, res.threshold_tokens, P.DEFAULT_BUCKETS))
+    assert again.threshold_tokens == pytest.approx(res.threshold_tokens, rel=0.15)

@@ -265,14 +265,13 @@ def test_formulas_assumptions_and_provenance(paper, paper_page):
     assert "measured" in plain and "modelled" in plain
 
 
-def test_without_simulator_the_page_says_so(paper, tmp_path, monkeypatch):
+def test_without_simulation_the_page_says_so(paper):
     sc, res = paper
-    monkeypatch.setattr(rpt, "_simulator", lambda: None)
-    rep = rpt.build_report(sc, result=res)
+    rep = rpt.build_report(sc, result=res, simulate=False)
     names = {f.name for f in rep.figures}
     assert "egress-timeseries" not in names
     html_text = rep.to_html()
-    assert "simulator (prfaas_plan.simulate) is not available" in html_text
+    assert "Simulation was turned off for this report" in html_text
     assert "no egress or queue time series are shown" in html_text
 
 
@@ -282,14 +281,14 @@ def test_a_failing_simulator_does_not_cost_the_report(paper, monkeypatch):
     def broken(*a, **k):
         raise IndexError("boom")
 
-    monkeypatch.setattr(rpt, "_simulator", lambda: broken)
+    import prfaas_plan.simulate
+
+    monkeypatch.setattr(prfaas_plan.simulate, "simulate", broken)
     rep = rpt.build_report(sc, result=res)
     assert "The simulation failed (IndexError: boom)" in rep.to_html()
 
 
 def test_with_simulator_time_series_and_simulated_cdf(paper):
-    if rpt._simulator() is None:
-        pytest.skip("prfaas_plan.simulate is not available")
     sc, res = paper
     rep = rpt.build_report(sc, result=res, simulate=True, sim_duration_s=120, seed=1)
     names = {f.name for f in rep.figures}

@@ -22,9 +22,9 @@ import prfaas_plan as pp
 from prfaas_plan.errors import PlanError
 from prfaas_plan.planner import Buckets, ttft_at, unhidden_transfer_s
 from prfaas_plan.queueing import erlang_c
+from prfaas_plan.workload import LRUPrefixCache
 from prfaas_plan.simulate import (
     Bursty,
-    LRUPrefixCache,
     Policy,
     SimResult,
     _Arrivals,
@@ -37,7 +37,7 @@ from prfaas_plan.simulate import (
     simulate,
     write_outputs,
 )
-from prfaas_plan.units import BITS_PER_BYTE, GBPS_BITS_PER_S
+from prfaas_plan.units import BITS_PER_BYTE
 from prfaas_plan.workload import TruncatedLogNormal, prefix_cache_replay
 
 REPO = Path(__file__).resolve().parents[1]

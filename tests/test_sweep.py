@@ -35,13 +35,6 @@ PLAN_GRID = {
 """8 plan cells; the 4 with a 1 s P90 TTFT SLO are infeasible (PlanError) and must be recorded."""
 
 
-def _simulator():
-    try:
-        from prfaas_plan.simulate import simulate  # noqa: F401
-    except ImportError as exc:
-        return f"prfaas_plan.simulate is not importable yet ({exc})"
-    return None
-
 
 SIM_GRID = {
     "name": "tiny-sim",
@@ -57,10 +50,8 @@ SIM_GRID = {
 
 @pytest.fixture(scope="module")
 def local_tables():
-    out = {"plan": sweep(PLAN_GRID, executor="local", workers=2)}
-    if _simulator() is None:
-        out["simulate"] = sweep(SIM_GRID, executor="local", workers=2)
-    return out
+    return {"plan": sweep(PLAN_GRID, executor="local", workers=2),
+            "simulate": sweep(SIM_GRID, executor="local", workers=2)}
 
 
 @pytest.fixture(scope="module")
@@ -70,10 +61,8 @@ def dask_tables():
 
     with LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None) as cluster, \
             Client(cluster) as client:
-        out = {"plan": sweep(PLAN_GRID, executor="dask", scheduler=client)}
-        if _simulator() is None:
-            out["simulate"] = sweep(SIM_GRID, executor="dask", scheduler=client)
-    return out
+        return {"plan": sweep(PLAN_GRID, executor="dask", scheduler=client),
+                "simulate": sweep(SIM_GRID, executor="dask", scheduler=client)}
 
 
 # ----------------------------------------------------------------------------- executors agree
@@ -88,9 +77,6 @@ def test_plan_grid_is_identical_on_local_pool_and_dask(local_tables, dask_tables
 
 
 def test_simulate_grid_is_identical_on_local_pool_and_dask(local_tables, dask_tables):
-    why = _simulator()
-    if why:
-        pytest.skip(why)
     a, b = local_tables["simulate"], dask_tables["simulate"]
     assert list(a["seed"]) == [0, 1] and (a["status"] == "ok").all(), a["error"].tolist()
     assert any(c.startswith("sim_") for c in a.columns)
@@ -252,9 +238,6 @@ def test_report_is_offline_html_with_heatmaps(local_tables, tmp_path):
 
 
 def test_report_of_a_simulated_sweep_averages_seeds(local_tables, tmp_path):
-    why = _simulator()
-    if why:
-        pytest.skip(why)
     page = sweep_report(local_tables["simulate"], tmp_path / "s.html").read_text()  # one axis: a strip
     assert "Simulated P90 TTFT" in page and "Simulated throughput" in page
 

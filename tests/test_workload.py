@@ -30,6 +30,7 @@ from prfaas_plan.workload import (
     paper_lengths,
     paper_workload,
     prefix_cache_replay,
+    split_cache_replay,
     uncached_lengths,
     workload_from_trace,
 )
@@ -653,3 +654,35 @@ def test_workload_validation():
         Workload(object(), output_tokens=10.0)  # type: ignore[arg-type]
     simultaneous = make_trace([(100, [1]), (100, [1])], arrivals_s=[0.0, 0.0])
     assert workload_from_trace(simultaneous).rate_rps is None
+
+
+# --------------------------------------------------------------------------------------------
+# One prefix cache per cluster
+# --------------------------------------------------------------------------------------------
+
+
+def _split_trace():
+    path = MOONCAKE_CONVERSATION if MOONCAKE_CONVERSATION.exists() else MOONCAKE_FIXTURE
+    return load_trace(path)
+
+
+def test_split_replay_degenerates_to_one_cache_at_the_extremes():
+    trace = _split_trace()
+    shared = prefix_cache_replay(trace, None).uncached_tokens
+    all_local = split_cache_replay(trace, None, np.inf)
+    assert not all_local.remote.any()
+    assert np.array_equal(all_local.local_uncached_tokens, shared)
+    all_remote = split_cache_replay(trace, None, 0)
+    assert all_remote.remote.all()
+    assert np.array_equal(all_remote.remote_uncached_tokens, shared)
+
+
+def test_split_replay_hits_less_than_one_shared_cache():
+    trace = _split_trace()
+    shared = prefix_cache_replay(trace, None).uncached_tokens
+    r = split_cache_replay(trace, None, float(np.median(shared)))
+    served = np.where(r.remote, r.remote_uncached_tokens, r.local_uncached_tokens)
+    assert 0 < r.remote.mean() < 1
+    # each cluster only caches what it prefilled: never more hits than one shared cache
+    assert np.all(r.local_uncached_tokens >= shared) and np.all(r.remote_uncached_tokens >= shared)
+    assert served.sum() > shared.sum()
