@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import tempfile
 from importlib import resources
 from pathlib import Path
 from typing import TypeVar
@@ -82,3 +84,41 @@ def list_entries(package: str, extra_dirs: tuple[Path, ...] = ()) -> list[Path]:
         for path in sorted(Path(folder).glob("*.yaml")):
             seen.setdefault(path.stem, path)
     return [seen[key] for key in sorted(seen)]
+
+
+def check_output_path(path: str | Path, flag: str = "-o") -> Path:
+    """Fail early (before any work) when ``path`` cannot be written as a file."""
+    path = Path(path)
+    if path.is_dir():
+        raise PlanError(f"{flag}: {path} is a folder; give a file name")
+    parent = path.parent
+    if not parent.is_dir():
+        raise PlanError(f"{flag}: folder {parent} does not exist; create it or choose another path")
+    if not os.access(parent, os.W_OK | os.X_OK):
+        raise PlanError(f"{flag}: cannot write to folder {parent} (permission denied)")
+    return path
+
+
+def atomic_write(path: str | Path, data: bytes | str) -> Path:
+    """Write ``data`` to a temporary file beside ``path``, then rename it over ``path``: readers
+    and failures never see a half-written file. OS errors become a one-line PlanError."""
+    path = Path(path)
+    payload = data.encode("utf-8") if isinstance(data, str) else data
+    try:
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".part", dir=path.parent)
+    except OSError as exc:
+        raise PlanError(f"{path}: cannot write ({exc.strerror or exc})") from None
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(payload)
+        os.chmod(tmp, 0o644)
+        os.replace(tmp, path)
+    except BaseException as exc:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        if isinstance(exc, OSError):
+            raise PlanError(f"{path}: cannot write ({exc.strerror or exc})") from None
+        raise
+    return path

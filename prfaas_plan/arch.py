@@ -23,7 +23,7 @@ StateDtype = Literal["fp32", "bf16"]
 
 
 class _Frozen(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
 
 class GQA(_Frozen):

@@ -17,10 +17,9 @@ from .errors import PlanError
 from .hardware import Instance
 from .kvcache import CacheSettings, kv_bytes
 from .perf import MeasuredProfile, analytic_prefill, decode_capacity, kv_throughput_gbps, prefill_time_s
-from .units import MIB_BYTES, format_tokens
+from .units import MIB_BYTES, bytes_per_s_to_gbps, format_tokens
 
 DEFAULT_LINK_EFFICIENCY = 0.9
-STANDARD_LINKS_GBPS = (10.0, 100.0, 400.0)
 
 
 def cluster_egress_gbps(model: ModelSpec, inst: Instance, cluster_gpus: int, tokens,
@@ -36,7 +35,7 @@ def max_prefill_gpus(model: ModelSpec, inst: Instance, tokens: int, link_gbps: f
                      link_efficiency: float = DEFAULT_LINK_EFFICIENCY,
                      settings: CacheSettings | None = None, profile: MeasuredProfile | None = None) -> int:
     """The most GPUs (whole instances) of prefill whose KV stream fits ``link_gbps * efficiency``."""
-    if link_gbps <= 0 or not 0 < link_efficiency <= 1:
+    if not (0 < link_gbps < float("inf")) or not 0 < link_efficiency <= 1:  # rejects NaN too
         raise PlanError("--link-gbps must be positive and the link efficiency in (0, 1]")
     phi = float(kv_throughput_gbps(model, inst, tokens, settings, profile))
     return int(np.floor(link_gbps * link_efficiency / phi)) * inst.gpus
@@ -74,10 +73,10 @@ def bandwidth_table(models: list[ModelSpec], inst: Instance, contexts: list[int]
     and the largest prefill cluster the link feeds."""
     rows = []
     for m in models:
-        lat = analytic_prefill(m, inst, np.asarray(contexts, dtype=float))
+        lat = analytic_prefill(m, inst, np.asarray(contexts, dtype=float), settings=settings)
         s = np.asarray(kv_bytes(m, np.asarray(contexts, dtype=float), settings), dtype=float)
         t = np.asarray(lat.total_s, dtype=float)
-        phi = s * 8 / t / 1e9
+        phi = bytes_per_s_to_gbps(s / t)  # Eq. 1
         bounds = np.atleast_1d(lat.bound)
         for i, l in enumerate(contexts):
             rows.append({

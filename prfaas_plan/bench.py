@@ -49,11 +49,12 @@ from typing import Any
 
 import numpy as np
 
+from ._data import atomic_write
 from .arch import FFN, ModelSpec, Layers, load_model
 from .errors import PlanError
 from .kvcache import DEFAULT_SETTINGS, CacheSettings, kv_bytes, recurrent_dtype
 from .perf import LINEAR_ATTN_CHUNK_TOKENS, layer_costs
-from .units import BITS_PER_BYTE, DTYPE_BYTES, GB_BYTES, GBPS_BITS_PER_S, MIB_BYTES, TB_BYTES
+from .units import BITS_PER_BYTE, DTYPE_BYTES, GBPS_BITS_PER_S, GB_BYTES, GIB_BYTES, MIB_BYTES, TB_BYTES
 
 RESULTS_SCHEMA = "prfaas-plan-bench/1"
 """Identifier written into every results file (bumped when the layout changes)."""
@@ -1507,11 +1508,8 @@ def _run_steps(steps: list[_Step], progress: bool) -> None:
 
 
 def write_results(results: dict, path: str | Path) -> Path:
-    """Write a results dict as JSON (creating the folder)."""
-    p = Path(path)
-    p.parent.mkdir(parents=True, exist_ok=True)
-    p.write_text(json.dumps(results, indent=1, default=_json_default))
-    return p
+    """Write a results dict as JSON, atomically (see :func:`_data.atomic_write`)."""
+    return atomic_write(path, json.dumps(results, indent=1, default=_json_default))
 
 
 def _json_default(obj):
@@ -1703,7 +1701,7 @@ def calibrate_results(results: dict, name: str, results_path: str | Path | None 
         entry = {
             "id": name, "name": f"{info.get('name', 'CPU')} ({info.get('threads')} threads, torch {info.get('torch')}, "
                                 f"{results['settings']['dtype']})",
-            "bf16_dense_tflops": peak_flops / FLOPS_PER_TFLOP, "memory_gb": info.get("memory_bytes", 0) / GB_BYTES or 1.0,
+            "bf16_dense_tflops": peak_flops / FLOPS_PER_TFLOP, "memory_gib": info.get("memory_bytes", 0) / GIB_BYTES or 1.0,
             "memory_tb_per_s": memory_bytes_per_s / TB_BYTES, "scaleup_gb_per_s": memory_bytes_per_s / GB_BYTES,
             "nic_gbps": nominal, "tdp_w": float(tdp_w or CPU_PLACEHOLDER_TDP_W),
             "price_usd_per_gpu_hour": float(price_usd_per_hour or CPU_PLACEHOLDER_PRICE_USD_PER_HOUR),

@@ -98,11 +98,11 @@ def hardware(fmt: FormatOpt = Format.table, hardware_db: HardwareDbOpt = None) -
     df = list_hardware(_dirs(hardware_db))
     if fmt is Format.table:
         df = df.drop(columns=["name", "efficiency_provenance"]).rename(columns={
-            "bf16_dense_tflops": "BF16 TFLOP/s", "fp8_dense_tflops": "FP8 TFLOP/s", "memory_gb": "HBM GB",
+            "bf16_dense_tflops": "BF16 TFLOP/s", "fp8_dense_tflops": "FP8 TFLOP/s", "memory_gib": "HBM GiB",
             "memory_tb_per_s": "HBM TB/s", "scaleup_gb_per_s": "NVLink GB/s/dir", "nic_gbps": "NIC Gbps",
             "tdp_w": "TDP W", "price_usd_per_gpu_hour": "$/GPU-hour", "price_date": "price date"})
         df["price date"] = df["price date"].str.slice(0, 7)
-    emit(df, fmt, "Accelerators (dense TFLOP/s; GB = 1e9 B; TB/s = 1e12 B/s)", floats="{:,.2f}")
+    emit(df, fmt, "Accelerators (dense TFLOP/s; GiB = 2^30 B; GB = 1e9 B; TB/s = 1e12 B/s)", floats="{:,.2f}")
 
 
 class KvDtype(str, Enum):
@@ -188,7 +188,7 @@ def bandwidth(
         raise PlanError("--gpus: an instance needs at least 1 GPU")
     if cluster_gpus < 1:
         raise PlanError("--cluster-gpus: a cluster needs at least 1 GPU")
-    if link_gbps <= 0 or not 0 < link_efficiency <= 1:
+    if not (0 < link_gbps < float("inf")) or not 0 < link_efficiency <= 1:  # rejects NaN too
         raise PlanError("--link-gbps must be positive and --link-efficiency in (0, 1]")
     inst = instance(hardware, gpus, _dirs(hardware_db))
     models = [load_model(m, _dirs(model_db)) for m in model]
@@ -214,16 +214,18 @@ def profile(
     model_db: ModelDbOpt = None,
     hardware_db: HardwareDbOpt = None,
 ) -> None:
-    """Predicted prefill latency (with its bound) and decode BS_max per GPU type; for
-    kimi-linear-1t the PrfaaS paper's Table 5 measurements on 8xH200 are shown beside."""
+    """Predicted prefill latency (with its bound) and decode BS_max per GPU type, beside the
+    measured profile of the built-in paper case study when it is the same model and instance
+    (kimi-linear-1t on 8xH200: the PrfaaS paper's Table 5)."""
     import pandas as pd
 
     from .arch import load_model
     from .hardware import instance
     from .perf import analytic_prefill, decode_capacity
+    from .scenario import load_scenario
     from .units import format_tokens, parse_token_list
 
-    table5_s = {1024: 0.44, 8192: 0.72, 32768: 1.84, 131072: 7.40}  # PrfaaS paper, 8xH200
+    paper = load_scenario("paper-case-study")
     contexts = parse_token_list(context, "--context")
     m = load_model(model, _dirs(model_db))
     rows = []
@@ -232,7 +234,8 @@ def profile(
         lat = analytic_prefill(m, inst, contexts)
         for i, l in enumerate(contexts):
             cap = decode_capacity(m, inst, l, tpot_ms / 1e3)
-            measured = table5_s.get(l) if (m.id == "kimi-linear-1t" and inst.name == "8xh200") else None
+            prof = paper.prfaas_profile if (m.id == paper.spec.model and inst.name == paper.prfaas_instance.name) else None
+            measured = prof.prefill_s[prof.tokens.index(l)] if prof is not None and l in prof.tokens else None
             rows.append({"instance": inst.name, "context": format_tokens(l),
                          "prefill_s": float(lat.total_s[i]), "bound": str(lat.bound[i]),
                          "measured_s": measured if measured is not None else float("nan"),
@@ -269,10 +272,10 @@ def _quick_scenario(model: str, prfaas: str, local: str, link_gbps: float, trace
 
 
 def _write_plan_json(res, path: Path) -> None:
-    """The plan as JSON, written to a temporary file and renamed (never half-written)."""
+    """The plan as JSON, written atomically (never half-written)."""
     import json
-    import os
-    import tempfile
+
+    from ._data import atomic_write
 
     doc = {
         "scenario": res.scenario.spec.model_dump(), "mode": res.mode,
@@ -282,17 +285,7 @@ def _write_plan_json(res, path: Path) -> None:
                    "source": res.inputs.decode_source},
         "ratios": {k: res.ratio(k) for k in res.baselines},
     }
-    folder = path.resolve().parent
-    if not folder.is_dir():
-        raise PlanError(f"--out: folder {folder} does not exist")
-    fd, tmp = tempfile.mkstemp(dir=folder, suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w") as fh:
-            json.dump(doc, fh, indent=2)
-        os.replace(tmp, path)
-    except BaseException:
-        os.unlink(tmp)
-        raise
+    atomic_write(path, json.dumps(doc, indent=2))
     typer.echo(f"wrote {path}", err=True)
 
 
@@ -317,8 +310,10 @@ def plan(
     from .scenario import load_scenario
 
     cache_blocks = 0 if no_prefix_cache else prefix_cache_blocks
-    if out is not None and not out.resolve().parent.is_dir():
-        raise PlanError(f"--out: folder {out.resolve().parent} does not exist")
+    if out is not None:
+        from ._data import check_output_path
+
+        check_output_path(out, "--out")
     if scenario is None:
         if model is None:
             raise PlanError("give a SCENARIO (e.g. paper-case-study) or --model with --prfaas/--local")
@@ -481,7 +476,7 @@ def report(
     from .scenario import load_scenario
 
     started = time.perf_counter()
-    if sim_duration <= 0:
+    if not (0 < sim_duration < float("inf")):  # rejects NaN too
         raise PlanError("--sim-duration: give a positive number of seconds")
     sc = load_scenario(scenario, _dirs(model_db))
     if trace is not None:
@@ -532,8 +527,10 @@ def simulate_cmd(
         raise PlanError("--load: a trace brings its own arrivals; scale them with --rate-scale")
     if prefix_cache_blocks is not None and (trace is None or prefix_cache_blocks < 0):
         raise PlanError("--prefix-cache-blocks: only with --trace, and at least 0")
-    if out is not None and not out.resolve().parent.is_dir():
-        raise PlanError(f"--out: folder {out.resolve().parent} does not exist")
+    if out is not None:
+        from ._data import check_output_path
+
+        check_output_path(out, "--out")
     events = parse_link_drop(link_drop) if link_drop else read_link_trace(link_trace) if link_trace else []
     sc = load_scenario(scenario, _dirs(model_db))
     if trace is not None:
@@ -602,6 +599,9 @@ def bench_run(
     from . import bench
     from .units import GB_BYTES
 
+    from ._data import check_output_path
+
+    check_output_path(output, "-o")  # before minutes of measuring
     started = time.perf_counter()
     res = bench.run_harness(device.value, quick=quick, threads=threads, progress=progress)
     bench.write_results(res, output)
@@ -658,6 +658,7 @@ def bench_calibrate(
     import yaml
 
     from . import bench
+    from ._data import atomic_write
     from .calibration import FITTABLE
     from .hardware import load_gpu
     from .units import GB_BYTES, TB_BYTES
@@ -680,7 +681,7 @@ def bench_calibrate(
         if output:
             entry = fitted.model_copy(update={"id": name or output.stem})
             output.parent.mkdir(parents=True, exist_ok=True)
-            output.write_text(f"# {entry.id}: {fitted.id} with efficiency fitted by `prfaas-plan bench calibrate "
+            atomic_write(output, f"# {entry.id}: {fitted.id} with efficiency fitted by `prfaas-plan bench calibrate "
                               f"{source}`\n" + yaml.safe_dump(entry.model_dump(mode="json", exclude_none=True),
                                                               sort_keys=False, width=110))
             typer.echo(f"wrote {output}")
@@ -708,11 +709,11 @@ def bench_calibrate(
                                 f"(capped at 1)", floats="{:,.3f}")
     if output:
         output.parent.mkdir(parents=True, exist_ok=True)
-        output.write_text(cal.yaml_text())
+        atomic_write(output, cal.yaml_text())
         typer.echo(f"wrote {output}")
     if link_yaml and cal.link_efficiency is not None:
         link_yaml.parent.mkdir(parents=True, exist_ok=True)
-        link_yaml.write_text(f"# measured by prfaas-plan bench ({source}): best of "
+        atomic_write(link_yaml, f"# measured by prfaas-plan bench ({source}): best of "
                              f"{len(cal.link)} connection counts, {cal.link_connections} connections\n"
                              + yaml.safe_dump({"link": {"gbps": cal.nominal_gbps,
                                                         "efficiency": round(cal.link_efficiency, 4)}}, sort_keys=False))
@@ -756,10 +757,20 @@ def bench_validate(
 def main(argv: list[str] | None = None) -> None:
     """Entry point: run the app; user errors become one line on stderr and exit code 2."""
     try:
-        app(args=argv, prog_name="prfaas-plan")  # click handles usage errors itself (exit 2)
+        code = app(args=argv, prog_name="prfaas-plan", standalone_mode=False)
     except PlanError as exc:
         typer.echo(f"prfaas-plan: error: {exc}", err=True)
         sys.exit(2)
+    except Exception as exc:
+        # click's usage errors (typer vendors click, so match by shape, not by class)
+        if hasattr(exc, "format_message") and hasattr(exc, "exit_code"):
+            if not exc.format_message() and getattr(exc, "ctx", None) is not None:  # no arguments: show help
+                typer.echo(exc.ctx.get_help())
+                sys.exit(0)
+            typer.echo(f"prfaas-plan: error: {exc.format_message()} (see prfaas-plan --help)", err=True)
+            sys.exit(exc.exit_code)
+        raise
+    sys.exit(code if isinstance(code, int) else 0)
 
 
 if __name__ == "__main__":

@@ -1,6 +1,8 @@
 """Accelerators and instances: the validated ``hardware_db`` schema.
 
-Units: TFLOP/s = 1e12 FLOP/s (dense, no 2:4 sparsity), GB = 1e9 bytes, TB/s = 1e12 B/s,
+Units: TFLOP/s = 1e12 FLOP/s (dense, no 2:4 sparsity), memory in GiB = 2**30 bytes (what vendors
+sell as "80 GB" / "141 GB" is GiB: nvidia-smi shows an H100 80GB as 81,559 MiB), GB = 1e9 bytes,
+TB/s = 1e12 B/s,
 scale-up GB/s per GPU per direction, NIC Gbps (1e9 bit/s) per GPU.
 
 Each GPU carries the named efficiency factors and fixed overheads of the performance model
@@ -18,13 +20,13 @@ from pydantic import BaseModel, ConfigDict, Field, PositiveFloat
 from ._data import find_entry, list_entries, read_yaml, validate
 from .arch import Source
 from .errors import PlanError
-from .units import GB_BYTES, TB_BYTES
+from .units import GB_BYTES, GIB_BYTES, TB_BYTES
 
 
 class Efficiency(BaseModel):
     """Achieved fraction of peak per kind of work, and fixed overheads (seconds)."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
     gemm: float = Field(gt=0, le=1, description="fraction of dense peak reached by prefill GEMMs (dense and MoE)")
     attention: float = Field(gt=0, le=1, description="fraction of dense peak reached by attention kernels")
@@ -39,13 +41,13 @@ class Efficiency(BaseModel):
 class GPU(BaseModel):
     """One accelerator type."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
     id: str
     name: str
     bf16_dense_tflops: PositiveFloat
     fp8_dense_tflops: PositiveFloat | None = None
-    memory_gb: PositiveFloat
+    memory_gib: PositiveFloat
     memory_tb_per_s: PositiveFloat
     scaleup_gb_per_s: PositiveFloat = Field(description="NVLink-class bandwidth per GPU per direction, GB/s")
     nic_gbps: PositiveFloat = Field(description="scale-out NIC bandwidth per GPU, Gbps")
@@ -63,7 +65,7 @@ class GPU(BaseModel):
 
     @property
     def memory_bytes(self) -> float:
-        return self.memory_gb * GB_BYTES
+        return self.memory_gib * GIB_BYTES
 
     @property
     def memory_bytes_per_s(self) -> float:

@@ -105,12 +105,6 @@ def kv_bytes_per_token(model: ModelSpec, settings: CacheSettings | None = None) 
                if r["window_tokens"] is None)
 
 
-def window_bytes_per_token(model: ModelSpec, settings: CacheSettings | None = None) -> int:
-    """Bytes per token of sliding-window layers (held only for the last W tokens)."""
-    return sum(r["layers"] * r["bytes_per_token"] for r in per_layer_table(model, settings)
-               if r["window_tokens"] is not None)
-
-
 def linear_state_bytes(model: ModelSpec, settings: CacheSettings | None = None) -> int:
     """Bytes of linear-attention states (conv + recurrent) per request, all layers."""
     return sum(r["layers"] * (r["conv_bytes"] + r["recurrent_bytes"]) for r in per_layer_table(model, settings))
@@ -219,5 +213,5 @@ def kv_bytes_expr(model: ModelSpec, settings: CacheSettings | None = None):
 __all__ = [
     "CacheSettings", "DEFAULT_SETTINGS", "ENGINES", "KV_DTYPES", "fixed_state_bytes",
     "kv_bytes", "kv_bytes_expr", "kv_bytes_per_token", "linear_state_bytes", "per_gpu_kv_bytes",
-    "per_layer_table", "recurrent_dtype", "window_bytes_per_token",
+    "per_layer_table", "recurrent_dtype",
 ]

@@ -178,8 +178,10 @@ def _check_tokens(model: ModelSpec, tokens) -> np.ndarray:
     return l
 
 
-def analytic_prefill(model: ModelSpec, inst: Instance, tokens, costs: LayerCosts | None = None) -> Latency:
-    """Roofline prefill latency of one request of ``tokens`` tokens on one instance."""
+def analytic_prefill(model: ModelSpec, inst: Instance, tokens, costs: LayerCosts | None = None,
+                     settings: CacheSettings | None = None) -> Latency:
+    """Roofline prefill latency of one request of ``tokens`` tokens on one instance (``settings``:
+    the cache dtypes of the KV written, default bf16 / vLLM)."""
     l = _check_tokens(model, tokens)
     c = costs or layer_costs(model)
     eff = inst.gpu.efficiency
@@ -189,7 +191,7 @@ def analytic_prefill(model: ModelSpec, inst: Instance, tokens, costs: LayerCosts
     attn_s = (c.attn_flops_per_pair * pairs + swa_flops) / (inst.peak_flops * eff.attention)
     lin_s = c.linear_flops_per_token * l / (inst.peak_flops * eff.linear_attention)
     compute_s = gemm_s + attn_s + lin_s
-    memory_s = (c.weight_bytes + kv_bytes(model, l)) / (inst.memory_bytes_per_s * eff.memory)
+    memory_s = (c.weight_bytes + kv_bytes(model, l, settings)) / (inst.memory_bytes_per_s * eff.memory)
     comm_s = _collective_s(model, inst, l, c)
     total = np.maximum(compute_s, memory_s) + comm_s + eff.prefill_overhead_s
     return Latency(total, compute_s, memory_s, comm_s, eff.prefill_overhead_s,
@@ -247,18 +249,19 @@ def _interp(x, xs, ys):
     return float(y) if y.ndim == 0 else y
 
 
-def prefill_time_s(model: ModelSpec, inst: Instance, tokens, profile: MeasuredProfile | None = None):
+def prefill_time_s(model: ModelSpec, inst: Instance, tokens, profile: MeasuredProfile | None = None,
+                   settings: CacheSettings | None = None):
     """``T_prefill(l)`` in seconds: the measured profile when given, else the roofline."""
     if profile is not None:
         _check_tokens(model, tokens)
         return profile.prefill_time_s(tokens)
-    return analytic_prefill(model, inst, tokens).total_s
+    return analytic_prefill(model, inst, tokens, settings=settings).total_s
 
 
 def kv_throughput_gbps(model: ModelSpec, inst: Instance, tokens, settings: CacheSettings | None = None,
                        profile: MeasuredProfile | None = None):
     """Eq. 1: ``Phi_kv(l) = S_kv(l) / T_prefill(l)``, Gbps, for one instance prefilling back to back."""
-    t = prefill_time_s(model, inst, tokens, profile)
+    t = prefill_time_s(model, inst, tokens, profile, settings)
     s = kv_bytes(model, tokens, settings) if profile is None or profile.kv_bytes is None else profile.kv_bytes_at(tokens)
     return bytes_per_s_to_gbps(np.asarray(s, dtype=float) / t) if np.ndim(t) else bytes_per_s_to_gbps(float(s) / t)
 
@@ -296,9 +299,9 @@ def decode_step(model: ModelSpec, inst: Instance, batch: int, context_tokens: fl
 
 
 def decode_step_s(model: ModelSpec, inst: Instance, batch: int, context_tokens: float,
-                  settings: CacheSettings | None = None) -> float:
+                  settings: CacheSettings | None = None, costs: LayerCosts | None = None) -> float:
     """Decode step time in seconds (see :func:`decode_step`)."""
-    return float(decode_step(model, inst, batch, context_tokens, settings).total_s)
+    return float(decode_step(model, inst, batch, context_tokens, settings, costs).total_s)
 
 
 KV_MEMORY_FRACTION = 0.90
@@ -314,7 +317,6 @@ class DecodeCapacity:
     step_s: float
     binding: str  # "tpot" or "memory"
     memory_batch_max: int
-    requests_per_s_per_output_token: float
 
     def requests_per_s(self, output_tokens: float) -> float:
         """Eq. 5 for one instance: ``BS_max / (T_decode * L_out)`` requests per second."""
@@ -336,7 +338,7 @@ def decode_capacity(model: ModelSpec, inst: Instance, context_tokens: float, tpo
     mem_max = int(free // per_req)
     if mem_max < 1:
         raise PlanError(f"memory: one {context_tokens:.0f}-token request does not fit beside the weights on {inst.name}")
-    step1 = decode_step_s(model, inst, 1, context_tokens, settings)
+    step1 = decode_step_s(model, inst, 1, context_tokens, settings, c)
     if step1 > tpot_s:
         raise PlanError(
             f"tpot: even batch 1 takes {step1 * 1e3:.1f} ms per token on {inst.name}, above the "
@@ -345,10 +347,10 @@ def decode_capacity(model: ModelSpec, inst: Instance, context_tokens: float, tpo
     lo, hi = 1, mem_max
     while lo < hi:  # step time is increasing in the batch: bisect on integers
         mid = (lo + hi + 1) // 2
-        if decode_step_s(model, inst, mid, context_tokens, settings) <= tpot_s:
+        if decode_step_s(model, inst, mid, context_tokens, settings, c) <= tpot_s:
             lo = mid
         else:
             hi = mid - 1
-    step = decode_step_s(model, inst, lo, context_tokens, settings)
+    step = decode_step_s(model, inst, lo, context_tokens, settings, c)
     binding = "memory" if lo == mem_max else "tpot"
-    return DecodeCapacity(lo, step, binding, mem_max, lo / step)
+    return DecodeCapacity(lo, step, binding, mem_max)

@@ -55,7 +55,8 @@ class PlanInputs:
     n_prfaas: int
     n_local: int
     n_baseline: int
-    link_bits_per_s: float
+    link_bits_per_s: float  # usable: nominal x efficiency (exact mode)
+    link_nominal_bits_per_s: float  # B_out as written in Eq. 3 (paper mode)
     trace: object | None = None  # trace to replay with one prefix cache per cluster (exact mode)
     cache_blocks: int | None = 0
 
@@ -102,6 +103,7 @@ def plan_inputs(sc: Scenario) -> PlanInputs:
         decode_batch_max=int(bs), decode_step_s=float(step), decode_source=src,
         n_prfaas=sc.spec.prfaas.instances, n_local=sc.spec.local.instances, n_baseline=sc.baseline_instances,
         link_bits_per_s=sc.spec.link.gbps * sc.spec.link.efficiency * GBPS_BITS_PER_S,
+        link_nominal_bits_per_s=sc.spec.link.gbps * GBPS_BITS_PER_S,
         trace=resolved.trace, cache_blocks=resolved.cache_blocks,
     )
 
@@ -211,7 +213,7 @@ def paper_stage_rates(inp: PlanInputs, t: np.ndarray, n_p: np.ndarray, n_pf: int
     l_short = np.asarray(inp.lengths.mean_below(t[:, 0]), dtype=float)[:, None]  # nan where p = 1
     with np.errstate(divide="ignore", invalid="ignore"):
         compute = n_pf / inp.t_remote(np.nan_to_num(l_long, nan=1.0))
-        link = inp.link_bits_per_s / (BITS_PER_BYTE * inp.kv_bytes(np.nan_to_num(l_long, nan=1.0)))
+        link = inp.link_nominal_bits_per_s / (BITS_PER_BYTE * inp.kv_bytes(np.nan_to_num(l_long, nan=1.0)))
         theta_prfaas = np.minimum(compute, link)
         theta_pdp = n_p / inp.t_local(np.nan_to_num(l_short, nan=1.0))
         theta_pdd = (inp.n_local - n_p) * inp.decode_rps_per_instance
@@ -256,7 +258,7 @@ def baselines_paper(inp: PlanInputs) -> dict[str, Plan]:
                                       float(lam[j]), 0.0, stage, 0.0, _binding(stage, float(lam[j])))
     if inp.n_prfaas >= 1 and inp.n_local >= 1:
         compute = inp.n_prfaas / float(inp.t_remote(l_avg))
-        link = inp.link_bits_per_s / (BITS_PER_BYTE * float(inp.kv_bytes(l_avg)))
+        link = inp.link_nominal_bits_per_s / (BITS_PER_BYTE * float(inp.kv_bytes(l_avg)))
         stage = {"prfaas": min(compute, link), "pd_p": np.inf, "pd_d": inp.n_local * inp.decode_rps_per_instance}
         lam = min(stage["prfaas"], stage["pd_d"])
         out["naive-heterogeneous"] = _plan(inp, "naive-heterogeneous", "paper", 0.0, inp.n_prfaas, 0, inp.n_local,
@@ -375,6 +377,8 @@ def _exact_plan(inp: PlanInputs, b: Buckets, name: str, sol: dict, n_pf: int) ->
         "pd_d": n_d * inp.decode_rps_per_instance,
     }
     link_r = lam * inp.link_bits_per_s / egress if egress > 0 else None
+    if lam <= 0 and inp.link_bits_per_s <= 0 and name != "homogeneous-pd":
+        link_r = 0.0  # nothing can be shipped: the link is what stops this plan
     routing = pd.DataFrame({"tokens": b.tokens, "prob": b.probs, "offload_fraction": frac,
                             "t_remote_s": b.t_remote_s, "t_local_s": b.t_local_s, "kv_bytes": b.kv_bytes})
     return _plan(inp, name, "exact", t, n_pf, n_p, n_d, lam, p,
@@ -556,8 +560,9 @@ class PlanResult:
         return {self.plan.name: self.plan, **self.baselines}
 
     def ratio(self, baseline: str) -> float:
-        """PrfaaS-PD throughput over a baseline's."""
-        return self.plan.lambda_max_rps / self.baselines[baseline].lambda_max_rps
+        """PrfaaS-PD throughput over a baseline's (NaN when the baseline serves nothing)."""
+        other = self.baselines[baseline].lambda_max_rps
+        return self.plan.lambda_max_rps / other if other > 0 else float("nan")
 
     def to_frame(self) -> pd.DataFrame:
         """One row per plan: routing, instances, Lambda_max, egress, binding, cost, P90 TTFT."""

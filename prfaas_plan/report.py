@@ -32,7 +32,6 @@ import html
 import json
 import math
 import os
-import tempfile
 from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
@@ -41,6 +40,7 @@ from typing import Any, Callable, Iterable
 import numpy as np
 import pandas as pd
 
+from ._data import atomic_write, check_output_path
 from .errors import PlanError
 
 __all__ = [
@@ -488,26 +488,13 @@ def vega_bundle() -> str:
     text = vlc.javascript_bundle(vl_version=vl) if vl else vlc.javascript_bundle()
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        _atomic_write(path, text.encode("utf-8"))
+        atomic_write(path, text.encode("utf-8"))
     except (OSError, PlanError):
         pass
     return text
 
 
 # ----------------------------------------------------------------------------- files
-def _check_output(path, what: str = "-o") -> Path:
-    """Fail early (before any work) when ``path`` cannot be written."""
-    path = Path(path)
-    if path.is_dir():
-        raise PlanError(f"{what}: {path} is a folder; give a file name such as report.html")
-    parent = path.parent
-    if not parent.is_dir():
-        raise PlanError(f"{what}: folder {parent} does not exist; create it or choose another path")
-    if not os.access(parent, os.W_OK | os.X_OK):
-        raise PlanError(f"{what}: cannot write to folder {parent} (permission denied)")
-    return path
-
-
 def _check_png_dir(png_dir) -> Path | None:
     if png_dir is None:
         return None
@@ -523,28 +510,6 @@ def _check_png_dir(png_dir) -> Path | None:
     elif not os.access(d, os.W_OK | os.X_OK):
         raise PlanError(f"--png: cannot write to folder {d} (permission denied)")
     return d
-
-
-def _atomic_write(path: Path, data: bytes) -> None:
-    """Write ``data`` to a temporary file beside ``path`` and rename it over ``path``."""
-    path = Path(path)
-    try:
-        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".part", dir=path.parent)
-    except OSError as exc:
-        raise PlanError(f"{path}: cannot write ({exc.strerror or exc})") from None
-    try:
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(data)
-        os.chmod(tmp, 0o644)
-        os.replace(tmp, path)
-    except BaseException as exc:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        if isinstance(exc, OSError):
-            raise PlanError(f"{path}: cannot write ({exc.strerror or exc})") from None
-        raise
 
 
 def _render_images(report: Report, specs: dict) -> dict[str, bytes]:
@@ -574,7 +539,7 @@ def _write_images(d: Path, images: dict[str, bytes]) -> list[Path]:
         raise PlanError(f"--png: cannot create folder {d} ({exc.strerror or exc})") from None
     paths = []
     for name, data in images.items():
-        _atomic_write(d / name, data)
+        atomic_write(d / name, data)
         paths.append(d / name)
     return paths
 
@@ -582,10 +547,9 @@ def _write_images(d: Path, images: dict[str, bytes]) -> list[Path]:
 def _write(report: Report, path: Path, png_dir: Path | None) -> Path:
     specs = report.specs()
     page = report.to_html(specs=specs).encode("utf-8")
-    images = _render_images(report, specs) if png_dir is not None else {}
-    _atomic_write(path, page)
-    if png_dir is not None:
-        _write_images(png_dir, images)
+    if png_dir is not None:  # images first: if their folder fails, no page is left behind either
+        _write_images(png_dir, _render_images(report, specs))
+    atomic_write(path, page)
     return path
 
 
@@ -658,7 +622,7 @@ def write_report(sc, path, mode: str = "exact", png_dir=None, result=None, simul
     """Write the plan report of scenario ``sc`` (a Scenario, built-in id or YAML path) to ``path``
     (one self-contained HTML file, written atomically); with ``png_dir``, also every chart as PNG
     and SVG. Returns the path. Bad input raises :class:`PlanError` and leaves no file."""
-    path = _check_output(path)
+    path = check_output_path(path)
     png = _check_png_dir(png_dir)
     if not hasattr(sc, "spec"):
         from .scenario import load_scenario
@@ -1488,7 +1452,7 @@ def write_compare(models: Iterable[str] | None, path, hardware: str = "h200", gp
     100 / 400 Gbps lines, and a table of every number. ``models`` None or empty = the paper's
     models (:data:`DEFAULT_COMPARE_MODELS`). With ``png_dir``, also every chart as PNG and SVG.
     Bad input (an unknown model, an unwritable path) raises :class:`PlanError` and leaves no file."""
-    path = _check_output(path)
+    path = check_output_path(path)
     png = _check_png_dir(png_dir)
     report = build_compare(models, hardware=hardware, gpus=gpus, cluster_gpus=cluster_gpus,
                            context_tokens=context_tokens, settings=settings, link_efficiency=link_efficiency,

@@ -25,7 +25,7 @@ from .units import MIB_BYTES
 
 
 class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
 
 class ProfileSpec(_Strict):
@@ -204,7 +204,7 @@ def load_scenario(ref: str | Path, extra_model_dirs: tuple[Path, ...] = ()) -> S
     return sc
 
 
-def _resolve_trace(sc: Scenario, ref: str) -> Path:
+def resolve_trace(sc: Scenario, ref: str) -> Path:
     """A trace path as given (relative to the working directory), else next to the scenario file."""
     path = Path(ref)
     if not path.is_file() and not path.is_absolute():
@@ -238,7 +238,7 @@ def build_workload(sc: Scenario) -> ResolvedWorkload:
         lengths = TruncatedLogNormal(w.mu, w.sigma, w.min_tokens, w.max_tokens)
         return ResolvedWorkload(Workload(lengths, float(w.output_tokens or 0.0), None, sc.spec.id),
                                 float(lengths.mean_tokens()))
-    trace = load_trace(_resolve_trace(sc, w.trace), w.trace_format)
+    trace = load_trace(resolve_trace(sc, w.trace), w.trace_format)
     if "hash_ids" not in trace.columns and w.prefix_cache_blocks != 0:
         raise PlanError("workload.prefix_cache_blocks: this trace has no hash_ids; set prefix_cache_blocks: 0")
     wl = workload_from_trace(trace, w.prefix_cache_blocks)

@@ -957,7 +957,10 @@ def write_outputs(result: SimResult, out_dir: str | Path) -> Path:
     if not parent.is_dir():
         raise PlanError(f"--out: folder {parent} does not exist")
     tmp = parent / f".{out.name}.tmp-{uuid.uuid4().hex[:12]}"
-    tmp.mkdir()
+    try:
+        tmp.mkdir()
+    except OSError as exc:
+        raise PlanError(f"--out: cannot write to folder {parent} ({exc.strerror or exc})") from None
     try:
         result.requests.to_csv(tmp / "requests.csv", index=False)
         result.timeseries.to_csv(tmp / "timeseries.csv", index=False)
@@ -975,8 +978,10 @@ def write_outputs(result: SimResult, out_dir: str | Path) -> Path:
             shutil.rmtree(old, ignore_errors=True)
         else:
             os.replace(tmp, out)
-    except BaseException:
+    except BaseException as exc:
         shutil.rmtree(tmp, ignore_errors=True)
+        if isinstance(exc, OSError):
+            raise PlanError(f"--out: cannot write {out} ({exc.strerror or exc})") from None
         raise
     return out
 
@@ -999,9 +1004,9 @@ def _as_trace(trace) -> pd.DataFrame:
 
 def _arrivals(setup: _Setup, sc, res, rate_rps, load, duration_s, trace, rate_scale, arrivals, rng) -> tuple[_Arrivals, float]:
     if trace is None and rate_rps is None and load is None and arrivals is None and sc.spec.workload.kind == "trace":
-        from .scenario import _resolve_trace
+        from .scenario import resolve_trace
 
-        trace = _resolve_trace(sc, sc.spec.workload.trace)
+        trace = resolve_trace(sc, sc.spec.workload.trace)
     if trace is not None:
         if rate_rps is not None or load is not None or arrivals is not None:
             raise PlanError("trace: a trace brings its own arrivals; scale them with rate_scale instead of rate_rps/load")

@@ -59,7 +59,7 @@ import pandas as pd
 from pydantic import BaseModel, ConfigDict, Field, PositiveFloat, PositiveInt, ValidationError
 
 from . import __version__
-from ._data import read_yaml, validate, validation_message
+from ._data import atomic_write, read_yaml, validate, validation_message
 from .errors import PlanError, did_you_mean
 from .scenario import Scenario, ScenarioSpec, load_scenario
 
@@ -78,7 +78,7 @@ EXECUTORS = ("local", "dask", "serial")
 class GridSpec(BaseModel):
     """A sweep grid file."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
     name: str | None = None
     description: str | None = None
@@ -95,7 +95,7 @@ class GridSpec(BaseModel):
 
 
 class _RunOptions(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
     mode: Literal["exact", "paper"]
     n_buckets: PositiveInt
@@ -524,15 +524,6 @@ def sidecar_dir(out: str | Path) -> Path:
     return out.with_name(out.name + ".cells")
 
 
-def _atomic_write(path: Path, data: bytes) -> None:
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.{uuid.uuid4().hex[:8]}.tmp")
-    with open(tmp, "wb") as fh:
-        fh.write(data)
-        fh.flush()
-        os.fsync(fh.fileno())
-    os.replace(tmp, path)
-
-
 def read_sidecar(folder: str | Path) -> dict[str, dict]:
     """The saved cell records in a sidecar folder, by cell id (unreadable files are skipped)."""
     out = {}
@@ -601,9 +592,9 @@ def _write_parquet(df: pd.DataFrame, out: Path, g: GridSpec, base: Scenario) -> 
     meta = dict(table.schema.metadata or {})
     meta[b"prfaas_plan.sweep"] = json.dumps({"grid": g.model_dump(mode="json"), "scenario": base.spec.id,
                                              "axes": list(g.axes), "version": __version__}).encode()
-    tmp = out.with_name(f".{out.name}.{os.getpid()}.tmp")
-    pq.write_table(table.replace_schema_metadata(meta), tmp)
-    os.replace(tmp, out)
+    sink = pa.BufferOutputStream()
+    pq.write_table(table.replace_schema_metadata(meta), sink)
+    atomic_write(out, sink.getvalue().to_pybytes())
 
 
 def read_results(path: str | Path) -> pd.DataFrame:
@@ -673,7 +664,7 @@ def sweep(grid: dict | str | Path, executor: str = "local", workers: int | None 
                 failed += 1
             records[cell.cell_id] = rec
             if side is not None and rec.get("save", True):
-                _atomic_write(side / f"{cell.cell_id}.json", json.dumps(rec, default=str).encode())
+                atomic_write(side / f"{cell.cell_id}.json", json.dumps(rec, default=str).encode())
             bar.update(task, advance=1,
                        description=f"sweep {g.name or 'grid'}" + (f" ({failed} failed)" if failed else ""))
     df = _assemble(g, base, cells, records)
@@ -810,5 +801,5 @@ def sweep_report(df: pd.DataFrame, path: str | Path, x: str | None = None, y: st
     page = page[:at] + "\n" + style + "\n" + "\n".join(head) + page[at:]
     page = page.replace("<head>", f"<head>\n  <title>{_html.escape(name)}</title>", 1)
     path = Path(path)
-    _atomic_write(path, page.encode())
+    atomic_write(path, page.encode())
     return path

@@ -59,19 +59,19 @@ def test_h20_datasheet_values_are_pinned():
     h20 = load_gpu("h20")
     assert h20.bf16_dense_tflops == 148
     assert h20.fp8_dense_tflops == 296
-    assert h20.memory_gb == 96
+    assert h20.memory_gib == 96
     assert h20.memory_tb_per_s == 4.0
     assert h20.scaleup_gb_per_s == 450  # 900 GB/s NVLink bidirectional
     assert h20.tdp_w == 400
     assert h20.peak_flops == pytest.approx(148e12)
-    assert h20.memory_bytes == pytest.approx(96e9)
+    assert h20.memory_bytes == 96 * 2**30  # marketed "96 GB" is GiB (nvidia-smi: 97,871 MiB)
     assert h20.memory_bytes_per_s == pytest.approx(4.0e12)
 
 
 def test_h200_datasheet_values_are_pinned():
     h200 = load_gpu("h200")
     assert h200.bf16_dense_tflops == 989.4
-    assert h200.memory_gb == 141
+    assert h200.memory_gib == 141
     assert h200.memory_tb_per_s == 4.8
     assert h200.peak_flops == pytest.approx(989.4e12)
 
@@ -90,7 +90,7 @@ def test_instance_of_eight_h20_has_eight_times_the_peak():
     assert inst.name == "8xh20"
     assert inst.peak_flops == pytest.approx(8 * one.peak_flops)
     assert inst.peak_flops == pytest.approx(8 * 148e12)
-    assert inst.memory_bytes == pytest.approx(8 * 96e9)
+    assert inst.memory_bytes == 8 * 96 * 2**30
     assert inst.memory_bytes_per_s == pytest.approx(8 * 4.0e12)
     assert inst.price_usd_per_hour == pytest.approx(8 * one.price_usd_per_gpu_hour)
 
@@ -111,19 +111,19 @@ def test_unknown_id_lists_known_entries():
 
 def test_negative_memory_is_rejected_naming_the_field(tmp_path):
     data = _raw("h20")
-    data["memory_gb"] = -96
+    data["memory_gib"] = -96
     with pytest.raises(PlanError) as exc:
         load_gpu(_write(tmp_path, data))
-    assert "memory_gb" in str(exc.value)
+    assert "memory_gib" in str(exc.value)
 
 
 def test_unknown_field_is_rejected_naming_the_field(tmp_path):
     data = _raw("h20")
-    data["memory_gib"] = 96
+    data["memory_gb"] = 96  # a plausible slip for memory_gib
     with pytest.raises(PlanError) as exc:
         load_gpu(_write(tmp_path, data))
     msg = str(exc.value)
-    assert "memory_gib" in msg
+    assert "memory_gb" in msg
     assert "unknown field" in msg
 
 

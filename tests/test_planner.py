@@ -62,7 +62,7 @@ def test_paper_mode_is_eqs_3_to_6_by_hand(sc, paper):
     L = inp.lengths
     p, l_long, l_short = L.tail_prob(t), L.mean_above(t), L.mean_below(t)
     prof = sc.prfaas_profile
-    theta_prfaas = min(4 / prof.prefill_time_s(l_long), 100e9 * 0.9 / (8 * prof.kv_bytes_at(l_long)))
+    theta_prfaas = min(4 / prof.prefill_time_s(l_long), 100e9 / (8 * prof.kv_bytes_at(l_long)))  # B_out nominal
     theta_pdp = n_p / float(inp.t_local(l_short))
     theta_pdd = (8 - n_p) * inp.decode_batch_max / (inp.decode_step_s * 1024)
     lam = min(theta_prfaas / p, theta_pdp / (1 - p), theta_pdd)

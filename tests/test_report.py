@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 import prfaas_plan as pp
+from prfaas_plan._data import atomic_write
 from prfaas_plan import report as rpt
 from prfaas_plan.errors import PlanError
 
@@ -430,7 +431,7 @@ def test_failure_while_writing_leaves_no_partial_file(tmp_path, monkeypatch):
 
     monkeypatch.setattr(_os, "replace", bad_replace)
     with pytest.raises(PlanError, match="No space left"):
-        rpt._atomic_write(target, b"x" * 1000)
+        atomic_write(target, b"x" * 1000)
     assert list(tmp_path.iterdir()) == []
 
 
