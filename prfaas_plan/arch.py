@@ -233,7 +233,8 @@ class ModelSpec(_Frozen):
 
     def layer_counts(self) -> dict[str, int]:
         """How many layers use each named attention config."""
-        return {name: self.layer_kinds.count(name) for name in self.attention}
+        kinds = self.layer_kinds
+        return {name: kinds.count(name) for name in self.attention}
 
     def is_moe_layer(self, index: int) -> bool:
         return self.ffn.num_experts > 0 and index >= self.ffn.first_dense_layers
