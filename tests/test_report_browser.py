@@ -15,6 +15,7 @@ Without Chromium (``apt-get install chromium``) the tests are skipped with that 
 
 from __future__ import annotations
 
+import os
 import re
 import shutil
 import subprocess
@@ -45,6 +46,9 @@ def _chromium() -> str | None:
 
 
 CHROMIUM = _chromium()
+if CHROMIUM is None and os.environ.get("CI"):
+    # .ci/run installs Chromium: in CI a missing browser is a failure, not a skip
+    raise RuntimeError("CI=true but Chromium is not installed; .ci/run must install Debian's chromium")
 pytestmark = pytest.mark.skipif(
     CHROMIUM is None, reason="Chromium not installed (apt-get install chromium); offline browser rendering not checked")
 
