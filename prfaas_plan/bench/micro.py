@@ -1,0 +1,131 @@
+"""Timing helpers and the microbenchmarks: GEMM, causal and sliding-window attention, the chunked
+linear-attention forward and memory copy, each returning a timing record (:func:`summarize`)
+with its FLOP/s or GB/s. Torch is imported only inside the functions.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+import time
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from ..units import GB_BYTES, MIB_BYTES
+from .kernels import (_torch, attention_pair_flops, causal_attention, chunked_linear_attention,
+                      linear_attention_flops_per_token, sliding_window_attention, torch_dtype)
+
+FLOPS_PER_TFLOP = 1e12
+MS_PER_S = 1e3
+
+MICRO_LOG_DECAY_MAX = 0.1
+"""The linear-attention microbenchmark draws per-token log decays uniformly in [-0.1, 0]."""
+
+
+# --------------------------------------------------------------------------------------------
+# Timing
+# --------------------------------------------------------------------------------------------
+
+
+def summarize(times_s: Sequence[float], warmup: int) -> dict:
+    """A timing record: every repeat (s), median, min, spread ((max - min) / median, %)."""
+    t = [float(x) for x in times_s]
+    med = statistics.median(t)
+    return {"times_s": t, "median_s": med, "min_s": min(t), "spread_pct": 100.0 * (max(t) - min(t)) / med,
+            "warmup": int(warmup), "repeats": len(t)}
+
+
+def _sync(device: str) -> Callable[[], None]:
+    torch = _torch()
+    if device.startswith("cuda"):
+        return torch.cuda.synchronize
+    return lambda: None
+
+
+def time_call(fn: Callable[[], Any], device: str, warmup: int, repeats: int) -> dict:
+    """Time ``fn`` ``repeats`` times after ``warmup`` untimed calls (device synchronised around
+    each call, so GPU times are complete kernels plus launch overhead)."""
+    sync = _sync(device)
+    for _ in range(warmup):
+        fn()
+    sync()
+    out = []
+    for _ in range(repeats):
+        sync()
+        t0 = time.perf_counter()
+        fn()
+        sync()
+        out.append(time.perf_counter() - t0)
+    return summarize(out, warmup)
+
+
+# --------------------------------------------------------------------------------------------
+# Microbenchmarks
+# --------------------------------------------------------------------------------------------
+
+
+def _rand(shape, device: str, dtype, seed: int = 0):
+    torch = _torch()
+    gen = torch.Generator().manual_seed(seed)
+    return torch.randn(*shape, generator=gen).to(device, dtype)
+
+
+def bench_gemm(m: int, k: int, n: int, device: str, dtype: str, warmup: int, repeats: int) -> dict:
+    """``[m, k] @ [k, n]``: 2 m k n FLOP per call."""
+    a, b = _rand((m, k), device, torch_dtype(dtype)), _rand((k, n), device, torch_dtype(dtype), 1)
+    rec = time_call(lambda: a @ b, device, warmup, repeats)
+    flops = 2.0 * m * k * n
+    return {"m": m, "k": k, "n": n, "dtype": dtype, "flops": flops, **rec,
+            "tflops_per_s": flops / rec["median_s"] / FLOPS_PER_TFLOP, "tflops_per_s_best": flops / rec["min_s"] / FLOPS_PER_TFLOP}
+
+
+def bench_attention(tokens: int, heads: int, head_dim: int, device: str, dtype: str, warmup: int, repeats: int,
+                    window_tokens: int | None = None) -> dict:
+    """Causal (or sliding-window) attention of one ``tokens``-token sequence; FLOPs are the useful
+    pairs (``l (l + 1) / 2``, or the window's), as in :func:`prfaas_plan.perf.analytic_prefill`."""
+    dt = torch_dtype(dtype)
+    q, k, v = (_rand((heads, tokens, head_dim), device, dt, s) for s in range(3))
+    scale = 1.0 / math.sqrt(head_dim)
+    if window_tokens is None:
+        fn = lambda: causal_attention(q, k, v, scale)  # noqa: E731
+        pairs = tokens * (tokens + 1) / 2
+    else:
+        fn = lambda: sliding_window_attention(q, k, v, window_tokens, scale)  # noqa: E731
+        w = window_tokens
+        pairs = tokens * (tokens + 1) / 2 if tokens <= w else w * (w + 1) / 2 + (tokens - w) * w
+    rec = time_call(fn, device, warmup, repeats)
+    flops = pairs * attention_pair_flops(heads, head_dim, head_dim)
+    return {"tokens": tokens, "heads": heads, "head_dim": head_dim, "window_tokens": window_tokens, "dtype": dtype,
+            "flops": flops, **rec, "tflops_per_s": flops / rec["median_s"] / FLOPS_PER_TFLOP}
+
+
+def bench_linear_attention(tokens: int, heads: int, head_dim: int, flavour: str, device: str, dtype: str,
+                           warmup: int, repeats: int) -> dict:
+    """The chunked forward alone: 'gdn' (delta rule, scalar decay), 'kda' (delta rule, per-channel
+    decay) or 'lightning' (no delta rule, fixed decay)."""
+    torch = _torch()
+    import torch.nn.functional as F
+
+    dt = torch_dtype(dtype)
+    q = F.normalize(_rand((heads, tokens, head_dim), device, dt, 0), dim=-1) / math.sqrt(head_dim)
+    k = F.normalize(_rand((heads, tokens, head_dim), device, dt, 1), dim=-1)
+    v = _rand((heads, tokens, head_dim), device, dt, 2)
+    width = head_dim if flavour == "kda" else 1
+    g = (-torch.rand(heads, tokens, width) * MICRO_LOG_DECAY_MAX).to(device, dt)
+    beta = None if flavour == "lightning" else torch.rand(heads, tokens).to(device, dt)
+    rec = time_call(lambda: chunked_linear_attention(q, k, v, g, beta), device, warmup, repeats)
+    flops = tokens * linear_attention_flops_per_token(heads, head_dim, head_dim)
+    return {"tokens": tokens, "heads": heads, "head_dim": head_dim, "flavour": flavour, "dtype": dtype,
+            "flops": flops, **rec, "tflops_per_s": flops / rec["median_s"] / FLOPS_PER_TFLOP}
+
+
+def bench_copy(size_mib: int, device: str, warmup: int, repeats: int) -> dict:
+    """Device-to-device copy of ``size_mib`` MiB; bandwidth counts bytes read plus bytes written."""
+    torch = _torch()
+    n = size_mib * MIB_BYTES
+    src = torch.empty(n, dtype=torch.uint8, device=device).fill_(1)
+    dst = torch.empty_like(src)
+    rec = time_call(lambda: dst.copy_(src), device, warmup, repeats)
+    moved = 2.0 * n
+    return {"size_mib": size_mib, "bytes_moved": moved, **rec, "gb_per_s": moved / rec["median_s"] / GB_BYTES,
+            "gb_per_s_best": moved / rec["min_s"] / GB_BYTES}

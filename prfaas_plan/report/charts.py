@@ -1,0 +1,69 @@
+"""Shared chart style and altair helpers of the report pages.
+
+The style every chart gets (font, sizes, plan and series colours, the Vega-Lite ``config`` merged
+into each spec) and the small helpers the pages build their charts with: altair imported lazily
+(:func:`_alt`), finite-only data, the plan colour scale and log-scale token axes.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Iterable
+
+import numpy as np
+import pandas as pd
+
+
+# ----------------------------------------------------------------------------- style
+FONT = 'system-ui, -apple-system, "Segoe UI", Roboto, Helvetica, Arial, sans-serif'
+CHART_WIDTH, CHART_HEIGHT = 470, 260
+BAR_WIDTH = 370  # horizontal bars leave room for category labels
+PLAN_LABELS = {"prfaas-pd": "PrfaaS-PD", "homogeneous-pd": "Homogeneous PD", "naive-heterogeneous": "Naive heterogeneous"}
+PLAN_COLORS = {"prfaas-pd": "#1f6fb2", "homogeneous-pd": "#8c96a3", "naive-heterogeneous": "#e08a2c"}
+SERIES_COLORS = ["#1f6fb2", "#e08a2c", "#3a9b5c", "#c8443c", "#7b5ea7", "#8c6d31", "#d16ba5", "#5b6578"]
+
+CHART_CONFIG: dict[str, Any] = {
+    "font": FONT,
+    "background": "white",
+    "padding": 6,
+    "view": {"stroke": "#e3e7ee", "continuousWidth": CHART_WIDTH, "continuousHeight": CHART_HEIGHT},
+    "axis": {"labelFontSize": 11, "titleFontSize": 12, "titleFontWeight": 500, "labelColor": "#333",
+             "titleColor": "#1d2330", "gridColor": "#eceff4", "domainColor": "#9aa3b2", "tickColor": "#9aa3b2"},
+    "legend": {"orient": "bottom", "direction": "horizontal", "labelFontSize": 11, "titleFontSize": 11,
+               "titleFontWeight": 500, "symbolStrokeWidth": 2.5, "columns": 3, "labelLimit": 230},
+    "title": {"fontSize": 13.5, "fontWeight": 600, "anchor": "start", "color": "#1d2330",
+              "subtitleFontSize": 11.5, "subtitleColor": "#5b6578", "offset": 8},
+    "range": {"category": SERIES_COLORS},
+    "line": {"strokeWidth": 2.2},
+    "bar": {"cornerRadiusEnd": 2},
+}
+
+
+# ----------------------------------------------------------------------------- chart helpers
+def _alt():
+    import altair as alt
+
+    return alt
+
+
+def _finite(df: pd.DataFrame) -> pd.DataFrame:
+    """Replace +-inf by NaN (Vega-Lite data must be finite or null)."""
+    return df.replace([np.inf, -np.inf], np.nan)
+
+
+def _plan_scale(names: Iterable[str]):
+    alt = _alt()
+    names = list(names)
+    labels = [PLAN_LABELS.get(n, n) for n in names]
+    return alt.Scale(domain=labels, range=[PLAN_COLORS.get(n, "#5b6578") for n in names])
+
+
+def _log_token_axis(title: str, values: list[int] | None = None):
+    alt = _alt()
+    return alt.Axis(title=title, values=values or [2 ** k for k in range(7, 21)], labelExpr=(
+        "datum.value >= 1048576 ? format(datum.value / 1048576, 'd') + 'M' : "
+        "datum.value >= 1024 ? format(datum.value / 1024, 'd') + 'K' : format(datum.value, 'd')"),
+        labelOverlap=True)
+
+
+def _token_ticks(lo: float, hi: float) -> list[int]:
+    return [2 ** k for k in range(0, 24) if lo <= 2 ** k <= hi]
