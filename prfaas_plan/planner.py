@@ -196,9 +196,15 @@ def _plan(inp: PlanInputs, name: str, mode: str, t, n_pf: int, n_p: int, n_d: in
 
 
 # ----------------------------------------------------------------------------- paper mode
-def threshold_grid(inp: PlanInputs, points: int = 400) -> np.ndarray:
+T_GRID_POINTS = 400
+"""Thresholds tried by paper mode's grid search (log-spaced; about 1% apart over 128-128K tokens)."""
+T_GRID_QUANTILES = (0.001, 0.999)
+"""The grid spans these quantiles of the length distribution (the extremes route almost nothing)."""
+
+
+def threshold_grid(inp: PlanInputs, points: int = T_GRID_POINTS) -> np.ndarray:
     """Candidate thresholds: log-spaced over the workload's length range."""
-    lo, hi = float(inp.lengths.quantile(0.001)), float(inp.lengths.quantile(0.999))
+    lo, hi = (float(inp.lengths.quantile(q)) for q in T_GRID_QUANTILES)
     return np.unique(np.geomspace(max(lo, 1.0), max(hi, lo + 1.0), points).round())
 
 
@@ -626,7 +632,7 @@ def plan(sc: Scenario, mode: str = "exact", load: float | None = None, n_buckets
 
 
 # ----------------------------------------------------------------------------- sweeps (Figure 5)
-def sweep_threshold(inp: PlanInputs, n_p: int, points: int = 400) -> pd.DataFrame:
+def sweep_threshold(inp: PlanInputs, n_p: int, points: int = T_GRID_POINTS) -> pd.DataFrame:
     """Lambda_max and each stage's rate against t at a fixed N_p (paper model)."""
     t = threshold_grid(inp, points)
     g = paper_stage_rates(inp, t, np.array([n_p]))
