@@ -35,6 +35,9 @@ def test_kv_json_is_machine_readable():
     (("bandwidth", "minimax-m2.5", "--gpus", "0"), "--gpus"),
     (("bandwidth", "minimax-m2.5", "--hardware", "h2000"), "unknown hardware"),
     (("plan", "no-such-scenario"), "unknown scenario"),
+    (("kv", "minimax-m2.5", "--engine", "foo"), "--engine"),  # click's usage errors, one line too
+    (("plan", "paper-case-study", "--mode", "fast"), "--mode"),
+    (("kv", "minimax-m2.5", "--bogus"), "--bogus"),
 ])
 def test_bad_input_is_one_line_exit_2(args, needle):
     r = run(*args)
