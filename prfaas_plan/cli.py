@@ -169,7 +169,7 @@ def bandwidth(
     context: ContextOpt = "1K,8K,32K,128K",
     cluster_gpus: Annotated[int, typer.Option(help="GPUs in the prefill cluster, for Eq. 2 egress")] = 512,
     link_gbps: Annotated[float, typer.Option(help="inter-DC line rate, Gbps (1e9 bit/s)")] = 100.0,
-    link_efficiency: Annotated[float, typer.Option(help="usable fraction of the line rate")] = 0.9,
+    link_efficiency: Annotated[Optional[float], typer.Option(help="usable fraction of the line rate (default: the toolkit's 0.9)")] = None,
     kv_dtype: Annotated[KvDtype, typer.Option(help="element type of the KV cache")] = KvDtype.bf16,
     fmt: FormatOpt = Format.table,
     model_db: ModelDbOpt = None,
@@ -178,12 +178,13 @@ def bandwidth(
     """KV throughput Phi_kv = S_kv / T_prefill per instance (Eq. 1), cluster egress (Eq. 2), and
     the largest prefill cluster the link can feed."""
     from .arch import load_model
-    from .bandwidth import bandwidth_table
+    from .bandwidth import DEFAULT_LINK_EFFICIENCY, bandwidth_table
     from .hardware import instance
     from .kvcache import CacheSettings
     from .units import parse_token_list
 
     contexts = parse_token_list(context, "--context")
+    link_efficiency = DEFAULT_LINK_EFFICIENCY if link_efficiency is None else link_efficiency
     if gpus < 1:
         raise PlanError("--gpus: an instance needs at least 1 GPU")
     if cluster_gpus < 1:

@@ -17,6 +17,7 @@ from pydantic import BaseModel, ConfigDict, Field, PositiveFloat, PositiveInt, m
 
 from ._data import find_entry, read_yaml, validate
 from .arch import ModelSpec, load_model
+from .bandwidth import DEFAULT_LINK_EFFICIENCY
 from .errors import PlanError
 from .hardware import Instance, instance
 from .kvcache import CacheSettings
@@ -65,7 +66,7 @@ class LinkSpec(_Strict):
     and an optional price of the line per hour."""
 
     gbps: float = Field(ge=0)
-    efficiency: float = Field(default=0.9, gt=0, le=1)
+    efficiency: float = Field(default=DEFAULT_LINK_EFFICIENCY, gt=0, le=1)
     rtt_s: float = Field(default=0.005, ge=0)
     price_usd_per_hour: float = Field(default=0.0, ge=0)
 

@@ -13,7 +13,6 @@ import re
 
 from .errors import PlanError
 
-KIB_BYTES = 2**10
 MIB_BYTES = 2**20
 GIB_BYTES = 2**30
 GB_BYTES = 10**9

@@ -221,7 +221,7 @@ def test_chart_count_matches_declared_and_specs(paper, paper_page):
             "ttft-cdf-own-load", "cost-per-million-tokens", "length-distribution"} <= set(specs)
     for name, spec in specs.items():
         assert spec["$schema"].startswith("https://vega.github.io/schema/vega-lite/"), name
-        assert spec["config"]["font"] == rpt.FONT
+        assert spec["config"]["font"] == rpt.charts.FONT
 
 
 def test_no_network_references(paper_page, compare_page):
@@ -342,7 +342,7 @@ def test_compare_curves_stop_at_max_context(compare_page):
     rows = page.table_rows["curves"]
     for mid in rpt.DEFAULT_COMPARE_MODELS:
         m = pp.load_model(mid)
-        toks = [int(r["tokens"]) for r in rows if r["name"] == rpt._short_name(m)]
+        toks = [int(r["tokens"]) for r in rows if r["name"] == rpt.compare._short_name(m)]
         assert min(toks) == 1024 and max(toks) == min(m.max_context_tokens, 2 ** 20)
     specs = json.loads(page.script_text["report-specs"])
     assert len(specs) == 6 == int(page.body["data-chart-count"])

@@ -44,15 +44,10 @@ def torch_dtype(name: str):
 # --------------------------------------------------------------------------------------------
 
 
-def causal_attention(q, k, v, scale: float):
-    """Causal softmax attention with torch SDPA.
-
-    q: [H, T, dq]; k: [Hkv, T, dq]; v: [Hkv, T, dv]; returns [H, T, dv]. Query head ``i`` reads KV
-    head ``i // (H / Hkv)`` (GQA, SDPA's ``enable_gqa``). When ``dq != dv`` the narrower side is zero-padded to the wider one (as
-    vLLM pads MLA's V for FlashAttention); ``scale`` is passed explicitly so padding does not
-    change the scores.
-    """
-    torch = _torch()
+def _pad_to_common_width(q, k, v):
+    """Zero-pad the narrower of the query/key and value head dims to the wider one (as vLLM pads
+    MLA's V for FlashAttention); callers pass the softmax scale explicitly and cut the output
+    back to the value width."""
     import torch.nn.functional as F
 
     dq, dv = q.shape[-1], v.shape[-1]
@@ -61,9 +56,24 @@ def causal_attention(q, k, v, scale: float):
         q, k = F.pad(q, (0, width - dq)), F.pad(k, (0, width - dq))
     if dv < width:
         v = F.pad(v, (0, width - dv))
+    return q, k, v
+
+
+def causal_attention(q, k, v, scale: float):
+    """Causal softmax attention with torch SDPA.
+
+    q: [H, T, dq]; k: [Hkv, T, dq]; v: [Hkv, T, dv]; returns [H, T, dv]. Query head ``i`` reads KV
+    head ``i // (H / Hkv)`` (GQA, SDPA's ``enable_gqa``). When ``dq != dv`` the narrower side is zero-padded to the wider one (as
+    vLLM pads MLA's V for FlashAttention); ``scale`` is passed explicitly so padding does not
+    change the scores.
+    """
+    _torch()
+    import torch.nn.functional as F
+
+    dv = v.shape[-1]
+    q, k, v = _pad_to_common_width(q, k, v)
     o = F.scaled_dot_product_attention(q[None], k[None], v[None], is_causal=True, scale=scale,
                                        enable_gqa=k.shape[0] != q.shape[0])[0]
-    del torch
     return o[..., :dv]
 
 
@@ -81,12 +91,9 @@ def sliding_window_attention(q, k, v, window_tokens: int, scale: float):
     if kv_heads != heads:  # materialised: SDPA's masked (memory-efficient) kernels may lack enable_gqa
         k = k.repeat_interleave(heads // kv_heads, dim=0)
         v = v.repeat_interleave(heads // kv_heads, dim=0)
-    dq, dv = q.shape[-1], v.shape[-1]
-    width = max(dq, dv)
-    if dq < width:
-        q, k = F.pad(q, (0, width - dq)), F.pad(k, (0, width - dq))
-    if dv < width:
-        v = F.pad(v, (0, width - dv))
+    dv = v.shape[-1]
+    q, k, v = _pad_to_common_width(q, k, v)
+    width = q.shape[-1]
     w = window_tokens
     block = max(1, int(w * SWA_QUERY_BLOCK_FRACTION))
     nblocks = -(-tokens // block)

@@ -41,8 +41,6 @@ altair and vl_convert are imported only when a chart is built or a bundle or ima
 
 from __future__ import annotations
 
-import importlib
-
 from .compare import DEFAULT_COMPARE_MODELS, build_compare, write_compare
 from .files import export_figures, vega_bundle
 from .page import Report
@@ -52,21 +50,3 @@ __all__ = [
     "DEFAULT_COMPARE_MODELS", "Report", "build_compare", "build_report", "export_figures",
     "vega_bundle", "write_compare", "write_report",
 ]
-
-_MOVED = {  # other names of the former single module ``report.py``, by the submodule that now holds them
-    **dict.fromkeys(["FONT", "CHART_WIDTH", "CHART_HEIGHT", "BAR_WIDTH", "PLAN_LABELS", "PLAN_COLORS",
-                     "SERIES_COLORS", "CHART_CONFIG"], "charts"),
-    **dict.fromkeys(["FLAGSHIP_PAIR", "STANDARD_LINES_GBPS", "_short_name"], "compare"),
-    **dict.fromkeys(["CSS", "CSP", "RUNNER_JS", "EMBED_JS", "Col", "Table", "Figure", "Columns", "Section"], "page"),
-}
-
-
-def __getattr__(name: str):
-    module = _MOVED.get(name)
-    if module is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    return getattr(importlib.import_module(f".{module}", __name__), name)
-
-
-def __dir__() -> list[str]:
-    return sorted([*globals(), *_MOVED])

@@ -14,6 +14,7 @@ import numpy as np
 import pandas as pd
 
 from .._data import check_output_path
+from ..bandwidth import DEFAULT_LINK_EFFICIENCY
 from ..errors import PlanError
 from .charts import (BAR_WIDTH, CHART_HEIGHT, CHART_WIDTH, SERIES_COLORS, _alt, _finite, _log_token_axis,
                      _token_ticks)
@@ -39,7 +40,7 @@ def _short_name(m) -> str:
 
 # ----------------------------------------------------------------------------- the comparison
 def build_compare(models: Iterable[str] | None = None, hardware: str = "h200", gpus: int = 8, cluster_gpus: int = 512,
-                  context_tokens: int = 32768, settings=None, link_efficiency: float = 0.9,
+                  context_tokens: int = 32768, settings=None, link_efficiency: float = DEFAULT_LINK_EFFICIENCY,
                   extra_model_dirs: tuple = (), extra_hardware_dirs: tuple = ()) -> Report:
     """Compute and lay out the model comparison (see :func:`write_compare`)."""
     from ..arch import load_model
@@ -269,7 +270,7 @@ def build_compare(models: Iterable[str] | None = None, hardware: str = "h200", g
 
 
 def write_compare(models: Iterable[str] | None, path, hardware: str = "h200", gpus: int = 8, cluster_gpus: int = 512,
-                  png_dir=None, context_tokens: int = 32768, settings=None, link_efficiency: float = 0.9,
+                  png_dir=None, context_tokens: int = 32768, settings=None, link_efficiency: float = DEFAULT_LINK_EFFICIENCY,
                   extra_model_dirs: tuple = (), extra_hardware_dirs: tuple = ()) -> Path:
     """Write the model comparison to ``path`` (one self-contained HTML file, written atomically):
     KV bytes per token and fixed state (bars), S_kv(l) and Phi_kv(l) over 1K-1M tokens, the egress
