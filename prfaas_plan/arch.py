@@ -187,7 +187,12 @@ class ModelSpec(_Frozen):
     family: str
     total_params: float = Field(gt=0, description="all parameters (count)")
     active_params: float = Field(gt=0, description="parameters used per token (count)")
-    weight_dtype: Dtype
+    weight_dtype: Dtype = Field(description="dtype of the routed-expert weights (of all weights in a dense model)")
+    dense_weight_dtype: Dtype | None = Field(
+        default=None, description="dtype of every other weight (attention, dense FFN, shared experts, embeddings); "
+        "default weight_dtype. INT4 QAT checkpoints such as Kimi-K2-Thinking keep these in bf16")
+    weight_group_size: PositiveInt | None = Field(
+        default=None, description="weights per bf16 scale when weight_dtype is group-quantised (int4 g32: +0.5 bit)")
     activation_dtype: Dtype = "bf16"
     max_context_tokens: PositiveInt
     hidden_size: PositiveInt

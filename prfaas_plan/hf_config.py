@@ -356,8 +356,33 @@ def _weight_dtype(c: _Config) -> str:
             return "int4"
         if bits and int(bits[0]) == 8:
             return "fp8" if '"type": "float"' in text else "int8"
+    return _torch_dtype(c)
+
+
+def _torch_dtype(c: _Config) -> str:
     dtype = c.opt("torch_dtype") or c.opt("dtype") or "bfloat16"
     return _TORCH_DTYPES.get(str(dtype), "bf16")
+
+
+_GROUP_RE = re.compile(r'"group_size": (\d+)')
+
+
+def _quant_layout(c: _Config, weight_dtype: str) -> dict:
+    """Group scales and unquantised modules of an int4/int8 ``quantization_config``: a
+    ``group_size`` (one bf16 scale per group), and, when attention or shared experts are in its
+    ``ignore`` list (Kimi-K2-Thinking's compressed-tensors layout), the torch dtype for every
+    weight outside the routed experts."""
+    quant = c.raw.get("quantization_config")
+    if not isinstance(quant, dict) or weight_dtype not in ("int4", "int8"):
+        return {}
+    out: dict = {}
+    group = _GROUP_RE.findall(json.dumps(quant).lower())
+    if group and int(group[0]) > 0:
+        out["weight_group_size"] = int(group[0])
+    ignored = " ".join(map(str, quant.get("ignore") or [])).lower()
+    if "self_attn" in ignored or "shared_expert" in ignored:
+        out["dense_weight_dtype"] = _torch_dtype(c)
+    return out
 
 
 def _model_id(raw: dict, path: Path) -> tuple[str, str]:
@@ -393,10 +418,11 @@ def load_hf_config(path: str | Path) -> ModelSpec:
     c = _Config(raw, path)
     model_id, repo = _model_id(raw, path)
     body = _BUILDERS[model_type](c)
+    weight_dtype = _weight_dtype(c)
     data = {
         "id": model_id, "name": repo or model_id, "family": model_type,
         "total_params": 1.0, "active_params": 1.0,  # placeholders until counted below
-        "weight_dtype": _weight_dtype(c),
+        "weight_dtype": weight_dtype, **_quant_layout(c, weight_dtype),
         "max_context_tokens": c.opt("max_position_embeddings") or c.req("model_max_length"),
         "hidden_size": c.req("hidden_size"), "vocab_size": c.req("vocab_size"),
         **body,

@@ -158,7 +158,7 @@ def _shard(count: int, tp: int) -> int:
     return max(1, math.ceil(count / tp))
 
 
-def per_gpu_kv_bytes(model: ModelSpec, tokens: int, tp: int, settings: CacheSettings | None = None) -> int:
+def per_gpu_kv_bytes(model: ModelSpec, tokens: float, tp: int, settings: CacheSettings | None = None) -> int:
     """Cache bytes one tensor-parallel rank holds for a request of ``tokens`` tokens.
 
     GQA/SWA KV heads shard across ranks down to one head per rank (then replicate); the MLA

@@ -29,8 +29,8 @@ import numpy as np
 from .arch import ModelSpec
 from .errors import PlanError
 from .hardware import Instance
-from .kvcache import CacheSettings, kv_bytes
-from .units import DTYPE_BYTES, bytes_per_s_to_gbps
+from .kvcache import CacheSettings, kv_bytes, per_gpu_kv_bytes
+from .units import DTYPE_BYTES, GIB_BYTES, bytes_per_s_to_gbps
 
 LINEAR_ATTN_CHUNK_TOKENS = 64
 """Chunk size of chunked linear-attention kernels (flash-linear-attention's default), which sets
@@ -82,7 +82,9 @@ class LayerCosts:
     attn_flops_per_pair: FLOPs per (query, key) pair of quadratic attention, full/MLA layers.
     swa: tuples (flops_per_pair, window_tokens) for sliding-window layers.
     linear_flops_per_token: FLOPs per token of chunked linear attention.
-    weight_bytes / dense_weight_bytes / expert_bytes_per_layer: bytes of weights.
+    weight_bytes / dense_weight_bytes / expert_bytes: bytes of all weights, of the weights
+    outside the routed experts, and of one routed expert (``dense_weight_dtype`` and
+    ``weight_dtype`` with its group scales).
     """
 
     gemm_flops_per_token: float
@@ -98,10 +100,18 @@ class LayerCosts:
     decode_attn_flops_per_ctx_token: float
 
 
+def weight_bytes_per_param(model: ModelSpec) -> float:
+    """Bytes per routed-expert weight (every weight of a dense model), group scales included:
+    int4 with one bf16 scale per 32 weights is 0.5 + 2 / 32 = 0.5625 B."""
+    scale = 2 / model.weight_group_size if model.weight_group_size else 0.0
+    return DTYPE_BYTES[model.weight_dtype] + scale
+
+
 def layer_costs(model: ModelSpec) -> LayerCosts:
     """Sum the per-layer FLOP and byte constants of ``model``."""
     h = model.hidden_size
-    wbytes = DTYPE_BYTES[model.weight_dtype]
+    wbytes = weight_bytes_per_param(model)
+    dense_wbytes = DTYPE_BYTES[model.dense_weight_dtype] if model.dense_weight_dtype else wbytes
     gemm = attn_pair = linear = dense_w = dec_attn = 0.0
     swa: list[tuple[float, int]] = []
     for i, name in enumerate(model.layer_kinds):
@@ -137,8 +147,8 @@ def layer_costs(model: ModelSpec) -> LayerCosts:
         attn_flops_per_pair=attn_pair,
         swa=tuple(swa),
         linear_flops_per_token=linear,
-        weight_bytes=(dense_w + moe_layers * f.num_experts * expert_params) * wbytes,
-        dense_weight_bytes=dense_w * wbytes,
+        weight_bytes=dense_w * dense_wbytes + moe_layers * f.num_experts * expert_params * wbytes,
+        dense_weight_bytes=dense_w * dense_wbytes,
         expert_bytes=expert_params * wbytes,
         moe_layers=moe_layers,
         attn_layers=model.layers.count,
@@ -276,10 +286,12 @@ def expected_experts_touched(num_experts: int, top_k: int, batch: int) -> float:
 
 def decode_step(model: ModelSpec, inst: Instance, batch: int, context_tokens: float,
                 settings: CacheSettings | None = None, costs: LayerCosts | None = None) -> Latency:
-    """One decode step for ``batch`` requests of ``context_tokens`` context each.
+    """One decode step for ``batch`` requests of ``context_tokens`` context each, attention
+    tensor-parallel over the instance's GPUs (vLLM's default layout).
 
-    Memory: dense weights, the experts the batch touches, and every request's cache (read once
-    per step; the MLA latent counted once, i.e. data-parallel attention as engines deploy it).
+    Memory: the weights outside the routed experts, the experts the batch touches, and what each
+    rank holds of every request's cache (:func:`per_gpu_kv_bytes`: the MLA latent has no head
+    axis, so every rank holds and reads all of it), plus the linear-attention states written back.
     Compute: projections and active experts for ``batch`` tokens plus attention over the context.
     """
     if batch <= 0:
@@ -288,7 +300,10 @@ def decode_step(model: ModelSpec, inst: Instance, batch: int, context_tokens: fl
     eff = inst.gpu.efficiency
     experts = expected_experts_touched(model.ffn.num_experts, model.ffn.experts_per_token, batch)
     weight_read = c.dense_weight_bytes + c.moe_layers * experts * c.expert_bytes
-    cache_read = batch * float(kv_bytes(model, context_tokens, settings))
+    # KV caches are read (one token appended); recurrent states are read and written back
+    held = per_gpu_kv_bytes(model, context_tokens, inst.gpus, settings)
+    states = per_gpu_kv_bytes(model, 0, inst.gpus, settings)  # zero tokens: the fixed states alone
+    cache_read = batch * inst.gpus * float(held + states)
     memory_s = (weight_read + cache_read) / (inst.memory_bytes_per_s * eff.memory)
     compute_s = (batch * c.gemm_flops_per_token / (inst.peak_flops * eff.gemm)
                  + batch * (c.decode_attn_flops_per_ctx_token * context_tokens + c.linear_flops_per_token)
@@ -305,8 +320,14 @@ def decode_step_s(model: ModelSpec, inst: Instance, batch: int, context_tokens: 
 
 
 KV_MEMORY_FRACTION = 0.90
-"""Fraction of instance memory an engine hands to weights plus cache (vLLM's default
-``gpu_memory_utilization``); the rest is activations, CUDA graphs and fragmentation."""
+"""Fraction of each GPU's memory the engine manages (vLLM's default ``gpu_memory_utilization``)."""
+
+ENGINE_RESERVE_GIB_PER_GPU = 10.9
+"""GiB per GPU the engine keeps, inside that fraction, for activations, CUDA graphs and
+communication buffers: what vLLM left of Kimi-K2-Thinking (INT4, TP8, 8xH200) beside its
+modelled weights (594.2 GB / 8 = 69.2 GiB) and the 46.80 GiB it reported as KV cache:
+0.9 x 141 - 69.2 - 46.8 = 10.9 GiB (vllm-project/recipes, moonshotai/Kimi-K2-Think.md,
+https://github.com/vllm-project/recipes/blob/main/moonshotai/Kimi-K2-Think.md)."""
 
 
 @dataclass(frozen=True)
@@ -324,18 +345,21 @@ class DecodeCapacity:
 
 
 def decode_capacity(model: ModelSpec, inst: Instance, context_tokens: float, tpot_s: float,
-                    settings: CacheSettings | None = None) -> DecodeCapacity:
+                    settings: CacheSettings | None = None,
+                    reserve_gib_per_gpu: float = ENGINE_RESERVE_GIB_PER_GPU) -> DecodeCapacity:
     """``BS_max`` and ``T_decode`` of Eq. 5: the largest batch whose step time meets ``tpot_s``
-    and whose caches fit beside the weights."""
+    and whose caches fit, on every GPU, beside its shard of the weights and the engine's reserve
+    (attention tensor-parallel: each rank holds :func:`per_gpu_kv_bytes` of every request)."""
     c = layer_costs(model)
-    free = inst.memory_bytes * KV_MEMORY_FRACTION - c.weight_bytes
-    if free <= 0:
+    usable = inst.gpu.memory_bytes * KV_MEMORY_FRACTION - reserve_gib_per_gpu * GIB_BYTES
+    weights = c.weight_bytes / inst.gpus
+    if weights >= usable:
         raise PlanError(
-            f"memory: {model.id}'s weights ({c.weight_bytes / 1e9:.0f} GB) do not fit {inst.name} "
-            f"({inst.memory_bytes * KV_MEMORY_FRACTION / 1e9:.0f} GB usable); use more GPUs per instance"
+            f"memory: {model.id}'s weights ({weights / GIB_BYTES:.1f} GiB per GPU) do not fit {inst.name} "
+            f"({usable / GIB_BYTES:.1f} GiB per GPU after the engine's reserve); use more GPUs per instance"
         )
-    per_req = float(kv_bytes(model, context_tokens, settings))
-    mem_max = int(free // per_req)
+    per_req = float(per_gpu_kv_bytes(model, context_tokens, inst.gpus, settings))
+    mem_max = int((usable - weights) // per_req)
     if mem_max < 1:
         raise PlanError(f"memory: one {context_tokens:.0f}-token request does not fit beside the weights on {inst.name}")
     step1 = decode_step_s(model, inst, 1, context_tokens, settings, c)

@@ -93,7 +93,7 @@ def plan_inputs(sc: Scenario) -> PlanInputs:
     if d.batch_max and d.step_s:
         bs, step, src = d.batch_max, d.step_s, d.source or "scenario"
     else:
-        cap = decode_capacity(model, sc.local_instance, ctx, sc.spec.slo.tpot_s, cache)
+        cap = decode_capacity(model, sc.local_instance, ctx, sc.spec.slo.tpot_s, cache, d.reserve_gib_per_gpu)
         bs, step, src = d.batch_max or cap.batch_max, d.step_s or cap.step_s, f"performance model ({cap.binding}-bound)"
     if sc.spec.local.instances == 0 and sc.baseline_instances == 0:
         raise PlanError("local.gpus: the local PD pool has no GPUs, so nothing can decode; add local GPUs")

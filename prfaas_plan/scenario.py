@@ -13,7 +13,7 @@ from functools import cached_property
 from pathlib import Path
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, PositiveFloat, PositiveInt, model_validator
+from pydantic import BaseModel, ConfigDict, Field, NonNegativeFloat, PositiveFloat, PositiveInt, model_validator
 
 from ._data import find_entry, read_yaml, validate
 from .arch import ModelSpec, load_model
@@ -21,7 +21,7 @@ from .bandwidth import DEFAULT_LINK_EFFICIENCY
 from .errors import PlanError
 from .hardware import Instance, instance
 from .kvcache import CacheSettings
-from .perf import MeasuredProfile
+from .perf import ENGINE_RESERVE_GIB_PER_GPU, MeasuredProfile
 from .units import MIB_BYTES
 
 
@@ -103,11 +103,13 @@ class SloSpec(_Strict):
 
 
 class DecodeSpec(_Strict):
-    """Optional measured decode constants that override the performance model (Eq. 5)."""
+    """Optional measured decode constants that override the performance model (Eq. 5), and the
+    engine's memory reserve per GPU that the modelled batch must leave free."""
 
     batch_max: PositiveInt | None = None
     step_s: PositiveFloat | None = None
     source: str | None = None
+    reserve_gib_per_gpu: NonNegativeFloat = ENGINE_RESERVE_GIB_PER_GPU
 
 
 class CacheSpec(_Strict):

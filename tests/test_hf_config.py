@@ -16,6 +16,7 @@ from prfaas_plan.arch import load_model
 from prfaas_plan.errors import PlanError
 from prfaas_plan.hf_config import SUPPORTED_MODEL_TYPES, count_params, load_hf_config
 from prfaas_plan.kvcache import CacheSettings
+from prfaas_plan.perf import layer_costs
 
 HF_DIR = Path(__file__).parent / "fixtures" / "hf"
 
@@ -87,6 +88,22 @@ def test_weight_dtype_from_quantization_config():
     assert load_hf_config(HF_DIR / "deepseek-v3.json").weight_dtype == "fp8"
     assert load_hf_config(HF_DIR / "minimax-m2.7.json").weight_dtype == "fp8"
     assert load_hf_config(HF_DIR / "kimi-linear-48b-a3b.json").weight_dtype == "bf16"
+
+
+def test_int4_qat_layout_from_quantization_config(tmp_path):
+    # Kimi-K2's config with Kimi-K2-Thinking's quantization_config (compressed-tensors, int4 groups
+    # of 32, attention / shared experts / dense MLP / lm_head left in bf16): 594 GB, as published
+    raw = json.loads((HF_DIR / "kimi-k2.json").read_text())
+    raw["quantization_config"] = {
+        "quant_method": "compressed-tensors", "format": "pack-quantized",
+        "config_groups": {"group_0": {"targets": ["Linear"], "weights": {
+            "num_bits": 4, "type": "int", "symmetric": True, "strategy": "group", "group_size": 32}}},
+        "ignore": ["lm_head", "re:.*self_attn.*", "re:.*shared_experts.*", "re:.*mlp\\.(gate|up|gate_up|down)_proj.*"],
+    }
+    (tmp_path / "config.json").write_text(json.dumps(raw))
+    m = load_hf_config(tmp_path / "config.json")
+    assert (m.weight_dtype, m.dense_weight_dtype, m.weight_group_size) == ("int4", "bf16", 32)
+    assert layer_costs(m).weight_bytes / 1e9 == pytest.approx(594, rel=0.005)
 
 
 def test_kimi_linear_one_based_full_attn_layers():

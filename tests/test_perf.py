@@ -7,8 +7,9 @@ import pytest
 
 import prfaas_plan as pp
 from prfaas_plan.bandwidth import cluster_egress_gbps, max_prefill_gpus, pd_balance
+from prfaas_plan.kvcache import per_gpu_kv_bytes
 from prfaas_plan.perf import (MeasuredProfile, analytic_prefill, decode_capacity, decode_step_s,
-                              expected_experts_touched)
+                              expected_experts_touched, layer_costs)
 
 # PrfaaS paper Table 3: Phi_kv at 32K tokens on 8xH200, Gbps
 PAPER_PHI_32K_GBPS = {"minimax-m2.5": 59.93, "qwen3-235b-a22b": 33.35, "qwen3.5-397b-a17b": 8.25,
@@ -86,6 +87,34 @@ def test_decode_capacity_meets_slo_and_is_maximal():
     if cap.binding == "tpot":
         assert decode_step_s(m, h20, cap.batch_max + 1, 28000) > 0.025
     assert decode_capacity(m, h20, 100000, 0.025).batch_max <= cap.batch_max
+
+
+def test_int4_qat_layout_gives_kimi_k2_thinkings_checkpoint_size():
+    # Kimi-K2-Thinking: routed experts int4 with a bf16 scale per 32 weights, the rest bf16
+    # (its quantization_config); its published checkpoint is 594 GB
+    k2 = pp.load_model("kimi-k2")
+    thinking = k2.model_copy(update={"weight_dtype": "int4", "dense_weight_dtype": "bf16", "weight_group_size": 32})
+    assert layer_costs(thinking).weight_bytes / 1e9 == pytest.approx(594, rel=0.005)
+
+
+def test_every_tp_rank_holds_the_whole_mla_latent_as_vllm_reports():
+    # vLLM, Kimi-K2-Thinking on 8xH200 TP8: "Available KV cache memory: 46.80 GiB" per GPU and
+    # "GPU KV cache size: 715,072 tokens" for the instance: each rank holds all tokens' latents
+    held = per_gpu_kv_bytes(pp.load_model("kimi-k2"), 715_072, 8)
+    assert held / 2**30 == pytest.approx(46.80, abs=0.005)
+
+
+def test_decode_batch_fills_what_weights_and_engine_reserve_leave():
+    # kimi-linear-1t on 8xH20 at the case study's decode context (27,600 + 512 tokens), by hand:
+    # per GPU 0.9 x 96 GiB, minus 600.28 GB / 8 of weights, minus 10.9 GiB of engine reserve;
+    # per request per GPU 15 MLA layers x 1,152 B x 28,112 tokens (the latent, replicated) plus
+    # 8 of the 60 KDA heads' states (45 layers x 60 heads x 67,840 B x 8 / 60)
+    m, h20 = pp.load_model("kimi-linear-1t"), pp.instance("h20", 8)
+    free = 0.9 * 96 * 2**30 - 600.276e9 / 8 - 10.9 * 2**30
+    per_req = 15 * 1152 * 28112 + 45 * 60 * 67840 * 8 / 60
+    cap = decode_capacity(m, h20, 28112, 0.025)
+    assert cap.memory_batch_max == int(free // per_req) == 11
+    assert cap.binding == "memory" and cap.batch_max == 11
 
 
 def test_pd_balance_is_rate_ratio():

@@ -284,6 +284,7 @@ def scale_model(model: ModelSpec, spec: ScaleSpec, weight_dtype: str = "fp32") -
         "id": f"{model.id}-scaled", "name": f"{model.name} (scaled down for benchmarking)",
         "hidden_size": spec.hidden_size, "vocab_size": spec.vocab_size, "attention": attention,
         "layers": pattern, "ffn": ffn, "weight_dtype": weight_dtype, "activation_dtype": weight_dtype,
+        "dense_weight_dtype": None, "weight_group_size": None,  # the torch draft is one dtype throughout
         "total_params": 1.0, "active_params": 1.0,
         "notes": f"scaled from {model.id}: hidden {model.hidden_size}->{spec.hidden_size}, "
                  f"layers {model.layers.count}->{spec.layers}, dims x{spec.dim_scale}",

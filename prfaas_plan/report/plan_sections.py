@@ -50,7 +50,8 @@ def _inputs_blocks(sc, res, alt) -> list:
                         + (f"{spec.slo.ttft_quantile:.0%} TTFT ≤ {spec.slo.ttft_s:g} s" if spec.slo.ttft_s
                            else f"TTFT reported at P{round(spec.slo.ttft_quantile * 100)}, no bound")),
         ("decode", "Decode capacity (Eq. 5)", f"BS_max = {inp.decode_batch_max}, T_decode = {inp.decode_step_s * 1e3:.2f} ms, "
-                                              f"{inp.decode_rps_per_instance:.3f} requests/s per instance"),
+                                              f"{inp.decode_rps_per_instance:.3f} requests/s per instance; "
+                                              f"{inp.decode_source}"),
         ("load", "Load for TTFT", f"{spec.load:.0%} of Λmax"),
     ]
     inputs_tbl = Table("inputs", pd.DataFrame([{"key": k, "item": a, "value": v} for k, a, v in rows]),
@@ -142,7 +143,7 @@ Eq. 2  B_out ≈ (N_gpus / gpus_per_instance) · Φ_kv(L_avg)                  c
        p = P(L > t),  l_long = E[L | L > t],  l_short = E[L | L ≤ t],  L_out = mean output tokens
 Eq. 3  Θ_prfaas = min( N_prfaas / T_prefill,H200(l_long),  B_out / S_kv(l_long) )
 Eq. 4  Θ_pdp    = N_p / T_prefill,H20(l_short)
-Eq. 5  Θ_pdd    = N_d · BS_max / (T_decode · L_out)          BS_max, T_decode: largest batch meeting the TPOT SLO
+Eq. 5  Θ_pdd    = N_d · BS_max / (T_decode · L_out)          BS_max, T_decode: largest batch meeting the TPOT SLO that fits memory
 Eq. 6  Λ_max    = min( Θ_prfaas / p,  Θ_pdp / (1 − p),  Θ_pdd )"""
     blocks = [
         f"<h3>Cache bytes of one request, S_kv(l), for {_e(m.name)}</h3>"
