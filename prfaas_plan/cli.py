@@ -44,8 +44,9 @@ def _dirs(paths: Optional[list[Path]]) -> tuple[Path, ...]:
     return tuple(paths or ())
 
 
-def emit(df, fmt: Format, title: str = "", floats: str = "{:,.3f}") -> None:
-    """Print a DataFrame as a rich table, JSON records or CSV."""
+def emit(df, fmt: Format, title: str = "", floats: str = "{:,.3f}", col_floats: dict[str, str] | None = None) -> None:
+    """Print a DataFrame as a rich table, JSON records or CSV (``col_floats``: a float format per
+    column of the table, e.g. whole tokens)."""
     if fmt is Format.json:
         typer.echo(df.to_json(orient="records", indent=2))
         return
@@ -58,13 +59,14 @@ def emit(df, fmt: Format, title: str = "", floats: str = "{:,.3f}") -> None:
     table = Table(title=title or None, header_style="bold", title_justify="left")
     for col in df.columns:
         table.add_column(str(col), justify="right" if df[col].dtype.kind in "iuf" else "left")
+    col_fmts = [(col_floats or {}).get(str(c), floats) for c in df.columns]
     for row in df.itertuples(index=False):
         cells = []
-        for v in row:
+        for v, ffmt in zip(row, col_fmts):
             if isinstance(v, float) and v != v:
                 cells.append("-")  # NaN: not applicable
             elif isinstance(v, float):
-                cells.append(floats.format(v) if abs(v) < 1e15 else f"{v:.3g}")
+                cells.append(ffmt.format(v) if abs(v) < 1e15 else f"{v:.3g}")
             elif isinstance(v, int) and not isinstance(v, bool):
                 cells.append(f"{v:,}")
             else:
@@ -351,7 +353,7 @@ def plan(
             f"p{q}_ttft_s_common_rate": f"P{q} TTFT s", "binding": "binding"}
     emit(df[[c for c in cols if c in df.columns]].rename(columns=cols), fmt,
          f"Plans (P{q} TTFT at a common rate of {res.ttft[res.ttft.basis == 'common rate'].rate_rps.iloc[0]:.2f} req/s)",
-         floats="{:,.3f}")
+         floats="{:,.3f}", col_floats={"t tokens": "{:,.0f}"})
 
 
 class SweepExecutor(str, Enum):
