@@ -9,7 +9,8 @@ A per-layer roofline (DESIGN section 4), in the spirit of LLM-Viewer's tables:
   for full/MLA layers, ``l * W`` pairs for sliding windows), and the chunked linear-attention
   term (``~4 * d_k * d_v`` per token and head plus the intra-chunk part), each over the
   instance's dense bf16 peak times a named efficiency (:class:`prfaas_plan.hardware.Efficiency`);
-* **memory**: weights (and, in decode, every request's KV cache and state) over HBM bandwidth;
+* **memory**: weights (and, in decode, what each tensor-parallel rank holds of every request's
+  KV cache and state) over HBM bandwidth; decode batches must also fit each GPU's memory;
 * **communication**: tensor-parallel all-reduces after attention and dense FFNs, expert-parallel
   all-to-all for MoE layers, over the scale-up bandwidth (not overlapped: a conservative choice);
 * a fixed overhead per prefill request and per decode step.
