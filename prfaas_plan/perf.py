@@ -339,6 +339,14 @@ class DecodeCapacity:
     step_s: float
     binding: str  # "tpot" or "memory"
     memory_batch_max: int
+    cache_bytes_per_gpu: float  # left for caches on each GPU after weights and the engine's reserve
+    request_bytes_per_gpu: float  # one request's cache on each GPU
+
+    @property
+    def memory_note(self) -> str:
+        """The memory arithmetic in words, e.g. for a report."""
+        return (f"{self.cache_bytes_per_gpu / GIB_BYTES:.1f} GiB per GPU for caches, "
+                f"{self.request_bytes_per_gpu / GIB_BYTES:.2f} GiB per request per GPU")
 
     def requests_per_s(self, output_tokens: float) -> float:
         """Eq. 5 for one instance: ``BS_max / (T_decode * L_out)`` requests per second."""
@@ -378,4 +386,4 @@ def decode_capacity(model: ModelSpec, inst: Instance, context_tokens: float, tpo
             hi = mid - 1
     step = decode_step_s(model, inst, lo, context_tokens, settings, c)
     binding = "memory" if lo == mem_max else "tpot"
-    return DecodeCapacity(lo, step, binding, mem_max)
+    return DecodeCapacity(lo, step, binding, mem_max, usable - weights, per_req)

@@ -94,7 +94,8 @@ def plan_inputs(sc: Scenario) -> PlanInputs:
         bs, step, src = d.batch_max, d.step_s, d.source or "scenario"
     else:
         cap = decode_capacity(model, sc.local_instance, ctx, sc.spec.slo.tpot_s, cache, d.reserve_gib_per_gpu)
-        bs, step, src = d.batch_max or cap.batch_max, d.step_s or cap.step_s, f"performance model ({cap.binding}-bound)"
+        bs, step, src = (d.batch_max or cap.batch_max, d.step_s or cap.step_s,
+                         f"performance model ({cap.binding}-bound; {cap.memory_note})")
     if sc.spec.local.instances == 0 and sc.baseline_instances == 0:
         raise PlanError("local.gpus: the local PD pool has no GPUs, so nothing can decode; add local GPUs")
     return PlanInputs(
@@ -171,8 +172,9 @@ def _price(inp: PlanInputs, prfaas_inst: int, local_inst: int) -> float:
 
 
 def _binding(stage_rps: dict[str, float], lam: float, link_rps: float | None = None) -> str:
-    names = {"prfaas": "PrfaaS prefill (H200 compute)", "pd_p": "local prefill (PD-P)",
-             "pd_d": "decode (PD-D, TPOT SLO)", "link": "inter-DC link bandwidth"}
+    # which of decode's two limits (TPOT SLO, memory) sets BS_max is PlanInputs.decode_source
+    names = {"prfaas": "PrfaaS prefill (compute)", "pd_p": "local prefill (PD-P)",
+             "pd_d": "decode (PD-D)", "link": "inter-DC link bandwidth"}
     candidates = dict(stage_rps)
     if link_rps is not None:
         candidates["link"] = link_rps

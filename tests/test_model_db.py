@@ -13,7 +13,8 @@ from prfaas_plan.hf_config import count_params
 MODEL_DB = Path(__file__).parent.parent / "model_db"
 EXPECTED_IDS = {
     "minimax-m2.5", "mimo-v2-flash", "qwen3.5-397b-a17b", "qwen3-235b-a22b", "qwen3-next-80b-a3b",
-    "ring-2.5-1t", "kimi-linear-48b-a3b", "kimi-linear-1t", "deepseek-v3", "kimi-k2", "llama-3.1-70b",
+    "ring-2.5-1t", "kimi-linear-48b-a3b", "kimi-linear-1t", "deepseek-v3", "kimi-k2", "kimi-k2-thinking",
+    "llama-3.1-70b",
 }
 
 

@@ -92,15 +92,13 @@ def test_decode_capacity_meets_slo_and_is_maximal():
 def test_int4_qat_layout_gives_kimi_k2_thinkings_checkpoint_size():
     # Kimi-K2-Thinking: routed experts int4 with a bf16 scale per 32 weights, the rest bf16
     # (its quantization_config); its published checkpoint is 594 GB
-    k2 = pp.load_model("kimi-k2")
-    thinking = k2.model_copy(update={"weight_dtype": "int4", "dense_weight_dtype": "bf16", "weight_group_size": 32})
-    assert layer_costs(thinking).weight_bytes / 1e9 == pytest.approx(594, rel=0.005)
+    assert layer_costs(pp.load_model("kimi-k2-thinking")).weight_bytes / 1e9 == pytest.approx(594, rel=0.005)
 
 
 def test_every_tp_rank_holds_the_whole_mla_latent_as_vllm_reports():
     # vLLM, Kimi-K2-Thinking on 8xH200 TP8: "Available KV cache memory: 46.80 GiB" per GPU and
     # "GPU KV cache size: 715,072 tokens" for the instance: each rank holds all tokens' latents
-    held = per_gpu_kv_bytes(pp.load_model("kimi-k2"), 715_072, 8)
+    held = per_gpu_kv_bytes(pp.load_model("kimi-k2-thinking"), 715_072, 8)
     assert held / 2**30 == pytest.approx(46.80, abs=0.005)
 
 
