@@ -104,7 +104,7 @@ class LayerCosts:
 def weight_bytes_per_param(model: ModelSpec) -> float:
     """Bytes per routed-expert weight (every weight of a dense model), group scales included:
     int4 with one bf16 scale per 32 weights is 0.5 + 2 / 32 = 0.5625 B."""
-    scale = 2 / model.weight_group_size if model.weight_group_size else 0.0
+    scale = DTYPE_BYTES["bf16"] / model.weight_group_size if model.weight_group_size else 0.0
     return DTYPE_BYTES[model.weight_dtype] + scale
 
 

@@ -656,12 +656,7 @@ class _Engine:
                     hit = hr
                     l = l_in - hit
                     svc = t_rem[l] if by_tokens else t_rem[rid]
-                    free = heapq.heappop(remote_srv)
-                    start = free if free > now else now
-                    done = start + svc
-                    heapq.heappush(remote_srv, done)
-                    if start > now:
-                        heapq.heappush(remote_waiting, start)
+                    start, done = _admit(remote_srv, remote_waiting, now, svc)
                     path[rid] = 1
                     job_bits[rid] = bits[l] if by_tokens else bits[rid]
                     push(heap, (start + svc / n_layers, _EV_JOIN, rid))
@@ -672,12 +667,7 @@ class _Engine:
                     hit = hl
                     l = l_in - hit
                     svc = t_loc[l] if by_tokens else t_loc[rid]
-                    free = heapq.heappop(local_srv)
-                    start = free if free > now else now
-                    done = start + svc
-                    heapq.heappush(local_srv, done)
-                    if start > now:
-                        heapq.heappush(local_waiting, start)
+                    start, done = _admit(local_srv, local_waiting, now, svc)
                     push(heap, (done, _EV_LOCAL_END, rid))
                     self.work_local_s += svc
                 hit_arr[rid] = hit
@@ -820,6 +810,19 @@ class _Engine:
                                   s.link_bits_per_s)
             if t is not None:
                 self.routing = _Routing.threshold(t)
+
+
+def _admit(servers: list[float], waiting: list[float], now: float, service_s: float) -> tuple[float, float]:
+    """FCFS on a pool of servers (a heap of the times each becomes free): the request starts
+    when the earliest-free server is free, or now; a start in the future is recorded as waiting.
+    Returns (start_s, done_s)."""
+    free = heapq.heappop(servers)
+    start = free if free > now else now
+    done = start + service_s
+    heapq.heappush(servers, done)
+    if start > now:
+        heapq.heappush(waiting, start)
+    return start, done
 
 
 def _drain_count(heap: list[float], now: float) -> int:
