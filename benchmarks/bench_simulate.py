@@ -17,7 +17,7 @@ import time
 from pathlib import Path
 
 import prfaas_plan as pp
-from prfaas_plan.simulate import simulate
+from prfaas_plan.sim import simulate
 
 TRACE = Path(__file__).resolve().parents[1].parent / "shared" / "traces" / "mooncake_conversation.jsonl"
 

@@ -22,7 +22,7 @@ from pathlib import Path
 
 import numpy as np
 
-from prfaas_plan.sweep import read_sidecar, sidecar_dir, sweep
+from prfaas_plan.sweeps import read_sidecar, sidecar_dir, sweep
 
 
 def plan_grid(cells: int, n_buckets: int) -> dict:

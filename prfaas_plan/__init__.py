@@ -3,7 +3,7 @@
 The data flow, one module each: ``arch`` / ``hardware`` (model and GPU databases) ->
 ``kvcache`` (cache bytes) -> ``perf`` (prefill and decode latency) -> ``bandwidth`` (Phi_kv,
 egress, ratios) -> ``workload`` (lengths, traces, prefix caches) -> ``scenario`` -> ``planner``
-(paper and exact modes, baselines, cost) and ``queueing`` (TTFT) -> ``simulate`` -> ``report``.
+(paper and exact modes, baselines, cost) and ``queueing`` (TTFT) -> ``sim`` (the simulator) -> ``report``.
 
 Names are imported lazily so that ``import prfaas_plan`` and the CLI start fast.
 """
@@ -46,12 +46,12 @@ _EXPORTS = {
     "Workload": "workload",
     "write_report": "report",
     "write_compare": "report",
-    "sweep": "sweep",
-    "sweep_report": "sweep",
-    "simulate": "simulate",
-    "SimResult": "simulate",
-    "Policy": "simulate",
-    "Bursty": "simulate",
+    "sweep": "sweeps",
+    "sweep_report": "sweeps",
+    "simulate": "sim",
+    "SimResult": "sim",
+    "Policy": "sim",
+    "Bursty": "sim",
 }
 
 

@@ -377,14 +377,14 @@ def sweep(
     fmt: FormatOpt = Format.table,
 ) -> None:
     """Plan (or simulate) every cell of a grid of scenario variants in parallel; resumable; parquet out."""
-    from .sweep import sweep as run_sweep, sweep_report
+    from .sweeps import sweep as run_sweep, sweep_report
 
     if (x or y) and html is None:
         raise PlanError("--x/--y: only with --html FILE")
     if html is not None and not html.resolve().parent.is_dir():
         raise PlanError(f"--html: folder {html.resolve().parent} does not exist")
     if html is not None:  # check the heatmap axes before running anything
-        from .sweep import grid_axes
+        from .sweeps import grid_axes
 
         axes = grid_axes(grid)
         for flag, a in (("--x", x), ("--y", y)):
@@ -520,7 +520,7 @@ def simulate_cmd(
 
     from .planner import plan as run_plan
     from .scenario import load_scenario
-    from .simulate import parse_link_drop, read_link_trace, simulate as run_simulation, write_outputs
+    from .sim import parse_link_drop, read_link_trace, simulate as run_simulation, write_outputs
 
     if link_drop is not None and link_trace is not None:
         raise PlanError("--link-drop/--link-trace: give one of them, not both")

@@ -282,9 +282,9 @@ def test_a_failing_simulator_does_not_cost_the_report(paper, monkeypatch):
     def broken(*a, **k):
         raise IndexError("boom")
 
-    import prfaas_plan.simulate
+    import prfaas_plan.sim
 
-    monkeypatch.setattr(prfaas_plan.simulate, "simulate", broken)
+    monkeypatch.setattr(prfaas_plan.sim, "simulate", broken)
     rep = rpt.build_report(sc, result=res)
     assert "The simulation failed (IndexError: boom)" in rep.to_html()
 

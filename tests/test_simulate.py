@@ -23,7 +23,7 @@ from prfaas_plan.errors import PlanError
 from prfaas_plan.planner import Buckets, ttft_at, unhidden_transfer_s
 from prfaas_plan.queueing import erlang_c
 from prfaas_plan.workload import LRUPrefixCache
-from prfaas_plan.simulate import (
+from prfaas_plan.sim import (
     Bursty,
     Policy,
     SimResult,

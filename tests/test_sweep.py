@@ -1,4 +1,4 @@
-"""Sweeps (prfaas_plan.sweep): grid validation, executors agree, resume, failed cells, report, CLI.
+"""Sweeps (prfaas_plan.sweeps): grid validation, executors agree, resume, failed cells, report, CLI.
 
 The grids are small (exact mode with 16 length buckets: about 0.3 s a cell) so that the file
 runs in well under a minute on two cores.
@@ -19,10 +19,10 @@ import pandas as pd
 import pytest
 import yaml
 
-from prfaas_plan import sweep as sweep_mod
+from prfaas_plan import sweeps as sweep_mod
 from prfaas_plan.cli import main
 from prfaas_plan.errors import PlanError
-from prfaas_plan.sweep import expand_grid, read_results, read_sidecar, sidecar_dir, sweep, sweep_report
+from prfaas_plan.sweeps import expand_grid, read_results, read_sidecar, sidecar_dir, sweep, sweep_report
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -272,6 +272,6 @@ def test_cli_sweep_bad_flags_exit_2(args, needle, tmp_path, capsys):
 
 
 def test_cli_and_sweep_module_do_not_import_dask_at_start_up():
-    code = "import sys, prfaas_plan.cli, prfaas_plan.sweep; print(any(m.split('.')[0] in ('dask', 'distributed') for m in sys.modules))"
+    code = "import sys, prfaas_plan.cli, prfaas_plan.sweeps; print(any(m.split('.')[0] in ('dask', 'distributed') for m in sys.modules))"
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert r.stdout.strip() == "False", r.stderr

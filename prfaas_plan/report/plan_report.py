@@ -38,7 +38,7 @@ def build_report(sc, mode: str = "exact", result=None, simulate: bool | None = N
 
     if mode not in ("exact", "paper"):
         raise PlanError(f"--mode: {mode!r} is not a planner mode; use exact or paper")
-    from ..simulate import simulate as run_simulation
+    from ..sim import simulate as run_simulation
 
     res = result if result is not None else run_plan(sc, mode=mode, load=load)
     sim, sim_note = None, ""

@@ -204,7 +204,7 @@ def _assumption_blocks(sc, res, sim, sim_note: str) -> list:
                                        if res.mode == "paper" else
                                        "bucketed MILP over routing and the P:D split (expectations E[T(L)]).")
         + " Λmax against t and N_p (Figure 5) always uses the paper's equations.",
-        ("Time series and the simulated TTFT come from prfaas_plan.simulate." if sim is not None
+        ("Time series and the simulated TTFT come from prfaas_plan.sim." if sim is not None
          else _e(sim_note) + "."),
     ]
     own = "".join(f"<li>{_e(a)}</li>" for a in spec.assumptions) or "<li>(none stated)</li>"

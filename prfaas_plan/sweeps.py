@@ -376,7 +376,7 @@ def run_cell(cell: Cell) -> dict:
         res = _plan(cell, sc)
         out = plan_outputs(res)
         if cell.run == "simulate":
-            from .simulate import simulate
+            from .sim import simulate
 
             kwargs = {"load": sc.spec.load, "seed": cell.seed}
             if cell.duration_s is not None:
@@ -437,7 +437,7 @@ def _pool_context():
         if threading.active_count() == 1:
             return mp.get_context("fork")
         ctx = mp.get_context("forkserver")
-        ctx.set_forkserver_preload(["prfaas_plan.sweep", "prfaas_plan.planner"])
+        ctx.set_forkserver_preload(["prfaas_plan.sweeps", "prfaas_plan.planner"])
         return ctx
     return mp.get_context()
 
@@ -590,7 +590,7 @@ def _write_parquet(df: pd.DataFrame, out: Path, g: GridSpec, base: Scenario) -> 
 
     table = pa.Table.from_pandas(df, preserve_index=False)
     meta = dict(table.schema.metadata or {})
-    meta[b"prfaas_plan.sweep"] = json.dumps({"grid": g.model_dump(mode="json"), "scenario": base.spec.id,
+    meta[b"prfaas_plan.sweeps"] = json.dumps({"grid": g.model_dump(mode="json"), "scenario": base.spec.id,
                                              "axes": list(g.axes), "version": __version__}).encode()
     sink = pa.BufferOutputStream()
     pq.write_table(table.replace_schema_metadata(meta), sink)
@@ -603,7 +603,7 @@ def read_results(path: str | Path) -> pd.DataFrame:
 
     table = pq.read_table(path)
     df = table.to_pandas()
-    raw = (table.schema.metadata or {}).get(b"prfaas_plan.sweep")
+    raw = (table.schema.metadata or {}).get(b"prfaas_plan.sweeps")
     if raw:
         meta = json.loads(raw)
         df.attrs.update(grid=meta["grid"].get("name") or "grid", scenario=meta.get("scenario"),
