@@ -42,15 +42,17 @@ def sim_grid(cells: int, duration_s: float) -> dict:
             "seeds": seeds, "duration_s": duration_s, "axes": {"link.gbps": links}}
 
 
-def timed(grid: dict, executor: str, workers: int) -> tuple[int, float, int, float]:
-    """(cells, wall seconds, failed cells, summed seconds inside the cells on the workers)."""
+def timed(grid: dict, executor: str, workers: int) -> tuple[int, float, int, float, str | None]:
+    """(cells, wall seconds, failed cells, summed seconds inside the cells on the workers, the
+    first failed cell's error)."""
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp) / "r.parquet"
         t0 = time.perf_counter()
         df = sweep(grid, executor=executor, workers=workers, out=out, progress=False)
         dt = time.perf_counter() - t0
         busy = sum(r.get("elapsed_s") or 0.0 for r in read_sidecar(sidecar_dir(out)).values())
-    return len(df), dt, int(df.attrs["failed"]), busy
+    errors = df["error"].dropna() if "error" in df else []
+    return len(df), dt, int(df.attrs["failed"]), busy, (errors.iloc[0] if len(errors) else None)
 
 
 def main() -> None:
@@ -76,11 +78,13 @@ def main() -> None:
         for ex in executors:
             base = None
             for w in workers:
-                n, dt, failed, busy = timed(grid, ex, w)
+                n, dt, failed, busy, error = timed(grid, ex, w)
                 cps = n / dt
                 base = base or cps
                 print(f"{kind:<10} {ex:<8} {w:>7} {n:>6} {failed:>6} {dt:>8.1f} {cps:>8.2f} {cps / base:>7.2f}x "
                       f"{busy / n:>7.3f} {busy / (w * dt):>5.0%}", flush=True)
+                if failed:  # a failed cell stops early, so it flatters cells/s
+                    print(f"# {failed} cells failed (cells/s overstates), e.g.: {error}")
     print(f"# load average after: {os.getloadavg()[0]:.2f}")
 
 

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import os
 import tempfile
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from importlib import resources
 from pathlib import Path
 from typing import TypeVar
@@ -11,17 +13,47 @@ from typing import TypeVar
 import yaml
 from pydantic import BaseModel, ValidationError
 
-from .errors import PlanError, did_you_mean
+from .errors import PlanError, did_you_mean, shown
 
 T = TypeVar("T", bound=BaseModel)
+
+
+def read_text(path: str | Path) -> str:
+    """The text of a UTF-8 file; a missing, unreadable, binary or folder path is a one-line PlanError."""
+    path = Path(path)
+    try:
+        return path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise PlanError(f"{shown(path)}: file not found") from None
+    except IsADirectoryError:
+        raise PlanError(f"{shown(path)}: is a folder; give a file") from None
+    except UnicodeDecodeError as exc:
+        raise PlanError(f"{shown(path)}: not a text file (byte {exc.start} is not UTF-8); give a YAML, JSON "
+                        "or CSV text file") from None
+    except OSError as exc:  # permission denied, a name too long, an I/O error
+        raise PlanError(f"{shown(path)}: cannot read ({exc.strerror or exc})") from None
+
+
+def is_file(path: str | Path) -> bool:
+    """``Path.is_file``, but False (not OSError) for a path the OS cannot even look up (too long)."""
+    try:
+        return Path(path).is_file()
+    except OSError:
+        return False
+
+
+def is_dir(path: str | Path) -> bool:
+    """``Path.is_dir``, but False (not OSError) for a path the OS cannot even look up (too long)."""
+    try:
+        return Path(path).is_dir()
+    except OSError:
+        return False
 
 
 def read_yaml(path: Path) -> dict:
     """Parse one YAML mapping; a syntax error or a non-mapping is a one-line PlanError."""
     try:
-        data = yaml.safe_load(path.read_text())
-    except FileNotFoundError:
-        raise PlanError(f"{path}: file not found") from None
+        data = yaml.safe_load(read_text(path))
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f" line {mark.line + 1}" if mark is not None else ""
@@ -61,18 +93,20 @@ def builtin_dir(package: str) -> Path:
 def find_entry(ref: str | Path, package: str, what: str, extra_dirs: tuple[Path, ...] = ()) -> Path:
     """Resolve an id (built-in or in ``extra_dirs``) or a path to a YAML file."""
     path = Path(ref)
-    if path.suffix in {".yaml", ".yml", ".json"} or path.is_file():
-        if not path.is_file():
-            raise PlanError(f"{what} file {str(ref)!r} not found")
+    if path.suffix in {".yaml", ".yml", ".json"} or is_file(path):
+        if is_dir(path):
+            raise PlanError(f"{what} file {shown(ref)!r} is a folder; give a YAML file")
+        if not is_file(path):
+            raise PlanError(f"{what} file {shown(ref)!r} not found")
         return path
     dirs = (*extra_dirs, builtin_dir(package))
     for folder in dirs:
         candidate = Path(folder) / f"{ref}.yaml"
-        if candidate.is_file():
+        if is_file(candidate):
             return candidate
     known = sorted({p.stem for folder in dirs for p in Path(folder).glob("*.yaml")})
     raise PlanError(
-        f"unknown {what} {str(ref)!r}{did_you_mean(str(ref), known)}; "
+        f"unknown {what} {shown(ref)!r}{did_you_mean(str(ref), known)}; "
         f"known: {', '.join(known)} (or give a path to a YAML file)"
     )
 
@@ -86,17 +120,59 @@ def list_entries(package: str, extra_dirs: tuple[Path, ...] = ()) -> list[Path]:
     return [seen[key] for key in sorted(seen)]
 
 
-def check_output_path(path: str | Path, flag: str = "-o") -> Path:
-    """Fail early (before any work) when ``path`` cannot be written as a file."""
+def check_output_path(path: str | Path, flag: str = "-o", create_parents: bool = False) -> Path:
+    """Fail early (before any work) when ``path`` cannot be written as a file (with
+    ``create_parents``: once its missing folders are made; nothing is created here)."""
     path = Path(path)
-    if path.is_dir():
+    try:
+        is_dir = path.is_dir()
+    except OSError as exc:  # e.g. a file name longer than the OS allows
+        raise PlanError(f"{flag}: cannot use {shown(path)} ({exc.strerror or exc}); choose another path") from None
+    if is_dir:
         raise PlanError(f"{flag}: {path} is a folder; give a file name")
     parent = path.parent
-    if not parent.is_dir():
+    blocking = next((p for p in (parent, *parent.parents) if is_file(p)), None)
+    if blocking is not None:
+        raise PlanError(f"{flag}: {blocking} is a file, not a folder; choose another path for {path.name}")
+    folder = parent
+    while create_parents and not folder.is_dir() and folder != folder.parent:
+        folder = folder.parent  # the nearest folder that exists; "/" always does
+    if not folder.is_dir():
         raise PlanError(f"{flag}: folder {parent} does not exist; create it or choose another path")
-    if not os.access(parent, os.W_OK | os.X_OK):
-        raise PlanError(f"{flag}: cannot write to folder {parent} (permission denied)")
+    try:  # a real probe: root passes os.access checks, /proc and read-only mounts do not take files
+        tempfile.TemporaryFile(dir=folder).close()
+    except OSError as exc:
+        raise PlanError(f"{flag}: cannot write to folder {folder} ({exc.strerror or exc})") from None
     return path
+
+
+@contextmanager
+def staged_files(folder: str | Path, what: str | None = None) -> Iterator[Callable[[str], Path]]:
+    """Write several files of ``folder`` all or none: ``stage(name)`` gives a temporary path beside
+    ``folder/name`` (``.NAME.XXXX.part``) to write; when the block ends without error every staged
+    file is renamed over its final name in staging order (each rename is atomic, so readers never see
+    a half-written file), else every staged file is removed and nothing else is touched. OS errors
+    become a one-line PlanError naming ``what`` (default: the folder)."""
+    folder = Path(folder)
+    staged: dict[str, Path] = {}
+
+    def stage(name: str) -> Path:
+        fd, tmp = tempfile.mkstemp(prefix=f".{name}.", suffix=".part", dir=folder)
+        os.close(fd)
+        staged[name] = Path(tmp)
+        return staged[name]
+
+    try:
+        yield stage
+        for name, tmp in staged.items():
+            os.chmod(tmp, 0o644)
+            os.replace(tmp, folder / name)
+    except BaseException as exc:
+        for tmp in staged.values():
+            tmp.unlink(missing_ok=True)
+        if isinstance(exc, OSError):
+            raise PlanError(f"{what or folder}: cannot write ({exc.strerror or exc})") from None
+        raise
 
 
 def atomic_write(path: str | Path, data: bytes | str) -> Path:
@@ -104,21 +180,6 @@ def atomic_write(path: str | Path, data: bytes | str) -> Path:
     and failures never see a half-written file. OS errors become a one-line PlanError."""
     path = Path(path)
     payload = data.encode("utf-8") if isinstance(data, str) else data
-    try:
-        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".part", dir=path.parent)
-    except OSError as exc:
-        raise PlanError(f"{path}: cannot write ({exc.strerror or exc})") from None
-    try:
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(payload)
-        os.chmod(tmp, 0o644)
-        os.replace(tmp, path)
-    except BaseException as exc:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        if isinstance(exc, OSError):
-            raise PlanError(f"{path}: cannot write ({exc.strerror or exc})") from None
-        raise
+    with staged_files(path.parent, what=str(path)) as stage:
+        stage(path.name).write_bytes(payload)
     return path

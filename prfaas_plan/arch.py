@@ -87,10 +87,14 @@ class GDN(_Frozen):
     ssm_dtype: StateDtype | None = None
 
     @property
+    def conv_channels(self) -> int:
+        """Channels of the short convolution over q, k and v (count)."""
+        return 2 * self.num_qk_heads * self.head_dim_k + self.num_v_heads * self.head_dim_v
+
+    @property
     def conv_elements(self) -> int:
-        return (self.conv_kernel - 1) * (
-            2 * self.num_qk_heads * self.head_dim_k + self.num_v_heads * self.head_dim_v
-        )
+        """Conv state elements as vLLM and SGLang keep it: the last ``conv_kernel - 1`` inputs."""
+        return (self.conv_kernel - 1) * self.conv_channels
 
     @property
     def recurrent_elements(self) -> int:
@@ -108,10 +112,16 @@ class KDA(_Frozen):
     conv_kernel: PositiveInt
 
     @property
-    def conv_elements(self) -> int:
+    def conv_channels(self) -> int:
+        """Channels of the q, k and v short convolutions together (count)."""
         n_k = self.num_k_heads or self.num_heads
         d_k = self.head_dim_k or self.head_dim
-        return (self.conv_kernel - 1) * (self.num_heads * self.head_dim + 2 * n_k * d_k)
+        return self.num_heads * self.head_dim + 2 * n_k * d_k
+
+    @property
+    def conv_elements(self) -> int:
+        """Conv state elements as vLLM and SGLang keep it: the last ``conv_kernel - 1`` inputs."""
+        return (self.conv_kernel - 1) * self.conv_channels
 
     @property
     def recurrent_elements(self) -> int:
@@ -126,6 +136,7 @@ class Lightning(_Frozen):
     head_dim: PositiveInt
 
     conv_elements: ClassVar[int] = 0  # no short convolution in Lightning layers
+    conv_channels: ClassVar[int] = 0
 
     @property
     def recurrent_elements(self) -> int:
@@ -171,6 +182,24 @@ class FFN(_Frozen):
         return self
 
 
+class ContextExtension(_Frozen):
+    """How ``max_context_tokens`` reaches past the pre-trained context: RoPE scaling (YaRN)
+    by ``factor`` over ``original_tokens``, as a config's ``rope_scaling`` states it."""
+
+    method: Literal["yarn"]
+    factor: float = Field(gt=1)
+    original_tokens: PositiveInt
+
+    @property
+    def extended_tokens(self) -> int:
+        """Context the scaling reaches, ``factor * original_tokens`` (tokens)."""
+        return int(self.factor * self.original_tokens)
+
+    def describe(self) -> str:
+        """``"YaRN x4 over 32,768 tokens"``."""
+        return f"{'YaRN' if self.method == 'yarn' else self.method} x{self.factor:g} over {self.original_tokens:,} tokens"
+
+
 class Source(_Frozen):
     """Where values come from: a URL and the top-level fields it covers."""
 
@@ -194,7 +223,10 @@ class ModelSpec(_Frozen):
     weight_group_size: PositiveInt | None = Field(
         default=None, description="weights per bf16 scale when weight_dtype is group-quantised (int4 g32: +0.5 bit)")
     activation_dtype: Dtype = "bf16"
-    max_context_tokens: PositiveInt
+    max_context_tokens: PositiveInt = Field(description="longest usable context (tokens), RoPE-scaled when "
+                                            "context_extension is set")
+    context_extension: ContextExtension | None = Field(
+        default=None, description="RoPE scaling (YaRN) that max_context_tokens relies on beyond the pre-trained context")
     hidden_size: PositiveInt
     vocab_size: PositiveInt
     attention: dict[str, Attention]
@@ -218,9 +250,13 @@ class ModelSpec(_Frozen):
                 seen.add(i)
         if self.active_params > self.total_params:
             raise ValueError("active_params exceeds total_params")
+        ext = self.context_extension
+        if ext and not ext.original_tokens < self.max_context_tokens <= ext.extended_tokens:
+            raise ValueError(f"max_context_tokens {self.max_context_tokens:,} must lie above context_extension's "
+                             f"original_tokens and within its {ext.extended_tokens:,} tokens ({ext.describe()})")
         covered = {field for src in self.sources for field in src.covers}
         needed = {"total_params", "active_params", "layers", "attention", "ffn", "hidden_size",
-                  "vocab_size", "max_context_tokens", "weight_dtype"}
+                  "vocab_size", "max_context_tokens", "weight_dtype"} | ({"context_extension"} if ext else set())
         missing = sorted(needed - covered)
         if missing:
             raise ValueError(f"no source covers {', '.join(missing)}; add a sources entry with its URL")
@@ -236,10 +272,34 @@ class ModelSpec(_Frozen):
                 kinds[i] = name
         return tuple(kinds)
 
+    def context_note(self, tokens: int) -> str | None:
+        """What a context of ``tokens`` tokens relies on beyond the pre-trained context
+        (``"YaRN x4 over 32,768 tokens"``), or None when it needs no RoPE scaling."""
+        ext = self.context_extension
+        return ext.describe() if ext and tokens > ext.original_tokens else None
+
     def layer_counts(self) -> dict[str, int]:
         """How many layers use each named attention config."""
         kinds = self.layer_kinds
         return {name: kinds.count(name) for name in self.attention}
+
+    def _display_rows(self) -> list[tuple[str, object, str]]:
+        mix = ", ".join(f"{self.attention[k].kind} {n}" for k, n in self.layer_counts().items() if n)
+        return [("layers", f"{self.layers.count} ({mix})", ""), ("total parameters", self.total_params / 1e9, "B"),
+                ("active parameters", self.active_params / 1e9, "B"), ("weights", self.weight_dtype, "dtype"),
+                ("KV cache per token", self.kv_bytes_per_token(), "bytes (bf16, vLLM)"),
+                ("fixed state per request", self.fixed_state_bytes(), "bytes"),
+                ("max context", self.max_context_tokens,
+                 f"tokens ({self.context_extension.describe()})" if self.context_extension else "tokens")]
+
+    def __repr__(self) -> str:
+        return (f"ModelSpec({self.id!r}: {self.layers.count} layers, {self.total_params / 1e9:,.1f} B params, "
+                f"{self.kv_bytes_per_token():,} B/token + {self.fixed_state_bytes():,} B/request)")
+
+    def _repr_html_(self) -> str:
+        from .display import html_table
+
+        return html_table(f"{self.name} ({self.id})", self._display_rows())
 
     def is_moe_layer(self, index: int) -> bool:
         return self.ffn.num_experts > 0 and index >= self.ffn.first_dense_layers

@@ -7,6 +7,7 @@ with exit code 2 (no traceback). Heavy modules are imported inside the commands 
 
 from __future__ import annotations
 
+import re
 import sys
 from enum import Enum
 from pathlib import Path
@@ -14,7 +15,7 @@ from typing import Annotated, Optional
 
 import typer
 
-from .errors import PlanError
+from .errors import PlanError, shown
 
 app = typer.Typer(
     add_completion=False,
@@ -38,41 +39,127 @@ ContextOpt = Annotated[str, typer.Option("--context", "-c", help="comma-separate
 
 
 def _dirs(paths: Optional[list[Path]]) -> tuple[Path, ...]:
+    from ._data import is_dir
+
     for p in paths or []:
-        if not p.is_dir():
-            raise PlanError(f"--model-db/--hardware-db: {p} is not a folder")
+        if not is_dir(p):
+            raise PlanError(f"--model-db/--hardware-db: {shown(p)} is not a folder")
     return tuple(paths or ())
+
+
+def _check_count(value: int, flag: str, most: int, what: str) -> int:
+    """A count option within 1..``most`` (``what`` it counts, for the message)."""
+    if not 1 <= value <= most:
+        raise PlanError(f"{flag}: {value:,} {what} is out of range; give 1 to {most:,}")
+    return value
+
+
+def _check_positive(value: float, flag: str, unit: str) -> float:
+    """A float option that must be positive and finite (``unit`` for the message)."""
+    if not 0 < value < float("inf"):  # rejects NaN too
+        raise PlanError(f"{flag}: {value!r} is not a positive, finite number of {unit}")
+    return value
+
+
+HEADERS: dict[str, str] = {
+    "lambda_max_rps": "Lambda_max (req/s)", "threshold_tokens": "t (tokens)", "n_prfaas": "PrfaaS",
+    "n_pd_p": "PD-P", "n_pd_d": "PD-D", "usd_per_million_tokens": "cost ($/M tokens)",
+    "ttft_p90_s": "P90 TTFT (s)", "vs_homogeneous_pd": "vs homogeneous PD (x)", "decode_bs_max": "decode BS_max",
+    "kv_bytes_measured": "KV measured (B)", "kv_bytes_model": "KV model (B)", "kv_match": "KV match",
+}
+"""Human table headers for machine column names (JSON and CSV keep the machine names)."""
+_UNIT_SUFFIXES = {"s": "s", "ms": "ms", "pct": "%", "gbps": "Gbps", "rps": "req/s", "mib": "MiB", "gib": "GiB",
+                  "bytes": "B", "tokens": "tokens", "usd": "$", "w": "W"}
+TABLE_BORDER_CELLS = 3  # a column's padding (1 + 1) and the rule after it in rich's default box
+
+
+def table_header(column: str) -> str:
+    """The human header of a column: ``HEADERS``, else ``prefill_s`` -> ``prefill (s)``; names
+    that are already human (no underscore) are kept."""
+    if column in HEADERS:
+        return HEADERS[column]
+    if not re.fullmatch(r"[a-z0-9_]+", column):
+        return column
+    words = column.split("_")
+    if len(words) > 1 and words[-1] in _UNIT_SUFFIXES:
+        return f"{' '.join(words[:-1])} ({_UNIT_SUFFIXES[words[-1]]})"
+    return " ".join(words)
+
+
+def _cell(v, ffmt: str) -> str:
+    if isinstance(v, float) and v != v:
+        return "-"  # NaN: not applicable
+    if isinstance(v, float):
+        return ffmt.format(v) if abs(v) < 1e15 else f"{v:.3g}"
+    if isinstance(v, int) and not isinstance(v, bool):
+        return f"{v:,}"
+    return str(v)
+
+
+def _column_blocks(widths: list[int], room: int) -> list[list[int]]:
+    """Split columns (their narrowest widths, in cells) into blocks that each fit ``room`` cells;
+    every block repeats column 0, the row's name (as pandas wraps a wide frame)."""
+    blocks, block, used = [], [0], 1 + widths[0] + TABLE_BORDER_CELLS
+    for i, w in enumerate(widths[1:], start=1):
+        if used + w + TABLE_BORDER_CELLS > room and len(block) > 1:
+            blocks.append(block)
+            block, used = [0], 1 + widths[0] + TABLE_BORDER_CELLS
+        block.append(i)
+        used += w + TABLE_BORDER_CELLS
+    return [*blocks, block]
+
+
+def _fit_widths(narrowest: list[int], wanted: list[list[int]], room: int) -> list[int]:
+    """Column widths that fill at most ``room`` cells: each column its narrowest width, then, for
+    each tier of ``wanted`` widths in turn (values unwrapped, then headers unwrapped), the columns
+    that need least first grow while room is left; a column too wide on its own shrinks (folds)."""
+    widths = list(narrowest)
+    spare = room - 1 - sum(w + TABLE_BORDER_CELLS for w in widths)
+    if spare < 0:
+        i = widths.index(max(widths))
+        widths[i] = max(1, widths[i] + spare)
+    for target in wanted:
+        for i in sorted(range(len(widths)), key=lambda i: target[i] - widths[i]):
+            grow = max(0, min(target[i] - widths[i], spare))
+            widths[i] += grow
+            spare -= grow
+    return widths
 
 
 def emit(df, fmt: Format, title: str = "", floats: str = "{:,.3f}", col_floats: dict[str, str] | None = None) -> None:
     """Print a DataFrame as a rich table, JSON records or CSV (``col_floats``: a float format per
-    column of the table, e.g. whole tokens)."""
+    column of the table, e.g. whole tokens). The table fits the terminal: headers wrap at spaces,
+    values are never cut, and columns that do not fit go to a further block."""
     if fmt is Format.json:
         typer.echo(df.to_json(orient="records", indent=2))
         return
     if fmt is Format.csv:
         typer.echo(df.to_csv(index=False), nl=False)
         return
+    from rich.cells import cell_len
     from rich.console import Console
     from rich.table import Table
 
-    table = Table(title=title or None, header_style="bold", title_justify="left")
-    for col in df.columns:
-        table.add_column(str(col), justify="right" if df[col].dtype.kind in "iuf" else "left")
+    console = Console()
+    headers = [table_header(str(c)) for c in df.columns]
     col_fmts = [(col_floats or {}).get(str(c), floats) for c in df.columns]
-    for row in df.itertuples(index=False):
-        cells = []
-        for v, ffmt in zip(row, col_fmts):
-            if isinstance(v, float) and v != v:
-                cells.append("-")  # NaN: not applicable
-            elif isinstance(v, float):
-                cells.append(ffmt.format(v) if abs(v) < 1e15 else f"{v:.3g}")
-            elif isinstance(v, int) and not isinstance(v, bool):
-                cells.append(f"{v:,}")
-            else:
-                cells.append(str(v))
-        table.add_row(*cells)
-    Console(width=max(140, Console().width)).print(table)
+    rows = [[_cell(v, ffmt) for v, ffmt in zip(row, col_fmts)] for row in df.itertuples(index=False)]
+    texts = [(h, *(r[i] for r in rows)) for i, h in enumerate(headers)]
+    narrowest = [max(cell_len(word) for text in column for word in text.split() or [""]) for column in texts]
+    values = [max([cell_len(text) for text in column[1:]] or [0]) for column in texts]
+    if texts:  # the row names (column 0, repeated in every block) stay on one line
+        narrowest[0] = max(narrowest[0], min(values[0], console.width // 3))
+    whole = [max(v, cell_len(h)) for v, h in zip(values, headers)]
+    for n, block in enumerate(_column_blocks(narrowest, console.width) if headers else [[]]):
+        widths = _fit_widths([narrowest[i] for i in block], [[max(values[i], narrowest[i]) for i in block],
+                                                             [whole[i] for i in block]], console.width)
+        table = Table(title=(title if n == 0 else "(continued)") or None, header_style="bold", title_justify="left")
+        for i, w in zip(block, widths):
+            table.add_column(headers[i], justify="right" if df.dtypes.iloc[i].kind in "iuf" else "left",
+                             width=w, overflow="fold")
+        for r in rows:
+            table.add_row(*(r[i] for i in block))
+        console.print(table)
 
 
 @app.command()
@@ -86,9 +173,9 @@ def models(fmt: FormatOpt = Format.table, model_db: ModelDbOpt = None) -> None:
 
         df = df[["id", "layer_mix", "total_params_b", "active_params_b", "max_context_tokens",
                  "kv_bytes_per_token", "fixed_state_bytes"]].assign(fixed_state_bytes=df.fixed_state_bytes / MIB_BYTES)
-        df = df.rename(columns={"layer_mix": "layers", "total_params_b": "total B params",
-                                "active_params_b": "active B params", "max_context_tokens": "max context tokens",
-                                "kv_bytes_per_token": "KV B/token", "fixed_state_bytes": "fixed state MiB"})
+        df = df.rename(columns={"layer_mix": "layers", "total_params_b": "params (bn)",
+                                "active_params_b": "active params (bn)", "max_context_tokens": "max context (tokens)",
+                                "kv_bytes_per_token": "KV (B/token)", "fixed_state_bytes": "fixed state (MiB)"})
     emit(df, fmt, "Models (cache bytes: bf16 KV, vLLM state dtypes; MiB = 2^20 B)", floats="{:,.1f}")
 
 
@@ -100,9 +187,9 @@ def hardware(fmt: FormatOpt = Format.table, hardware_db: HardwareDbOpt = None) -
     df = list_hardware(_dirs(hardware_db))
     if fmt is Format.table:
         df = df.drop(columns=["name", "efficiency_provenance"]).rename(columns={
-            "bf16_dense_tflops": "BF16 TFLOP/s", "fp8_dense_tflops": "FP8 TFLOP/s", "memory_gib": "HBM GiB",
-            "memory_tb_per_s": "HBM TB/s", "scaleup_gb_per_s": "NVLink GB/s/dir", "nic_gbps": "NIC Gbps",
-            "tdp_w": "TDP W", "price_usd_per_gpu_hour": "$/GPU-hour", "price_date": "price date"})
+            "bf16_dense_tflops": "BF16 (TFLOP/s)", "fp8_dense_tflops": "FP8 (TFLOP/s)", "memory_gib": "HBM (GiB)",
+            "memory_tb_per_s": "HBM (TB/s)", "scaleup_gb_per_s": "NVLink (GB/s/dir)", "nic_gbps": "NIC (Gbps)",
+            "tdp_w": "TDP (W)", "price_usd_per_gpu_hour": "price ($/GPU-hour)", "price_date": "price date"})
         df["price date"] = df["price date"].str.slice(0, 7)
     emit(df, fmt, "Accelerators (dense TFLOP/s; GiB = 2^30 B; GB = 1e9 B; TB/s = 1e12 B/s)", floats="{:,.2f}")
 
@@ -115,6 +202,7 @@ class KvDtype(str, Enum):
 class EngineName(str, Enum):
     vllm = "vllm"
     sglang = "sglang"
+    hf = "hf"  # what a transformers cache holds (fp32 recurrent states, K conv columns)
 
 
 @app.command()
@@ -123,7 +211,9 @@ def kv(
     context: ContextOpt = "1K,8K,32K,128K",
     kv_dtype: Annotated[KvDtype, typer.Option(help="element type of the KV cache")] = KvDtype.bf16,
     engine: Annotated[EngineName, typer.Option(help="whose state-dtype rules to use")] = EngineName.vllm,
-    tp: Annotated[int, typer.Option(help="tensor-parallel degree for the per-GPU column")] = 1,
+    tp: Annotated[int, typer.Option(help="tensor-parallel degree for the per-GPU column: it must divide the "
+                                        "query heads, and divide the KV heads or be a multiple of them "
+                                        "(then each KV head is replicated), as vLLM requires")] = 1,
     block_tokens: Annotated[Optional[int], typer.Option(help="round to pages of this many tokens")] = None,
     fmt: FormatOpt = Format.table,
     model_db: ModelDbOpt = None,
@@ -132,7 +222,7 @@ def kv(
     import pandas as pd
 
     from .arch import load_model
-    from .kvcache import CacheSettings, fixed_state_bytes, kv_bytes, kv_bytes_per_token, per_gpu_kv_bytes
+    from .kvcache import CacheSettings, check_tp, fixed_state_bytes, kv_bytes, kv_bytes_per_token, per_gpu_kv_bytes
     from .units import MIB_BYTES, format_tokens, parse_token_list
 
     contexts = parse_token_list(context, "--context")
@@ -142,6 +232,7 @@ def kv(
     rows = []
     for ref in model:
         m = load_model(ref, _dirs(model_db))
+        check_tp(m, tp, "--tp")
         for l in contexts:
             if l > m.max_context_tokens:
                 raise PlanError(f"--context: {format_tokens(l)} exceeds {m.id}'s maximum of {m.max_context_tokens} tokens")
@@ -149,18 +240,25 @@ def kv(
             row = {"model": m.id, "context": format_tokens(l), "context_tokens": l,
                    "kv_bytes_per_token": kv_bytes_per_token(m, settings),
                    "fixed_state_bytes": fixed_state_bytes(m, settings),
-                   "request_bytes": total, "request_mib": total / MIB_BYTES}
+                   "request_bytes": total, "request_mib": total / MIB_BYTES,
+                   "context_extension": m.context_note(l)}
             if tp > 1:
                 row[f"per_gpu_mib_tp{tp}"] = per_gpu_kv_bytes(m, l, tp, settings) / MIB_BYTES
             rows.append(row)
     df = pd.DataFrame(rows)
+    notes = df.dropna(subset=["context_extension"]).groupby(["model", "context_extension"], sort=False)["context"]
     if fmt is Format.table:
-        df = df.drop(columns=["context_tokens", "request_bytes"])
+        df = df.drop(columns=["context_tokens", "request_bytes", "context_extension"])
         df["fixed_state_bytes"] = df["fixed_state_bytes"] / MIB_BYTES
-        df = df.rename(columns={"kv_bytes_per_token": "KV B/token", "fixed_state_bytes": "fixed state MiB",
-                                "request_mib": "request MiB"})
+        df = df.rename(columns={"kv_bytes_per_token": "KV (B/token)", "fixed_state_bytes": "fixed state (MiB)",
+                                "request_mib": "request (MiB)", f"per_gpu_mib_tp{tp}": f"per GPU (MiB, TP{tp})"})
     emit(df, fmt, f"KV cache per request ({settings.kv_dtype} KV, {settings.engine} state dtypes; MiB = 2^20 B)",
          floats="{:,.1f}")
+    if fmt is Format.table:  # json / csv carry the note in their context_extension field
+        from rich.console import Console
+
+        for (model_id, note), at in notes:  # wrapped to the terminal like the table
+            Console().print(f"note: {model_id} at {', '.join(at)} relies on {note}", markup=False, highlight=False)
 
 
 @app.command()
@@ -181,16 +279,14 @@ def bandwidth(
     the largest prefill cluster the link can feed."""
     from .arch import load_model
     from .bandwidth import DEFAULT_LINK_EFFICIENCY, bandwidth_table
-    from .hardware import instance
+    from .hardware import MAX_INSTANCE_GPUS, MAX_POOL_GPUS, instance
     from .kvcache import CacheSettings
     from .units import parse_token_list
 
     contexts = parse_token_list(context, "--context")
     link_efficiency = DEFAULT_LINK_EFFICIENCY if link_efficiency is None else link_efficiency
-    if gpus < 1:
-        raise PlanError("--gpus: an instance needs at least 1 GPU")
-    if cluster_gpus < 1:
-        raise PlanError("--cluster-gpus: a cluster needs at least 1 GPU")
+    _check_count(gpus, "--gpus", MAX_INSTANCE_GPUS, "GPUs per instance")
+    _check_count(cluster_gpus, "--cluster-gpus", MAX_POOL_GPUS, "GPUs in the cluster")
     if not (0 < link_gbps < float("inf")) or not 0 < link_efficiency <= 1:  # rejects NaN too
         raise PlanError("--link-gbps must be positive and --link-efficiency in (0, 1]")
     inst = instance(hardware, gpus, _dirs(hardware_db))
@@ -199,8 +295,8 @@ def bandwidth(
                          CacheSettings(kv_dtype=kv_dtype.value))
     if fmt is Format.table:
         df = df.drop(columns=["context_tokens"]).rename(columns={
-            "kv_mib": "S_kv MiB", "prefill_s": "T_prefill s", "phi_kv_gbps": "Phi_kv Gbps",
-            "cluster_egress_gbps": f"egress of {cluster_gpus} GPUs Gbps",
+            "kv_mib": "S_kv (MiB)", "prefill_s": "T_prefill (s)", "phi_kv_gbps": "Phi_kv (Gbps)",
+            "cluster_egress_gbps": f"egress of {cluster_gpus:,} GPUs (Gbps)",
             "max_prefill_gpus_on_link": f"max GPUs on {link_gbps:g} Gbps"})
     emit(df, fmt, f"KV throughput on {inst.name} ({kv_dtype.value} KV; {inst.gpu.efficiency.provenance})",
          floats="{:,.2f}")
@@ -223,11 +319,13 @@ def profile(
     import pandas as pd
 
     from .arch import load_model
-    from .hardware import instance
+    from .hardware import MAX_INSTANCE_GPUS, instance
     from .perf import analytic_prefill, decode_capacity
     from .scenario import load_scenario
     from .units import format_tokens, parse_token_list
 
+    _check_positive(tpot_ms, "--tpot-ms", "milliseconds per output token")
+    _check_count(gpus, "--gpus", MAX_INSTANCE_GPUS, "GPUs per instance")
     paper = load_scenario("paper-case-study")
     contexts = parse_token_list(context, "--context")
     m = load_model(model, _dirs(model_db))
@@ -268,10 +366,8 @@ def _quick_scenario(model: str, prfaas: str, local: str, link_gbps: float, trace
 
     data = {"id": "quick", "name": f"{model} quick plan", "model": model, "prfaas": pool(prfaas, "--prfaas"),
             "local": pool(local, "--local"), "link": {"gbps": link_gbps}}
-    if trace is not None:
-        data["workload"] = {"kind": "trace", "trace": str(trace), "output_tokens": None,
-                            "prefix_cache_blocks": prefix_cache_blocks}
-    return Scenario(validate(ScenarioSpec, data, "command-line flags"), "command-line flags")
+    sc = Scenario(validate(ScenarioSpec, data, "command-line flags"), "command-line flags")
+    return sc.with_trace(trace, prefix_cache_blocks) if trace is not None else sc
 
 
 def _write_plan_json(res, path: Path) -> None:
@@ -300,7 +396,8 @@ def plan(
     model: Annotated[Optional[str], typer.Option(help="quick form: model id")] = None,
     prfaas: Annotated[str, typer.Option(help="quick form: PrfaaS pool GPU:COUNT")] = "h200:32",
     local: Annotated[str, typer.Option(help="quick form: local PD pool GPU:COUNT")] = "h20:64",
-    link_gbps: Annotated[Optional[float], typer.Option(help="inter-DC link, Gbps (overrides the scenario)")] = None,
+    link_gbps: Annotated[Optional[float], typer.Option(help="inter-DC link, Gbps (overrides the scenario; 0 = no link: "
+                                                            "every request is prefilled locally)")] = None,
     trace: Annotated[Optional[Path], typer.Option(help="workload from a trace (Mooncake JSONL, Azure CSV)")] = None,
     prefix_cache_blocks: Annotated[Optional[int], typer.Option(help="with --trace: LRU prefix cache in 512-token blocks (0 = off; omit = unlimited)")] = None,
     no_prefix_cache: Annotated[bool, typer.Option(help="with --trace: no prefix caching")] = False,
@@ -313,6 +410,8 @@ def plan(
     from .scenario import load_scenario
 
     cache_blocks = 0 if no_prefix_cache else prefix_cache_blocks
+    if (prefix_cache_blocks is not None or no_prefix_cache) and trace is None:
+        raise PlanError("--prefix-cache-blocks/--no-prefix-cache: only with --trace")
     if out is not None:
         from ._data import check_output_path
 
@@ -326,11 +425,10 @@ def plan(
         changes = {}
         if link_gbps is not None:
             changes["link.gbps"] = link_gbps
-        if trace is not None:
-            changes.update({"workload.kind": "trace", "workload.trace": str(trace),
-                            "workload.prefix_cache_blocks": cache_blocks})
         if changes:
             sc = sc.with_updates(**changes)
+        if trace is not None:
+            sc = sc.with_trace(trace, cache_blocks)
     res = run_plan(sc, mode=mode.value, load=load)
     df = res.to_frame()
     if out is not None:
@@ -340,20 +438,21 @@ def plan(
         return
     p = res.plan
     q = round(sc.spec.slo.ttft_quantile * 100)
-    head = (f"{sc.spec.name}\n{mode.value} mode: t = {p.threshold_tokens or 0:,.0f} tokens (offload "
-            f"{p.offload_fraction:.0%}), PrfaaS {p.instances['prfaas']} + PD-P {p.instances['pd_p']} + PD-D "
+    head = (f"{sc.spec.name}\n{mode.value} mode: {p.routing_text()}; PrfaaS {p.instances['prfaas']} + PD-P {p.instances['pd_p']} + PD-D "
             f"{p.instances['pd_d']} instances, Lambda_max = {p.lambda_max_rps:.3f} req/s, egress "
             f"{p.egress_gbps:.1f} Gbps ({p.link_utilisation:.0%} of {p.link_gbps:g}), binding: {p.binding}; "
             f"decode BS_max {res.inputs.decode_batch_max} at {res.inputs.decode_step_s * 1e3:.1f} ms/step "
-            f"({res.inputs.decode_source})")
+            f"({res.inputs.decode_source}); output length L_out {res.inputs.output_tokens:,.0f} tokens "
+            f"({sc.output_tokens_source})")
     typer.echo(head)
-    cols = {"plan": "plan", "threshold_tokens": "t tokens", "n_prfaas": "PrfaaS", "n_pd_p": "PD-P",
-            "n_pd_d": "PD-D", "lambda_max_rps": "Lambda req/s", "throughput_vs_this": "PrfaaS-PD x",
-            "egress_gbps": "egress Gbps", "usd_per_million_tokens": "$/M tokens",
-            f"p{q}_ttft_s_common_rate": f"P{q} TTFT s", "binding": "binding"}
+    df = res.display_frame()  # no single t for per-bucket routing: the line above says how it routes
+    cols = {"plan": "plan", "threshold_tokens": "t (tokens)", "n_prfaas": "PrfaaS", "n_pd_p": "PD-P",
+            "n_pd_d": "PD-D", "lambda_max_rps": "Lambda_max (req/s)", "throughput_vs_this": "PrfaaS-PD / this (x)",
+            "egress_gbps": "egress (Gbps)", "usd_per_million_tokens": "cost ($/M tokens)",
+            f"p{q}_ttft_s_common_rate": f"P{q} TTFT (s)", "binding": "binding"}
     emit(df[[c for c in cols if c in df.columns]].rename(columns=cols), fmt,
          f"Plans (P{q} TTFT at a common rate of {res.ttft[res.ttft.basis == 'common rate'].rate_rps.iloc[0]:.2f} req/s)",
-         floats="{:,.3f}", col_floats={"t tokens": "{:,.0f}"})
+         floats="{:,.3f}", col_floats={"t (tokens)": "{:,.0f}"})
 
 
 class SweepExecutor(str, Enum):
@@ -377,12 +476,14 @@ def sweep(
     fmt: FormatOpt = Format.table,
 ) -> None:
     """Plan (or simulate) every cell of a grid of scenario variants in parallel; resumable; parquet out."""
+    from ._data import check_output_path
     from .sweeps import sweep as run_sweep, sweep_report
 
     if (x or y) and html is None:
         raise PlanError("--x/--y: only with --html FILE")
-    if html is not None and not html.resolve().parent.is_dir():
-        raise PlanError(f"--html: folder {html.resolve().parent} does not exist")
+    check_output_path(output, "-o")  # OUTPUT and OUTPUT.cells/ go in its folder
+    if html is not None:
+        check_output_path(html, "--html")
     if html is not None:  # check the heatmap axes before running anything
         from .sweeps import grid_axes
 
@@ -411,7 +512,7 @@ def sweep(
             "n_pd_p", "n_pd_d", "egress_gbps", "usd_per_million_tokens", "ttft_p90_s", "vs_homogeneous_pd", "status"]
     shown = df[[c for c in dict.fromkeys(keep) if c in df.columns]]
     emit(shown.head(60), fmt, f"Sweep {a['grid']} ({len(df)} rows{', first 60' if len(df) > 60 else ''}; "
-         f"all columns in {output})", floats="{:,.3f}")
+         f"all columns in {output})", floats="{:,.3f}", col_floats={"threshold_tokens": "{:,.0f}"})
     for err, n in df["error"].dropna().value_counts().head(5).items():
         typer.echo(f"{n} cell(s) failed: {err}", err=True)
 
@@ -445,11 +546,14 @@ def compare(
     over 1K-1M tokens, and the inter-DC link a prefill cluster needs against 10/100/400 Gbps lines."""
     import time
 
+    from .hardware import MAX_INSTANCE_GPUS, MAX_POOL_GPUS
     from .kvcache import CacheSettings
     from .report import write_compare
     from .units import parse_tokens
 
     started = time.perf_counter()
+    _check_count(gpus, "--gpus", MAX_INSTANCE_GPUS, "GPUs per instance")
+    _check_count(cluster_gpus, "--cluster-gpus", MAX_POOL_GPUS, "GPUs in the cluster")
     path = write_compare(model or None, output, hardware=hardware, gpus=gpus, cluster_gpus=cluster_gpus, png_dir=png,
                          context_tokens=parse_tokens(context, "--context"),
                          settings=CacheSettings(kv_dtype=kv_dtype.value, engine=engine.value),
@@ -481,10 +585,11 @@ def report(
     started = time.perf_counter()
     if not (0 < sim_duration < float("inf")):  # rejects NaN too
         raise PlanError("--sim-duration: give a positive number of seconds")
+    if seed < 0:  # as simulate: numpy seeds are whole numbers >= 0
+        raise PlanError(f"--seed: {seed} must be a whole number >= 0")
     sc = load_scenario(scenario, _dirs(model_db))
     if trace is not None:
-        sc = sc.with_updates(**{"workload.kind": "trace", "workload.trace": str(trace),
-                                "workload.prefix_cache_blocks": prefix_cache_blocks})
+        sc = sc.with_trace(trace, prefix_cache_blocks)
     path = write_report(sc, output, mode=mode.value, png_dir=png, simulate=simulate, sim_duration_s=sim_duration,
                         seed=seed, load=load)
     _wrote(path, started, png)
@@ -502,58 +607,65 @@ def simulate_cmd(
     trace: Annotated[Optional[Path], typer.Option(help="replay this trace (Mooncake JSONL, Azure CSV); the plan is made for it")] = None,
     duration: Annotated[Optional[float], typer.Option(help="simulated seconds of arrivals (default 600; with --trace the whole trace)")] = None,
     rate_scale: Annotated[float, typer.Option(help="multiply the arrival rate (trace timestamps are divided by it)")] = 1.0,
-    load: Annotated[Optional[float], typer.Option(help="Poisson arrivals at this fraction of Lambda_max (default: the scenario's load)")] = None,
+    load: Annotated[Optional[float], typer.Option(help="Poisson arrivals at this fraction of Lambda_max (above 1: overload; default: the scenario's load)")] = None,
     policy: Annotated[PolicyName, typer.Option(help="fixed (the plan), short (short-term threshold rule), dual (plus P:D rebalancing)")] = PolicyName.fixed,
     link_drop: Annotated[Optional[str], typer.Option(help="link degradation FROM:TO@START-END in Gbps and seconds, e.g. 100:20@600-1200")] = None,
     link_trace: Annotated[Optional[Path], typer.Option(help="CSV time_s,gbps: the link's nominal rate over time")] = None,
     prefix_cache_blocks: Annotated[Optional[int], typer.Option(help="with --trace: LRU prefix cache per cluster in 512-token blocks (0 = off; omit = unlimited)")] = None,
     seed: Annotated[int, typer.Option(help="random seed (arrivals, lengths, routing)")] = 0,
-    out: Annotated[Optional[Path], typer.Option("--out", "-o", help="write requests.csv, timeseries.csv and summary.json into this folder")] = None,
+    out: Annotated[Optional[Path], typer.Option("--out", "-o", help="folder (created if missing) to stream requests.parquet and timeseries.parquet into, with summary.json and manifest.json; other files there are left alone, a previous run's are replaced together")] = None,
     fmt: FormatOpt = Format.table,
     model_db: ModelDbOpt = None,
 ) -> None:
     """Discrete-event simulation of the scenario's plan: TTFT, TPOT, throughput, egress, queues and
-    hit rates, under Poisson arrivals or a trace, a scheduling policy and link degradations."""
+    hit rates, under Poisson arrivals or a trace, a scheduling policy and link degradations.
+
+    Over a million requests, a run keeps running totals and t-digest percentiles (flat memory); --out keeps every record."""
     import pandas as pd
     from rich.console import Console
     from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
     from .planner import plan as run_plan
     from .scenario import load_scenario
-    from .sim import parse_link_drop, read_link_trace, simulate as run_simulation, write_outputs
+    from .sim import DEFAULT_SIM_DURATION_S, check_out_dir, parse_link_drop, read_link_trace, simulate as run_simulation
 
     if link_drop is not None and link_trace is not None:
         raise PlanError("--link-drop/--link-trace: give one of them, not both")
     if duration is not None and not duration > 0:
         raise PlanError("--duration: give a positive number of seconds")
+    _check_positive(rate_scale, "--rate-scale", "times the arrival rate")  # before seconds of planning
+    if load is not None:
+        _check_positive(load, "--load", "times Lambda_max")
     if trace is not None and load is not None:
         raise PlanError("--load: a trace brings its own arrivals; scale them with --rate-scale")
     if prefix_cache_blocks is not None and (trace is None or prefix_cache_blocks < 0):
         raise PlanError("--prefix-cache-blocks: only with --trace, and at least 0")
     if out is not None:
-        from ._data import check_output_path
-
-        check_output_path(out, "--out")
+        check_out_dir(out)
     events = parse_link_drop(link_drop) if link_drop else read_link_trace(link_trace) if link_trace else []
+    horizon_s = duration if duration is not None else DEFAULT_SIM_DURATION_S
+    late = [ev for ev in events if trace is None and ev[0] >= horizon_s]
+    if late and link_drop:
+        raise PlanError(f"--link-drop: the window {late[0][0]:g}-{late[0][1]:g} s starts after the {horizon_s:g} s of "
+                        f"simulated arrivals; give --duration above {late[0][1]:g} or an earlier window")
     sc = load_scenario(scenario, _dirs(model_db))
     if trace is not None:
-        sc = sc.with_updates(**{"workload.kind": "trace", "workload.trace": str(trace),
-                                "workload.output_tokens": None, "workload.prefix_cache_blocks": prefix_cache_blocks})
+        sc = sc.with_trace(trace, prefix_cache_blocks)
     res = run_plan(sc)
     with Progress(TextColumn("simulating"), BarColumn(), TextColumn("{task.percentage:>3.0f}%"), TimeElapsedColumn(),
                   console=Console(stderr=True), transient=True) as bar:
         task = bar.add_task("simulate", total=1.0)
-        sim = run_simulation(sc, res, load=load, duration_s=duration if duration is not None or trace is not None else 600.0,
+        sim = run_simulation(sc, res, load=load, duration_s=duration if duration is not None or trace is not None else DEFAULT_SIM_DURATION_S,
                              trace=trace, rate_scale=rate_scale, policy=policy.value, link_events=events, seed=seed,
-                             progress=lambda done: bar.update(task, completed=done))
+                             progress=lambda done: bar.update(task, completed=done), out_dir=out)
     if out is not None:
-        typer.echo(f"wrote {write_outputs(sim, out)}", err=True)
+        typer.echo(f"wrote {out}", err=True)
     summary = sim.summary()
     if fmt is not Format.table:
         emit(pd.DataFrame([summary]), fmt)
         return
     typer.echo(f"{sc.spec.name}\n{policy.value} policy, {sim.duration_s:,.0f} s of arrivals, seed {seed}; plan: "
-               f"t = {res.threshold_tokens or 0:,.0f} tokens, PrfaaS {res.instances['prfaas']} + PD-P "
+               f"{res.plan.routing_text()}, PrfaaS {res.instances['prfaas']} + PD-P "
                f"{res.instances['pd_p']} + PD-D {res.instances['pd_d']}, Lambda_max = {res.lambda_max_rps:.3f} req/s")
     shown = [(k, f"{v:,}" if isinstance(v, int) else f"{v:,.3f}") for k, v in summary.items()]
     emit(pd.DataFrame(shown, columns=["metric", "value"]), fmt, "Simulation summary")
@@ -661,11 +773,14 @@ def bench_calibrate(
     import yaml
 
     from . import bench
-    from ._data import atomic_write
+    from ._data import atomic_write, check_output_path
     from .calibration import FITTABLE
     from .hardware import load_gpu
     from .units import GB_BYTES, TB_BYTES
 
+    for path, flag in ((output, "-o"), (link_yaml, "--link-yaml")):
+        if path is not None:
+            check_output_path(path, flag, create_parents=True)  # before any fitting
     fit = tuple(p.strip() for p in params.split(",") if p.strip()) if params else None
     if fit is not None:
         unknown = sorted(set(fit) - set(FITTABLE))

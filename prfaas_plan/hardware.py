@@ -76,6 +76,12 @@ class GPU(BaseModel):
         return self.scaleup_gb_per_s * GB_BYTES
 
 
+MAX_INSTANCE_GPUS = 1024
+"""Most GPUs in one instance (one model replica; an NVL72 rack is 72): a larger count is a typo."""
+MAX_POOL_GPUS = 100_000
+"""Most GPUs in one pool or cluster (the largest 2026 datacenters hold ~200k, for training): beyond is a typo."""
+
+
 @dataclass(frozen=True)
 class Instance:
     """A serving instance: ``gpus`` GPUs of one type running one model replica (TP/EP inside)."""
@@ -86,10 +92,26 @@ class Instance:
     def __post_init__(self) -> None:
         if self.gpus <= 0:
             raise PlanError(f"gpus: an instance needs at least 1 GPU, got {self.gpus}")
+        if self.gpus > MAX_INSTANCE_GPUS:
+            raise PlanError(f"gpus: {self.gpus:,} GPUs per instance is more than {MAX_INSTANCE_GPUS:,}; an "
+                            "instance is one model replica")
 
     @property
     def name(self) -> str:
         return f"{self.gpus}x{self.gpu.id}"
+
+    def __repr__(self) -> str:
+        return (f"Instance({self.name}: {self.peak_flops / 1e15:,.1f} PFLOP/s bf16, {self.memory_bytes / 2**30:,.0f} GiB, "
+                f"${self.price_usd_per_hour:,.2f}/h)")
+
+    def _repr_html_(self) -> str:
+        from .display import html_table
+
+        g = self.gpu
+        return html_table(f"{self.name} ({g.name})", [
+            ("GPUs", self.gpus, ""), ("dense bf16", self.peak_flops / 1e12, "TFLOP/s"),
+            ("memory", self.memory_bytes / 2**30, "GiB"), ("memory bandwidth", self.memory_bytes_per_s / 1e12, "TB/s"),
+            ("price", self.price_usd_per_hour, "$/hour")])
 
     @property
     def peak_flops(self) -> float:

@@ -6,6 +6,13 @@ attention kinds and head shapes, which layer uses which kind (from ``layer_types
 ``hybrid_layer_pattern``, ``attn_type_list`` or ``layer_group_size``), the FFN / MoE sizes,
 hidden size, vocabulary, context length and weight dtype.
 
+Both schemas are read: configs as published on the hub and as transformers 5 writes them
+(``to_dict`` / ``save_pretrained``), which renames some fields (``num_local_experts``,
+``layer_types`` for Kimi Linear's ``linear_attn_config``, ``mlp_layer_types`` for
+``first_k_dense_replace``, MiMo's ``sliding_window`` = window + 1) and moves RoPE scaling from
+``rope_scaling`` to ``rope_parameters``. A YaRN scaling raises ``max_context_tokens`` to
+``factor * original_max_position_embeddings`` and is recorded as ``context_extension``.
+
 Conventions and assumptions:
 
 * Multi-token-prediction (MTP / nextn) layers are not counted: they are an optional
@@ -31,13 +38,13 @@ import re
 from pathlib import Path
 from typing import Any, Callable
 
-from ._data import validate
+from ._data import read_text, validate
 from .arch import ModelSpec
 from .errors import PlanError
 
 SUPPORTED_MODEL_TYPES: tuple[str, ...] = (
     "llama", "qwen3", "qwen3_moe", "deepseek_v3", "kimi_k2", "qwen3_next", "qwen3_5_moe",
-    "kimi_linear", "mimo_v2_flash", "minimax_m2", "bailing_hybrid",
+    "qwen3_5_moe_text", "kimi_linear", "mimo_v2_flash", "minimax_m2", "bailing_hybrid",
 )
 
 _TORCH_DTYPES = {"bfloat16": "bf16", "float16": "fp16", "float32": "fp32"}
@@ -148,13 +155,30 @@ class _Config:
         value = self.raw.get(name)
         return default if value is None else value
 
+    def first(self, *names: str) -> Any:
+        """A required field that hub-published and transformers-saved configs spell differently
+        (``num_experts`` / ``num_local_experts``): the first of ``names`` the config states."""
+        for name in names:
+            if self.raw.get(name) is not None:
+                return self.raw[name]
+        raise PlanError(f"{self.path}: field {names[0]}: missing required Hugging Face config field for "
+                        f"model_type {self.model_type!r} (also accepted: {', '.join(names[1:])})")
+
+    def count(self, name: str) -> int:
+        """A required whole number >= 1 (a head count, a width, a layer interval): the fields the
+        import divides by, checked here so that a 0 or a string is a one-line error."""
+        value = self.req(name)
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise self.fail(name, f"{value!r} must be a whole number >= 1")
+        return value
+
     def fail(self, name: str, problem: str) -> PlanError:
         return PlanError(f"{self.path}: field {name}: {problem}")
 
 
 def _gqa(c: _Config, kind: str = "gqa", prefix: str = "") -> dict:
-    heads = c.req(prefix + "num_attention_heads")
-    head_dim = c.opt(prefix + "head_dim") or c.req("hidden_size") // heads
+    heads = c.count(prefix + "num_attention_heads")
+    head_dim = c.opt(prefix + "head_dim") or c.count("hidden_size") // heads
     return {"kind": kind, "num_heads": heads,
             "num_kv_heads": c.opt(prefix + "num_key_value_heads", heads),
             "head_dim_k": head_dim, "head_dim_v": c.opt(prefix + "v_head_dim", head_dim)}
@@ -183,7 +207,7 @@ def _from_layer_types(c: _Config, names: dict[str, str], default: str) -> tuple[
         if unknown:
             raise c.fail("layer_types", f"unknown layer type {unknown[0]!r}; expected one of {sorted(names)}")
         return count, [i for i, t in enumerate(types) if names[t] != default]
-    interval = c.req("full_attention_interval")
+    interval = c.count("full_attention_interval")
     return count, [i for i in range(count) if (i + 1) % interval == 0]
 
 
@@ -195,14 +219,23 @@ def _first_dense_from_list(c: _Config, field: str, values: list, dense_value) ->
     return len(dense)
 
 
+def _leading_dense_layers(c: _Config) -> int:
+    """Leading dense-FFN layers: ``first_k_dense_replace`` (hub configs), else the ``"dense"``
+    entries of ``mlp_layer_types`` (configs saved by transformers), else none."""
+    first = c.opt("first_k_dense_replace")
+    if first is not None or c.opt("mlp_layer_types") is None:
+        return first or 0
+    return _first_dense_from_list(c, "mlp_layer_types", list(c.req("mlp_layer_types")), "dense")
+
+
 def _qwen_moe_ffn(c: _Config) -> dict:
     if c.opt("decoder_sparse_step", 1) != 1:
         raise c.fail("decoder_sparse_step", "only 1 (every layer MoE) is supported")
     first_dense = _first_dense_from_list(c, "mlp_only_layers", [
         0 if i in c.opt("mlp_only_layers", []) else 1 for i in range(c.req("num_hidden_layers"))], 0)
     shared = c.opt("shared_expert_intermediate_size", 0)
-    ffn = {"num_experts": c.req("num_experts"), "experts_per_token": c.req("num_experts_per_tok"),
-           "expert_intermediate": c.req("moe_intermediate_size"),
+    ffn = {"num_experts": c.first("num_experts", "num_local_experts"),
+           "experts_per_token": c.req("num_experts_per_tok"), "expert_intermediate": c.req("moe_intermediate_size"),
            "num_shared_experts": 1 if shared else 0, "shared_intermediate": shared,
            "first_dense_layers": first_dense}
     if first_dense:
@@ -213,7 +246,7 @@ def _qwen_moe_ffn(c: _Config) -> dict:
 def _deepseek_ffn(c: _Config, experts: str, top_k: str, shared: str) -> dict:
     if c.opt("moe_layer_freq", 1) != 1:
         raise c.fail("moe_layer_freq", "only 1 (every layer after the first dense ones is MoE) is supported")
-    first_dense = c.opt("first_k_dense_replace", 0)
+    first_dense = _leading_dense_layers(c)
     ffn = {"num_experts": c.req(experts), "experts_per_token": c.req(top_k),
            "expert_intermediate": c.req("moe_intermediate_size"),
            "num_shared_experts": c.opt(shared, 0), "shared_intermediate": c.req("moe_intermediate_size"),
@@ -267,6 +300,14 @@ def _qwen_next(c: _Config) -> dict:
 
 
 def _kimi_linear(c: _Config) -> dict:
+    """Kimi Linear: hub configs nest the KDA fields in ``linear_attn_config`` (1-based
+    ``full_attn_layers``); configs saved by transformers give ``layer_types`` and ``linear_*``."""
+    if c.opt("linear_attn_config") is None and c.opt("layer_types") is not None:
+        count, full = _from_layer_types(c, {"full_attention": "mla", "linear_attention": "kda"}, "kda")
+        kda = {"kind": "kda", "num_heads": c.count("linear_num_heads"), "head_dim": c.count("linear_head_dim"),
+               "conv_kernel": c.count("linear_conv_kernel_dim")}
+        return {"attention": {"mla": _mla(c), "kda": kda}, "layers": _layers(count, "kda", "mla", full),
+                "ffn": _deepseek_ffn(c, "num_experts", "num_experts_per_token", "num_shared_experts")}
     count = c.req("num_hidden_layers")
     linear = c.req("linear_attn_config")
     full_1based = linear.get("full_attn_layers")
@@ -285,16 +326,32 @@ def _kimi_linear(c: _Config) -> dict:
             "ffn": _deepseek_ffn(c, "num_experts", "num_experts_per_token", "num_shared_experts")}
 
 
+def _mimo_swa(c: _Config, hub: bool) -> dict:
+    """MiMo's sliding-window layers. Hub configs give them their own ``swa_*`` heads and
+    ``sliding_window_size``, the tokens attended before the query (the tokens cached). Configs
+    saved by transformers have neither: its MiMo gives them ``2 * num_key_value_heads`` KV heads and
+    sets ``sliding_window`` to that size + 1 (the query included), so its cache holds
+    ``sliding_window - 1`` tokens."""
+    if c.opt("swa_num_attention_heads") is not None:
+        swa = _gqa(c, "swa", prefix="swa_")
+    else:
+        swa = {**_gqa(c, "swa"), "num_kv_heads": 2 * c.count("num_key_value_heads")}
+    window = c.opt("sliding_window_size") or c.count("sliding_window") - (0 if hub else 1)
+    return {**swa, "window_tokens": window}
+
+
 def _mimo_v2_flash(c: _Config) -> dict:
     count = c.req("num_hidden_layers")
     pattern = c.opt("hybrid_layer_pattern")  # 0 = full (global) attention, 1 = sliding window
-    if pattern is None:
+    hub = pattern is not None
+    if not hub:
         names = {"full_attention": 0, "sliding_attention": 1, "sliding_window_attention": 1}
         pattern = [names.get(t, -1) for t in c.req("layer_types")]
     if len(pattern) != count or set(pattern) - {0, 1}:
-        raise c.fail("hybrid_layer_pattern", f"expected {count} entries of 0 (full) or 1 (sliding window)")
-    swa = _gqa(c, "swa", prefix="swa_")
-    swa["window_tokens"] = c.opt("sliding_window") or c.req("sliding_window_size")
+        field, kinds = ("hybrid_layer_pattern", "0 (full) or 1 (sliding window)") if hub else \
+            ("layer_types", "full_attention or sliding_attention")
+        raise c.fail(field, f"expected {count} entries of {kinds}")
+    swa = _mimo_swa(c, hub)
     freq = c.opt("moe_layer_freq")
     if freq is None:
         freq = [0 if t == "dense" else 1 for t in c.req("mlp_layer_types")]
@@ -319,11 +376,11 @@ def _bailing_hybrid(c: _Config) -> dict:
             raise c.fail("layer_types", f"has {len(types)} entries for {count} layers")
         full = [i for i, t in enumerate(types) if t == "full_attention"]
     else:  # vLLM / transformers rule: MLA iff (i + 1) % layer_group_size == 0
-        group = c.req("layer_group_size")
+        group = c.count("layer_group_size")
         full = [i for i in range(count) if (i + 1) % group == 0]
-    hidden = c.req("hidden_size")
+    hidden = c.count("hidden_size")
     lightning = {"kind": "lightning", "num_heads": c.req("num_kv_heads_for_linear_attn"),
-                 "head_dim": hidden // c.req("num_attention_heads")}
+                 "head_dim": hidden // c.count("num_attention_heads")}
     shared_count = c.opt("num_shared_experts", 0)
     first_dense = c.opt("first_k_dense_replace", 0)
     ffn = {"num_experts": c.req("num_experts"), "experts_per_token": c.req("num_experts_per_tok"),
@@ -339,7 +396,7 @@ def _bailing_hybrid(c: _Config) -> dict:
 _BUILDERS: dict[str, Callable[[_Config], dict]] = {
     "llama": _dense, "qwen3": _dense, "qwen3_moe": _qwen3_moe, "deepseek_v3": _deepseek,
     "kimi_k2": _deepseek, "qwen3_next": _qwen_next, "qwen3_5_moe": _qwen_next,
-    "kimi_linear": _kimi_linear, "mimo_v2_flash": _mimo_v2_flash, "minimax_m2": _minimax_m2,
+    "qwen3_5_moe_text": _qwen_next, "kimi_linear": _kimi_linear, "mimo_v2_flash": _mimo_v2_flash, "minimax_m2": _minimax_m2,
     "bailing_hybrid": _bailing_hybrid,
 }
 
@@ -385,6 +442,44 @@ def _quant_layout(c: _Config, weight_dtype: str) -> dict:
     return out
 
 
+def _yarn_entry(c: _Config) -> tuple[str, dict] | None:
+    """(field, entry) of a YaRN RoPE scaling: ``rope_scaling`` (hub configs) or ``rope_parameters``
+    (transformers 5; MiMo's nests one entry per layer type), or None."""
+    for field in ("rope_scaling", "rope_parameters"):
+        rope = c.opt(field)
+        if not isinstance(rope, dict):
+            continue
+        for key, entry in (("", rope), *((f".{k}", v) for k, v in rope.items() if isinstance(v, dict))):
+            if (entry.get("rope_type") or entry.get("type")) == "yarn":
+                return field + key, entry
+    return None
+
+
+def _context(c: _Config) -> dict:
+    """``max_context_tokens`` (and ``context_extension`` when YaRN reaches past the config's own
+    context): ``factor * original_max_position_embeddings`` tokens, with transformers' defaults
+    (original = ``max_position_embeddings``, factor = their ratio)."""
+    native = c.opt("max_position_embeddings") or c.req("model_max_length")
+    found = _yarn_entry(c)
+    if found is None:
+        return {"max_context_tokens": native}
+    field, rope = found
+    if isinstance(native, bool) or not isinstance(native, int) or native < 1:
+        raise c.fail("max_position_embeddings", f"{native!r} must be a whole number of tokens >= 1")
+    original = rope.get("original_max_position_embeddings")
+    original = c.opt("original_max_position_embeddings", native) if original is None else original
+    if isinstance(original, bool) or not isinstance(original, int) or original < 1:
+        raise c.fail(f"{field}.original_max_position_embeddings", f"{original!r} must be a whole number >= 1")
+    factor = native / original if rope.get("factor") is None else rope["factor"]
+    if isinstance(factor, bool) or not isinstance(factor, (int, float)) or not 0 < factor < float("inf"):
+        raise c.fail(f"{field}.factor", f"{factor!r} must be a finite number > 0")
+    extended = int(factor * original)
+    if factor <= 1 or extended < native:  # YaRN does not reach past what the config states
+        return {"max_context_tokens": native}
+    return {"max_context_tokens": extended,
+            "context_extension": {"method": "yarn", "factor": float(factor), "original_tokens": original}}
+
+
 def _model_id(raw: dict, path: Path) -> tuple[str, str]:
     """(id, hub repository or None) for a config file; see the module docstring."""
     name = str(raw.get("_name_or_path") or "")
@@ -403,12 +498,10 @@ def load_hf_config(path: str | Path) -> ModelSpec:
     """
     path = Path(path)
     try:
-        raw = json.loads(path.read_text())
-    except FileNotFoundError:
-        raise PlanError(f"{path}: file not found") from None
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        where = f" line {exc.lineno} column {exc.colno}" if isinstance(exc, json.JSONDecodeError) else ""
-        raise PlanError(f"{path}:{where}: malformed JSON ({getattr(exc, 'msg', exc)}); fix the syntax") from None
+        raw = json.loads(read_text(path))
+    except json.JSONDecodeError as exc:
+        raise PlanError(f"{path}: line {exc.lineno} column {exc.colno}: malformed JSON ({exc.msg}); "
+                        "fix the syntax") from None
     if not isinstance(raw, dict):
         raise PlanError(f"{path}: expected a JSON object of config fields at the top level")
     model_type = raw.get("model_type")
@@ -419,17 +512,17 @@ def load_hf_config(path: str | Path) -> ModelSpec:
     model_id, repo = _model_id(raw, path)
     body = _BUILDERS[model_type](c)
     weight_dtype = _weight_dtype(c)
+    context = _context(c)
     data = {
         "id": model_id, "name": repo or model_id, "family": model_type,
         "total_params": 1.0, "active_params": 1.0,  # placeholders until counted below
-        "weight_dtype": weight_dtype, **_quant_layout(c, weight_dtype),
-        "max_context_tokens": c.opt("max_position_embeddings") or c.req("model_max_length"),
+        "weight_dtype": weight_dtype, **_quant_layout(c, weight_dtype), **context,
         "hidden_size": c.req("hidden_size"), "vocab_size": c.req("vocab_size"),
         **body,
         "sources": [{
             "url": f"https://huggingface.co/{repo or model_id}/blob/main/config.json",
             "covers": ["total_params", "active_params", "layers", "attention", "ffn", "hidden_size",
-                       "vocab_size", "max_context_tokens", "weight_dtype"],
+                       "vocab_size", *context, "weight_dtype"],
             "note": f"imported from the local file {path}; parameter counts computed from the "
                     "architecture by prfaas_plan.hf_config.count_params",
         }],

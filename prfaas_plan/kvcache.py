@@ -8,7 +8,8 @@ Exact integer arithmetic from a model's architecture (DESIGN section 3):
 * Gated DeltaNet / KDA / Lightning: a fixed conv + recurrent state per request.
 
 ``b`` is the element size of the KV dtype; state dtypes follow the serving engine
-(:class:`CacheSettings`), because vLLM and SGLang keep some recurrent states in fp32. A request
+(:class:`CacheSettings`), because vLLM and SGLang keep some recurrent states in fp32 (and
+transformers, the ``hf`` convention, all of them, with one more conv column). A request
 of ``l`` tokens holds ``sum(per_token * tokens_kept(l)) + fixed states``. The same formulas are
 available as sympy expressions (:func:`kv_bytes_expr`) for reports.
 """
@@ -25,8 +26,8 @@ from .arch import GROWING_KINDS, ModelSpec
 from .errors import PlanError
 from .units import DTYPE_BYTES
 
-Engine = Literal["vllm", "sglang"]
-ENGINES: tuple[str, ...] = ("vllm", "sglang")
+Engine = Literal["vllm", "sglang", "hf"]
+ENGINES: tuple[str, ...] = ("vllm", "sglang", "hf")
 KV_DTYPES: tuple[str, ...] = ("bf16", "fp8", "fp32")
 
 
@@ -38,7 +39,10 @@ class CacheSettings:
     engine: whose state-dtype rules to follow. vLLM: conv and Lightning states in the model
         dtype (bf16), Gated DeltaNet recurrent state in the checkpoint's ``mamba_ssm_dtype``
         (else bf16), KDA recurrent state always fp32. SGLang: conv bf16, every recurrent
-        state fp32 unless the checkpoint states ``mamba_ssm_dtype``.
+        state fp32 unless the checkpoint states ``mamba_ssm_dtype``. hf (what a transformers
+        5 cache holds): every recurrent state fp32 (its reference kernels compute the state in
+        float32 and ignore ``mamba_ssm_dtype``), conv states with ``conv_kernel`` columns,
+        the newest input included, where the engines keep ``conv_kernel - 1``.
     state_dtype: override of every recurrent-state dtype (None = the engine's rule).
     conv_dtype: element type of short-convolution states.
     block_tokens: round cached token counts up to whole pages of this many tokens (None = exact).
@@ -71,9 +75,17 @@ def recurrent_dtype(attn, settings: CacheSettings) -> str:
     if settings.state_dtype is not None:
         return settings.state_dtype
     checkpoint = getattr(attn, "ssm_dtype", None)
+    if settings.engine == "hf":
+        return "fp32"
     if settings.engine == "sglang":
         return checkpoint or "fp32"
     return {"gdn": checkpoint or "bf16", "kda": "fp32", "lightning": "bf16"}[attn.kind]
+
+
+def conv_state_elements(attn, settings: CacheSettings) -> int:
+    """Elements of a linear-attention layer's short-convolution state (count): the last
+    ``conv_kernel - 1`` inputs per channel in vLLM and SGLang, ``conv_kernel`` in transformers."""
+    return attn.conv_elements + (attn.conv_channels if settings.engine == "hf" else 0)
 
 
 def _kv_elem_bytes(settings: CacheSettings) -> float:
@@ -93,7 +105,7 @@ def per_layer_table(model: ModelSpec, settings: CacheSettings | None = None) -> 
             row["bytes_per_token"] = int(attn.kv_elements_per_token * _kv_elem_bytes(settings))
             row["window_tokens"] = getattr(attn, "window_tokens", None)
         else:
-            row["conv_bytes"] = int(attn.conv_elements * DTYPE_BYTES[settings.conv_dtype])
+            row["conv_bytes"] = int(conv_state_elements(attn, settings) * DTYPE_BYTES[settings.conv_dtype])
             row["recurrent_bytes"] = int(attn.recurrent_elements * DTYPE_BYTES[recurrent_dtype(attn, settings)])
         rows.append(row)
     return rows
@@ -158,14 +170,39 @@ def _shard(count: int, tp: int) -> int:
     return max(1, math.ceil(count / tp))
 
 
+def _tp_problem(model: ModelSpec, tp: int) -> str | None:
+    """Why ``tp`` cannot shard ``model``'s attention the way vLLM does, or None: query heads must
+    divide evenly, and KV heads must divide evenly or divide ``tp`` (then each is replicated)."""
+    for name, attn in model.attention.items():
+        kv = getattr(attn, "num_kv_heads", None) if attn.kind in ("gqa", "swa") else None
+        if kv and kv % tp and tp % kv:
+            return f"{name} attention has {kv} KV heads: {tp} neither divides them nor is a multiple of them"
+        if attn.kind in ("gqa", "swa", "mla") and attn.num_heads % tp:
+            return f"{name} attention has {attn.num_heads} query heads, not divisible by {tp}"
+    return None
+
+
+def check_tp(model: ModelSpec, tp: int, field: str = "tp") -> int:
+    """``tp`` when it is a tensor-parallel degree that can shard ``model`` (see :func:`_tp_problem`),
+    else a one-line PlanError naming ``field`` and the valid degrees up to 64. Linear-attention
+    states shard by heads too, but unevenly split heads are allowed: the busiest rank is counted."""
+    if isinstance(tp, bool) or int(tp) != tp or tp < 1:
+        raise PlanError(f"{field}: tensor-parallel degree must be a whole number >= 1, got {tp!r}")
+    problem = _tp_problem(model, int(tp))
+    if problem:
+        valid = ", ".join(str(t) for t in range(1, 65) if _tp_problem(model, t) is None)
+        raise PlanError(f"{field}: {model.id} cannot be split over {tp} GPUs ({problem}); valid degrees: {valid}")
+    return int(tp)
+
+
 def per_gpu_kv_bytes(model: ModelSpec, tokens: float, tp: int, settings: CacheSettings | None = None) -> int:
     """Cache bytes one tensor-parallel rank holds for a request of ``tokens`` tokens.
 
     GQA/SWA KV heads shard across ranks down to one head per rank (then replicate); the MLA
     latent has no head axis and is replicated on every rank; linear states shard by heads.
+    A ``tp`` that vLLM could not run (:func:`check_tp`) is a PlanError.
     """
-    if tp <= 0:
-        raise PlanError("tp: tensor-parallel degree must be at least 1")
+    tp = check_tp(model, tp)
     settings = settings or DEFAULT_SETTINGS
     b = _kv_elem_bytes(settings)
     counts = model.layer_counts()
@@ -183,7 +220,7 @@ def per_gpu_kv_bytes(model: ModelSpec, tokens: float, tp: int, settings: CacheSe
         else:
             heads = attn.num_v_heads if attn.kind == "gdn" else attn.num_heads
             frac = _shard(heads, tp) / heads
-            conv = attn.conv_elements * DTYPE_BYTES[settings.conv_dtype]
+            conv = conv_state_elements(attn, settings) * DTYPE_BYTES[settings.conv_dtype]
             rec = attn.recurrent_elements * DTYPE_BYTES[recurrent_dtype(attn, settings)]
             total += n * (conv + rec) * frac
     return int(round(total))
@@ -211,7 +248,8 @@ def kv_bytes_expr(model: ModelSpec, settings: CacheSettings | None = None):
 
 
 __all__ = [
-    "CacheSettings", "DEFAULT_SETTINGS", "ENGINES", "KV_DTYPES", "fixed_state_bytes",
+    "CacheSettings", "DEFAULT_SETTINGS", "ENGINES", "KV_DTYPES", "check_tp", "conv_state_elements",
+    "fixed_state_bytes",
     "kv_bytes", "kv_bytes_expr", "kv_bytes_per_token", "linear_state_bytes", "per_gpu_kv_bytes",
     "per_layer_table", "recurrent_dtype",
 ]

@@ -11,6 +11,7 @@ Two modes over the same inputs (:class:`PlanInputs`):
   is allowed. A second solve keeps ``Lambda`` at its optimum and minimises the busiest prefill
   stage's utilisation, so that ties are broken towards headroom. The reported ``t`` is the
   shortest offloaded bucket; ``is_threshold`` says whether the optimal offload set is one.
+  A MILP answer of "no rate" is only believed when HiGHS's LP at every fixed split agrees.
 
 Rates are requests per second, times seconds, lengths tokens (uncached prefill lengths), link
 rates Gbps (1e9 bit/s), prices US dollars.
@@ -135,6 +136,43 @@ class Plan:
     routing: pd.DataFrame | None = field(default=None, compare=False, repr=False)
 
     @property
+    def routing_kind(self) -> str:
+        """``"none"`` (nothing offloaded), ``"all"`` (everything offloaded, t = 0), ``"threshold"``
+        (lengths above ``threshold_tokens`` offloaded) or ``"per-bucket"`` (offload shares per
+        length bucket that no single threshold expresses: see :meth:`offload_bands`)."""
+        if self.offload_fraction <= 0 or self.threshold_tokens is None:
+            return "none"
+        if self.offload_fraction >= 1 - 1e-9:
+            return "all"
+        return "threshold" if self.is_threshold else "per-bucket"
+
+    def offload_bands(self) -> list[tuple[float, float, float]]:
+        """Runs of consecutive length buckets with one offload share, as ``(first_tokens,
+        last_tokens, share)`` (bucket representative lengths in tokens; share 0-1), shortest
+        first. Empty for paper-mode plans, which route by threshold and have no buckets."""
+        if self.routing is None:
+            return []
+        tokens = self.routing["tokens"].to_numpy(dtype=float)
+        share = self.routing["offload_fraction"].to_numpy(dtype=float).round(3)
+        starts = np.flatnonzero(np.r_[True, np.diff(share) != 0])
+        ends = np.r_[starts[1:] - 1, len(share) - 1]
+        return [(float(tokens[a]), float(tokens[b]), float(share[a])) for a, b in zip(starts, ends)]
+
+    def routing_text(self) -> str:
+        """One line saying how requests are routed, e.g. ``t = 22,051 tokens (offload 44%)``."""
+        kind = self.routing_kind
+        if kind == "none":
+            return "no offload: every request is prefilled locally (no threshold applies)"
+        if kind == "all":
+            return "t = 0: every request is prefilled on the PrfaaS cluster"
+        if kind == "threshold":
+            return f"t = {self.threshold_tokens:,.0f} tokens (offload {self.offload_fraction:.0%})"
+        bands = ", ".join(f"{lo:,.0f}{f'-{hi:,.0f}' if hi > lo else ''} tokens: {share:.0%}"
+                          for lo, hi, share in self.offload_bands())
+        return (f"not a threshold: {self.offload_fraction:.0%} of requests offloaded by per-bucket shares "
+                f"(uncached length: share offloaded) {bands}")
+
+    @property
     def link_utilisation(self) -> float:
         return self.egress_gbps / self.link_gbps if self.link_gbps > 0 else 0.0
 
@@ -155,7 +193,7 @@ class Plan:
 
     def row(self) -> dict:
         return {
-            "plan": self.name, "mode": self.mode,
+            "plan": self.name, "mode": self.mode, "routing": self.routing_kind,
             "threshold_tokens": self.threshold_tokens if self.threshold_tokens is not None else np.nan,
             "n_prfaas": self.instances.get("prfaas", 0), "n_pd_p": self.instances.get("pd_p", 0),
             "n_pd_d": self.instances.get("pd_d", 0), "lambda_max_rps": self.lambda_max_rps,
@@ -179,6 +217,8 @@ def _binding(stage_rps: dict[str, float], lam: float, link_rps: float | None = N
     if link_rps is not None:
         candidates["link"] = link_rps
     key = min(candidates, key=lambda k: candidates[k])
+    if candidates[key] <= 0:  # nothing served: name every stage without capacity
+        return " and ".join(names[k] for k in ("link", *PATHS) if candidates.get(k, 1.0) <= 0)
     return names[key]
 
 
@@ -210,10 +250,17 @@ def threshold_grid(inp: PlanInputs, points: int = T_GRID_POINTS) -> np.ndarray:
     return np.unique(np.geomspace(max(lo, 1.0), max(hi, lo + 1.0), points).round())
 
 
-def paper_stage_rates(inp: PlanInputs, t: np.ndarray, n_p: np.ndarray, n_pf: int | None = None) -> dict[str, np.ndarray]:
+def paper_stage_rates(inp: PlanInputs, t: np.ndarray, n_p: np.ndarray, n_pf: int | None = None,
+                      n_local=None, link_bits_per_s=None) -> dict[str, np.ndarray]:
     """Eqs. 3-6 on a grid (t along axis 0, N_p along axis 1). Returns request rates each stage
-    supports (already divided by p or 1 - p) and Lambda_max."""
+    supports (already divided by p or 1 - p) and Lambda_max.
+
+    n_pf / n_local (instances) and link_bits_per_s (Eq. 3's nominal B_out, bit/s) default to the
+    scenario's; arrays shaped ``(..., 1, 1)`` broadcast in front of the (t, N_p) axes, so one call
+    evaluates a grid of pools and links (the report's what-if section)."""
     n_pf = inp.n_prfaas if n_pf is None else n_pf
+    n_local = inp.n_local if n_local is None else n_local
+    b_out = inp.link_nominal_bits_per_s if link_bits_per_s is None else link_bits_per_s
     t = np.asarray(t, dtype=float)[:, None]
     n_p = np.asarray(n_p, dtype=float)[None, :]
     p = np.asarray(inp.lengths.tail_prob(t[:, 0]), dtype=float)[:, None]
@@ -221,10 +268,10 @@ def paper_stage_rates(inp: PlanInputs, t: np.ndarray, n_p: np.ndarray, n_pf: int
     l_short = np.asarray(inp.lengths.mean_below(t[:, 0]), dtype=float)[:, None]  # nan where p = 1
     with np.errstate(divide="ignore", invalid="ignore"):
         compute = n_pf / inp.t_remote(np.nan_to_num(l_long, nan=1.0))
-        link = inp.link_nominal_bits_per_s / (BITS_PER_BYTE * inp.kv_bytes(np.nan_to_num(l_long, nan=1.0)))
+        link = b_out / (BITS_PER_BYTE * inp.kv_bytes(np.nan_to_num(l_long, nan=1.0)))
         theta_prfaas = np.minimum(compute, link)
         theta_pdp = n_p / inp.t_local(np.nan_to_num(l_short, nan=1.0))
-        theta_pdd = (inp.n_local - n_p) * inp.decode_rps_per_instance
+        theta_pdd = (n_local - n_p) * inp.decode_rps_per_instance
         r_prfaas = np.where(p > 0, theta_prfaas / p, np.inf)
         r_pdp = np.where(p < 1, theta_pdp / (1 - p), np.inf)
         link_r = np.where(p > 0, link / p, np.inf)
@@ -238,14 +285,14 @@ def plan_paper(inp: PlanInputs) -> Plan:
     """Paper mode: exhaustive grid over t and N_p (Eqs. 3-8)."""
     if inp.n_local < 1:
         raise PlanError("local.gpus: PrfaaS-PD needs at least one local instance to decode")
-    t = threshold_grid(inp)
+    t = np.r_[threshold_grid(inp), np.inf]  # t = inf: offload nothing (a dead link, a slow PrfaaS pool)
     n_p = np.arange(0, inp.n_local)  # keep at least one decode instance
     g = paper_stage_rates(inp, t, n_p)
     i, j = np.unravel_index(np.nanargmax(g["lambda"]), g["lambda"].shape)
     lam, p = float(g["lambda"][i, j]), float(g["p"][i, j])
     stage = {k: float(g[k][i, j]) for k in PATHS}
     egress = lam * p * BITS_PER_BYTE * float(inp.kv_bytes(g["l_long"][i, j])) if p > 0 else 0.0
-    return _plan(inp, "prfaas-pd", "paper", float(t[i]), inp.n_prfaas, int(n_p[j]), inp.n_local - int(n_p[j]),
+    return _plan(inp, "prfaas-pd", "paper", float(t[i]) if p > 0 else None, inp.n_prfaas, int(n_p[j]), inp.n_local - int(n_p[j]),
                  lam, p, stage, egress, _binding(stage, lam, float(g["link"][i, j])))
 
 
@@ -297,53 +344,77 @@ def buckets(inp: PlanInputs, n: int = DEFAULT_BUCKETS) -> Buckets:
     return Buckets(l, np.asarray(p, dtype=float), inp.t_remote(l), inp.t_local(l), inp.kv_bytes(l))
 
 
-def _solve(prob, required: bool = True) -> bool:
-    """Solve with CBC (shipped in pulp's wheel); a required model that is not optimal is an error."""
+RATE_TOL_RPS = 1e-9
+"""Request rates at or below this (req/s) are solver round-off of zero."""
+
+
+@dataclass(frozen=True)
+class ExactSolution:
+    """An optimum of the bucketed model: Lambda and the per-bucket offloaded (y) and locally
+    prefilled (z) request rates, all requests/s, and the P:D split. ``solver``: ``"cbc"`` (the
+    MILP) or ``"highs"`` (the fixed-count LP check, :func:`best_fixed_count_lp`)."""
+
+    lambda_rps: float
+    y_rps: np.ndarray
+    z_rps: np.ndarray
+    n_p: int
+    n_d: int
+    solver: str = "cbc"
+
+
+def _solve(prob) -> bool:
+    """Solve with CBC (shipped in pulp's wheel); True when CBC reports an optimum."""
     import pulp
 
-    status = prob.solve(pulp.PULP_CBC_CMD(msg=False))
-    ok = pulp.LpStatus[status] == "Optimal"
-    if required and not ok:
-        raise PlanError(f"planner: the MILP is {pulp.LpStatus[status].lower()}; check pool sizes and the link")
-    return ok
+    return pulp.LpStatus[prob.solve(pulp.PULP_CBC_CMD(msg=False))] == "Optimal"
 
 
 def solve_exact(inp: PlanInputs, b: Buckets, n_pf: int, n_local: int, allow_remote: bool = True,
-                allow_local_prefill: bool = True, min_decode: int = 1) -> dict:
-    """The bucketed MILP of DESIGN section 5 for given pools. Returns the optimum's variables."""
+                allow_local_prefill: bool = True, min_decode: int = 1) -> ExactSolution:
+    """The bucketed MILP of DESIGN section 5 for given pools, checked: CBC's answer stands when it
+    serves a positive rate; "no rate" (Lambda = 0, or no optimum) stands only when the independent
+    :func:`best_fixed_count_lp` agrees, and otherwise that check's best LP is the answer."""
     import warnings
 
     with warnings.catch_warnings():  # pulp 3.3 announces API changes for 4.0 on every variable
         warnings.simplefilter("ignore", DeprecationWarning)
-        return _solve_exact(inp, b, n_pf, n_local, allow_remote, allow_local_prefill, min_decode)
+        sol = _solve_exact(inp, b, n_pf, n_local, allow_remote, allow_local_prefill, min_decode)
+    if sol is not None and sol.lambda_rps > RATE_TOL_RPS:
+        return sol
+    return best_fixed_count_lp(inp, b, n_pf, n_local, allow_remote, allow_local_prefill, min_decode)
 
 
 def _solve_exact(inp: PlanInputs, b: Buckets, n_pf: int, n_local: int, allow_remote: bool,
-                 allow_local_prefill: bool, min_decode: int) -> dict:
+                 allow_local_prefill: bool, min_decode: int) -> ExactSolution | None:
+    """CBC on the MILP, then on the headroom tie-break; None when CBC finds no optimum.
+
+    The rate variables are per unit of bucket probability (``y_b = p_b * off_b``, ``z_b = p_b *
+    loc_b``), so every balance row is ``off_b + loc_b = Lambda`` with unit coefficients and the
+    probabilities (down to 1e-9 in a log-normal's tail) only weight the capacity sums. Written as
+    ``y_b + z_b = p_b * Lambda``, CBC 2.10's preprocessing reduced such models to nothing and
+    reported Lambda = 0 as optimal. The link row is in Gbit/s, like the other rows' O(1-100) sizes."""
     import pulp
 
-    nb = len(b.tokens)
+    nb, p = len(b.tokens), b.probs
     prob = pulp.LpProblem("prfaas", pulp.LpMaximize)
     lam = pulp.LpVariable("lam", lowBound=0)
-    y = [pulp.LpVariable(f"y{i}", lowBound=0) for i in range(nb)]
-    z = [pulp.LpVariable(f"z{i}", lowBound=0) for i in range(nb)]
+    off = [pulp.LpVariable(f"off{i}", lowBound=0) for i in range(nb)]
+    loc = [pulp.LpVariable(f"loc{i}", lowBound=0) for i in range(nb)]
     np_ = pulp.LpVariable("n_p", lowBound=0, upBound=n_local, cat="Integer")
     nd = pulp.LpVariable("n_d", lowBound=min(min_decode, n_local), upBound=n_local, cat="Integer")
+    remote_busy = pulp.lpSum(float(p[i] * b.t_remote_s[i]) * off[i] for i in range(nb))  # instances
+    local_busy = pulp.lpSum(float(p[i] * b.t_local_s[i]) * loc[i] for i in range(nb))
+    egress_gbps = pulp.lpSum(float(p[i] * BITS_PER_BYTE * b.kv_bytes[i] / GBPS_BITS_PER_S) * off[i] for i in range(nb))
     prob += lam
-    cons = [y[i] + z[i] == float(b.probs[i]) * lam for i in range(nb)]
-    cons += [y[i] == 0 for i in range(nb) if not allow_remote]
-    cons += [z[i] == 0 for i in range(nb) if not allow_local_prefill]
-    cons.append(np_ + nd <= n_local)
-    rows = {
-        "prfaas": pulp.lpSum(float(b.t_remote_s[i]) * y[i] for i in range(nb)) <= n_pf,
-        "pd_p": pulp.lpSum(float(b.t_local_s[i]) * z[i] for i in range(nb)) <= np_,
-        "link": pulp.lpSum(float(BITS_PER_BYTE * b.kv_bytes[i]) * y[i] for i in range(nb)) <= inp.link_bits_per_s,
-        "pd_d": lam <= inp.decode_rps_per_instance * nd,
-    }
-    cons += rows.values()
+    cons = [off[i] + loc[i] == lam for i in range(nb)]
+    cons += [off[i] == 0 for i in range(nb) if not allow_remote]
+    cons += [loc[i] == 0 for i in range(nb) if not allow_local_prefill]
+    cons += [np_ + nd <= n_local, remote_busy <= n_pf, local_busy <= np_,
+             egress_gbps <= inp.link_bits_per_s / GBPS_BITS_PER_S, lam <= inp.decode_rps_per_instance * nd]
     for c in cons:
         prob += c
-    _solve(prob)
+    if not _solve(prob):
+        return None
     lam_star = float(lam.value() or 0.0)
     if lam_star > 0:
         # second stage: same throughput, most headroom on the busier prefill stage
@@ -353,19 +424,50 @@ def _solve_exact(inp: PlanInputs, b: Buckets, n_pf: int, n_local: int, allow_rem
         for c in cons:
             prob2 += c
         prob2 += lam >= lam_star * (1 - 1e-6)
-        prob2 += pulp.lpSum(float(b.t_remote_s[i]) * y[i] for i in range(nb)) <= u * max(n_pf, 1)
-        prob2 += pulp.lpSum(float(b.t_local_s[i]) * z[i] for i in range(nb)) <= u * n_local
-        if not _solve(prob2, required=False):  # numerically tiny optima: keep the first solution
+        prob2 += remote_busy <= u * max(n_pf, 1)
+        prob2 += local_busy <= u * n_local
+        if not _solve(prob2):  # numerically tiny optima: keep the first solution
             _solve(prob)
-    yv = np.array([v.value() or 0.0 for v in y])
-    zv = np.array([v.value() or 0.0 for v in z])
-    return {"lambda": float(lam.value() or 0.0), "y": yv, "z": zv,
-            "n_p": int(round(np_.value() or 0)), "n_d": int(round(nd.value() or 0))}
+
+    def rates(vs: list) -> np.ndarray:
+        return p * np.array([v.value() or 0.0 for v in vs])
+
+    return ExactSolution(float(lam.value() or 0.0), rates(off), rates(loc),
+                         int(round(np_.value() or 0)), int(round(nd.value() or 0)))
 
 
-def _exact_plan(inp: PlanInputs, b: Buckets, name: str, sol: dict, n_pf: int) -> Plan:
-    lam, y, z = sol["lambda"], sol["y"], sol["z"]
-    n_p, n_d = sol["n_p"], sol["n_d"]
+def best_fixed_count_lp(inp: PlanInputs, b: Buckets, n_pf: int, n_local: int, allow_remote: bool = True,
+                        allow_local_prefill: bool = True, min_decode: int = 1) -> ExactSolution:
+    """The independent check of the MILP: with N_p and N_d fixed the model is an LP; solve it with
+    HiGHS (scipy), in the plain rates of DESIGN section 5 (``y_b + z_b = p_b * Lambda``), for every
+    split that uses all ``n_local`` instances (an idle instance never raises Lambda, so no other
+    split can do better), and return the best. Lambda = 0 (all rates zero) when none serves more
+    than RATE_TOL_RPS."""
+    from scipy.optimize import linprog
+    from scipy.sparse import csr_array, eye, hstack
+
+    nb = len(b.tokens)  # variables: Lambda, y_0..y_nb-1, z_0..z_nb-1 (requests/s)
+    a_eq = hstack([csr_array(-b.probs[:, None]), eye(nb), eye(nb)])
+    a_ub = np.zeros((4, 1 + 2 * nb))
+    a_ub[0, 0] = 1.0  # Lambda <= decode rate
+    a_ub[1, 1:nb + 1] = b.t_remote_s  # busy PrfaaS instances
+    a_ub[2, 1:nb + 1] = BITS_PER_BYTE * b.kv_bytes / GBPS_BITS_PER_S  # egress Gbps
+    a_ub[3, nb + 1:] = b.t_local_s  # busy PD-P instances
+    bounds = [(0, None)] + [(0, None if allow_remote else 0)] * nb + [(0, None if allow_local_prefill else 0)] * nb
+    best = ExactSolution(0.0, np.zeros(nb), np.zeros(nb), 0, n_local, "highs")
+    for n_p in range(n_local - min(min_decode, n_local) + 1):
+        n_d = n_local - n_p
+        b_ub = [inp.decode_rps_per_instance * n_d, n_pf, inp.link_bits_per_s / GBPS_BITS_PER_S, n_p]
+        r = linprog(-np.eye(1, 1 + 2 * nb).ravel(), A_ub=a_ub, b_ub=b_ub, A_eq=a_eq, b_eq=np.zeros(nb),
+                    bounds=bounds, method="highs")
+        if r.status == 0 and -r.fun > max(best.lambda_rps, RATE_TOL_RPS):
+            best = ExactSolution(float(-r.fun), r.x[1:nb + 1], r.x[nb + 1:], n_p, n_d, "highs")
+    return best
+
+
+def _exact_plan(inp: PlanInputs, b: Buckets, name: str, sol: ExactSolution, n_pf: int) -> Plan:
+    lam, y, z = sol.lambda_rps, sol.y_rps, sol.z_rps
+    n_p, n_d = sol.n_p, sol.n_d
     with np.errstate(divide="ignore", invalid="ignore"):
         frac = np.where(b.probs > 0, y / np.maximum(lam * b.probs, 1e-300), 0.0) if lam > 0 else np.zeros_like(y)
     frac = np.clip(frac, 0.0, 1.0)
@@ -385,8 +487,12 @@ def _exact_plan(inp: PlanInputs, b: Buckets, name: str, sol: dict, n_pf: int) ->
         "pd_d": n_d * inp.decode_rps_per_instance,
     }
     link_r = lam * inp.link_bits_per_s / egress if egress > 0 else None
-    if lam <= 0 and inp.link_bits_per_s <= 0 and name != "homogeneous-pd":
-        link_r = 0.0  # nothing can be shipped: the link is what stops this plan
+    if lam <= 0:  # nothing served: the prefill paths without capacity are what stop this plan
+        if name != "homogeneous-pd":
+            stage["prfaas"] = stage["prfaas"] if n_pf else 0.0
+            link_r = None if inp.link_bits_per_s > 0 else 0.0
+        if name != "naive-heterogeneous" and n_p == 0:
+            stage["pd_p"] = 0.0
     routing = pd.DataFrame({"tokens": b.tokens, "prob": b.probs, "offload_fraction": frac,
                             "t_remote_s": b.t_remote_s, "t_local_s": b.t_local_s, "kv_bytes": b.kv_bytes})
     return _plan(inp, name, "exact", t, n_pf, n_p, n_d, lam, p,
@@ -546,6 +652,34 @@ class PlanResult:
     buckets: Buckets  # the recommended plan's (per-cluster caches for trace workloads)
     ttft: pd.DataFrame
     slo_rps: dict[str, float]
+    baseline_buckets: Buckets | None = None  # the baselines' (one shared cache); None = ``buckets``
+
+    def __repr__(self) -> str:
+        p = self.plan
+        ratios = ", ".join(f"{self.ratio(k):.2f}x {k}" for k in self.baselines)
+        return (f"PlanResult({self.scenario.spec.id}, {self.mode} mode: {p.routing_text()}; PrfaaS "
+                f"{p.instances['prfaas']} + PD-P {p.instances['pd_p']} + PD-D {p.instances['pd_d']}, "
+                f"Lambda_max {p.lambda_max_rps:.3f} req/s, egress {p.egress_gbps:.1f} Gbps; {ratios})")
+
+    def _repr_html_(self) -> str:
+        """The plans side by side, one row each, units in the headers."""
+        import html
+
+        cols = {"plan": "plan", "routing": "routing", "threshold_tokens": "t (tokens)", "n_prfaas": "PrfaaS inst.",
+                "n_pd_p": "PD-P inst.", "n_pd_d": "PD-D inst.", "lambda_max_rps": "Λ_max (req/s)",
+                "egress_gbps": "egress (Gbps)", "cost_usd_per_hour": "cost ($/h)",
+                "usd_per_million_tokens": "$/M tokens", "binding": "binding"}
+        from .display import fmt
+
+        df = self.display_frame()[list(cols)].rename(columns=cols)
+        head = html.escape(f"{self.scenario.spec.name} ({self.mode} mode): {self.plan.routing_text()}")
+        return f"<p><b>{head}</b></p>" + df.to_html(index=False, float_format=fmt, na_rep="-")
+
+    def buckets_for(self, name: str) -> Buckets:
+        """The length buckets plan ``name``'s TTFT and SLO rate were computed on."""
+        if name == self.plan.name or self.baseline_buckets is None:
+            return self.buckets
+        return self.baseline_buckets
 
     @property
     def threshold_tokens(self) -> float | None:
@@ -571,6 +705,14 @@ class PlanResult:
         """PrfaaS-PD throughput over a baseline's (NaN when the baseline serves nothing)."""
         other = self.baselines[baseline].lambda_max_rps
         return self.plan.lambda_max_rps / other if other > 0 else float("nan")
+
+    def display_frame(self) -> pd.DataFrame:
+        """:meth:`to_frame` as tables show it to people: ``threshold_tokens`` is 0 where everything
+        is offloaded and blank (NaN) where no single threshold describes the routing."""
+        df = self.to_frame()
+        df.loc[df["routing"] == "per-bucket", "threshold_tokens"] = np.nan
+        df.loc[df["routing"] == "all", "threshold_tokens"] = 0.0
+        return df
 
     def to_frame(self) -> pd.DataFrame:
         """One row per plan: routing, instances, Lambda_max, egress, binding, cost, P90 TTFT."""
@@ -630,7 +772,7 @@ def plan(sc: Scenario, mode: str = "exact", load: float | None = None, n_buckets
                 f"vanishing load, above the {s.ttft_s:g} s SLO (prefill of the longest requests plus KV "
                 f"transfer); relax slo.ttft_s, add link bandwidth or faster prefill GPUs"
             )
-    return PlanResult(sc, mode, best, base, inp, b_best, pd.DataFrame(rows), slo)
+    return PlanResult(sc, mode, best, base, inp, b_best, pd.DataFrame(rows), slo, b)
 
 
 # ----------------------------------------------------------------------------- sweeps (Figure 5)

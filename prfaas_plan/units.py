@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import re
 
-from .errors import PlanError
+from .errors import PlanError, shown
 
 MIB_BYTES = 2**20
 GIB_BYTES = 2**30
@@ -21,6 +21,7 @@ BITS_PER_BYTE = 8
 GBPS_BITS_PER_S = 1e9
 TOKENS_PER_K = 1024
 TOKENS_PER_M = 1024 * 1024
+MAX_TOKENS = 2**40  # a token count above this (1T tokens) is a typo, not a context length
 
 DTYPE_BYTES: dict[str, float] = {"fp32": 4, "bf16": 2, "fp16": 2, "fp8": 1, "int8": 1, "int4": 0.5}
 
@@ -30,7 +31,8 @@ _TOKENS_RE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([kKmM]?)\s*$")
 def parse_tokens(text: str | int, field: str = "context") -> int:
     """Parse a token count such as ``32K``, ``32k``, ``1M`` or ``32768`` (K = 1024, M = 1024**2).
 
-    Raises :class:`PlanError` naming ``field`` for anything that is not a positive count.
+    Raises :class:`PlanError` naming ``field`` for anything that is not a positive whole count
+    (``1.5`` tokens is an error; ``1.5K`` is 1,536 tokens).
     """
     if isinstance(text, int):
         value = text
@@ -38,10 +40,15 @@ def parse_tokens(text: str | int, field: str = "context") -> int:
         match = _TOKENS_RE.match(str(text))
         if not match:
             raise PlanError(
-                f"{field}: {text!r} is not a token count; use e.g. 32K, 32k or 32768 (K = 1024)"
+                f"{field}: {shown(repr(text))} is not a token count; use e.g. 32K, 32k or 32768 (K = 1024)"
             )
         number, suffix = float(match.group(1)), match.group(2).upper()
-        value = round(number * {"": 1, "K": TOKENS_PER_K, "M": TOKENS_PER_M}[suffix])
+        exact = number * {"": 1, "K": TOKENS_PER_K, "M": TOKENS_PER_M}[suffix]
+        if exact > MAX_TOKENS:  # also a number too long for a float (inf)
+            raise PlanError(f"{field}: {shown(repr(text))} is more than {MAX_TOKENS:,} tokens; give a context length")
+        value = round(exact)
+        if exact != value:
+            raise PlanError(f"{field}: {text!r} is {exact:,g} tokens, not a whole number; give e.g. {max(value, 1)}")
     if value <= 0:
         raise PlanError(f"{field}: {text!r} must be a positive number of tokens")
     return int(value)

@@ -7,7 +7,10 @@ architecture-derived active parameter count as its model_db entry.
 from __future__ import annotations
 
 import json
+import os
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -38,6 +41,7 @@ SETTINGS = {
     "fp8-kv": CacheSettings(kv_dtype="fp8"),
     "fp32-state": CacheSettings(state_dtype="fp32"),
     "bf16-state": CacheSettings(state_dtype="bf16"),
+    "hf": CacheSettings(engine="hf"),
 }
 
 
@@ -166,15 +170,20 @@ def test_malformed_json(tmp_path):
     assert str(path) in message and "malformed JSON" in message and "line 1" in message
 
 
-def test_missing_required_field_names_field_and_file(tmp_path):
-    cfg = json.loads((HF_DIR / "llama-3.3-70b.json").read_text())
-    del cfg["num_hidden_layers"]
-    path = tmp_path / "llama.json"
+def _error_without(tmp_path, fixture: str, field: str) -> tuple[str, Path]:
+    """The one-line error of importing ``fixture`` with ``field`` deleted."""
+    cfg = json.loads((HF_DIR / fixture).read_text())
+    del cfg[field]
+    path = tmp_path / fixture
     path.write_text(json.dumps(cfg))
     with pytest.raises(PlanError) as err:
         load_hf_config(path)
-    message = str(err.value)
-    assert "\n" not in message
+    assert "\n" not in str(err.value)
+    return str(err.value), path
+
+
+def test_missing_required_field_names_field_and_file(tmp_path):
+    message, path = _error_without(tmp_path, "llama-3.3-70b.json", "num_hidden_layers")
     assert str(path) in message and "field num_hidden_layers" in message
 
 
@@ -202,3 +211,139 @@ def test_config_json_in_folder_uses_folder_name(tmp_path):
     folder.mkdir()
     shutil.copy(HF_DIR / "deepseek-v3.json", folder / "config.json")
     assert load_model(folder / "config.json").id == "deepseek-v3"
+
+
+# ------------------------------------------- configs as transformers 5 writes them (save_pretrained)
+
+def _qwen3_moe_native(raw: dict) -> dict:
+    # transformers' Qwen3MoeConfig maps num_experts to num_local_experts and writes that name
+    return {**{k: v for k, v in raw.items() if k != "num_experts"}, "num_local_experts": raw["num_experts"]}
+
+
+def _qwen3_5_text_native(raw: dict) -> dict:
+    # the text model alone: its text_config, model_type qwen3_5_moe_text
+    return {**raw["text_config"], "model_type": "qwen3_5_moe_text"}
+
+
+def _kimi_linear_native(raw: dict) -> dict:
+    # KimiLinearConfig turns linear_attn_config into layer_types and linear_* fields, and
+    # first_k_dense_replace into mlp_layer_types
+    linear, count = raw["linear_attn_config"], raw["num_hidden_layers"]
+    full = {i - 1 for i in linear["full_attn_layers"]}
+    out = {k: v for k, v in raw.items() if k not in ("linear_attn_config", "first_k_dense_replace")}
+    return {**out, "layer_types": ["full_attention" if i in full else "linear_attention" for i in range(count)],
+            "linear_num_heads": linear["num_heads"], "linear_head_dim": linear["head_dim"],
+            "linear_conv_kernel_dim": linear["short_conv_kernel_size"],
+            "mlp_layer_types": ["dense" if i < raw["first_k_dense_replace"] else "sparse" for i in range(count)]}
+
+
+def _mimo_native(raw: dict) -> dict:
+    # MiMoV2FlashConfig: layer_types, mlp_layer_types, sliding_window = sliding_window_size + 1 and
+    # SWA layers with 2 x num_key_value_heads; no swa_* fields
+    hub_only = ("hybrid_layer_pattern", "moe_layer_freq", "sliding_window_size", "swa_num_key_value_heads",
+                "swa_num_attention_heads", "swa_head_dim", "swa_v_head_dim")
+    out = {k: v for k, v in raw.items() if k not in hub_only}
+    assert raw["swa_num_key_value_heads"] == 2 * raw["num_key_value_heads"]  # transformers' rule holds
+    return {**out, "sliding_window": raw["sliding_window_size"] + 1,
+            "layer_types": ["full_attention" if p == 0 else "sliding_attention" for p in raw["hybrid_layer_pattern"]],
+            "mlp_layer_types": ["dense" if f == 0 else "sparse" for f in raw["moe_layer_freq"]]}
+
+
+NATIVE_SPELLINGS = {"qwen3-235b-a22b.json": _qwen3_moe_native, "qwen3.5-397b-a17b.json": _qwen3_5_text_native,
+                    "kimi-linear-48b-a3b.json": _kimi_linear_native, "mimo-v2-flash-6layers.json": _mimo_native}
+
+
+@pytest.mark.parametrize("fixture", sorted(NATIVE_SPELLINGS))
+def test_transformers_spelling_gives_the_same_model(tmp_path, fixture):
+    # The published config rewritten with the field names transformers 5 saves (see
+    # tests/test_hf_transformers.py for the same check against transformers itself).
+    raw = json.loads((HF_DIR / fixture).read_text())
+    path = tmp_path / fixture
+    path.write_text(json.dumps(NATIVE_SPELLINGS[fixture](raw)))
+    native, hub = load_hf_config(path), load_hf_config(HF_DIR / fixture)
+    assert native.layer_kinds == hub.layer_kinds and native.ffn == hub.ffn
+    for name, settings in SETTINGS.items():
+        assert native.kv_bytes_per_token(settings) == hub.kv_bytes_per_token(settings), name
+        assert native.fixed_state_bytes(settings) == hub.fixed_state_bytes(settings), name
+    if fixture.startswith("mimo"):  # the window: 4 SWA layers x 8 KV heads x 320 x 2 B x 128 tokens
+        assert native.attention["swa"].window_tokens == 128
+        assert native.fixed_state_bytes() == 4 * 8 * 320 * 2 * 128 == 2_621_440
+
+
+def test_transformers_names_missing_field_lists_both_spellings(tmp_path):
+    message, _ = _error_without(tmp_path, "qwen3-235b-a22b.json", "num_experts")
+    assert "field num_experts" in message and "num_local_experts" in message
+
+
+def test_hf_convention_for_the_linear_attention_entries():
+    # transformers' cache: conv states with K = 4 columns (bf16), every recurrent state fp32.
+    # Qwen3-Next: 36 GDN layers x (4 x 8,192 x 2 + 32 x 128 x 128 x 4) = 36 x 2,162,688 B
+    # Qwen3.5: 45 x (4 x 12,288 x 2 + 64 x 128 x 128 x 4) = 45 x 4,292,608 B (mamba_ssm_dtype ignored)
+    # Kimi-Linear-48B: 20 KDA layers x (4 x 12,288 x 2 + 32 x 128 x 128 x 4) = 20 x 2,195,456 B
+    # Ring-2.5: 70 Lightning layers x 64 x 128 x 128 x 4 (no conv); MiMo's window is unchanged
+    hf = SETTINGS["hf"]
+    expected = {"qwen3-next-80b-a3b": 77_856_768, "qwen3.5-397b-a17b": 193_167_360,
+                "kimi-linear-48b-a3b": 43_909_120, "ring-2.5-1t": 293_601_280, "mimo-v2-flash": 25_559_040}
+    assert {m: load_model(m).fixed_state_bytes(hf) for m in expected} == expected
+    assert load_model("qwen3-next-80b-a3b").kv_bytes_per_token(hf) == 12 * 2 * 256 * 2 * 2 == 24_576
+
+
+# ------------------------------------------------------------------------- YaRN context extension
+
+def test_yarn_in_published_configs():
+    # DeepSeek-V3 and Kimi-K2 state the YaRN-extended context as max_position_embeddings already:
+    # 40 x 4,096 = 163,840 and 32 x 4,096 = 131,072; Llama's rope_type llama3 is not YaRN.
+    ds, k2 = load_hf_config(HF_DIR / "deepseek-v3.json"), load_hf_config(HF_DIR / "kimi-k2.json")
+    assert (ds.max_context_tokens, ds.context_note(163_840)) == (163_840, "YaRN x40 over 4,096 tokens")
+    assert (k2.max_context_tokens, k2.context_note(4096)) == (131_072, None)
+    llama = load_hf_config(HF_DIR / "llama-3.3-70b.json")
+    assert (llama.max_context_tokens, llama.context_extension) == (131_072, None)
+
+
+def test_yarn_raises_qwen3_context(tmp_path):
+    # The model card's recipe for Qwen3-235B-A22B: rope_scaling yarn, factor 4 over 32,768 tokens
+    raw = json.loads((HF_DIR / "qwen3-235b-a22b.json").read_text())
+    assert load_hf_config(HF_DIR / "qwen3-235b-a22b.json").max_context_tokens == 40_960  # as published
+    raw["rope_scaling"] = {"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 32768}
+    path = tmp_path / "qwen3-yarn.json"
+    path.write_text(json.dumps(raw))
+    m = load_hf_config(path)
+    assert m.max_context_tokens == 131_072 == load_model("qwen3-235b-a22b").max_context_tokens
+    assert m.context_extension == load_model("qwen3-235b-a22b").context_extension
+    assert m.context_note(131_072) == "YaRN x4 over 32,768 tokens" and m.context_note(32_768) is None
+
+
+@pytest.mark.parametrize("rope, field", [
+    ({"type": "yarn", "factor": "4"}, "rope_scaling.factor"),
+    ({"rope_type": "yarn", "factor": 4, "original_max_position_embeddings": 0},
+     "rope_scaling.original_max_position_embeddings"),
+])
+def test_bad_yarn_fields_are_one_line_errors(tmp_path, rope, field):
+    raw = {**json.loads((HF_DIR / "qwen3-235b-a22b.json").read_text()), "rope_scaling": rope}
+    path = tmp_path / "qwen3.json"
+    path.write_text(json.dumps(raw))
+    with pytest.raises(PlanError) as err:
+        load_hf_config(path)
+    assert "\n" not in str(err.value) and f"field {field}:" in str(err.value)
+
+
+def test_model_spec_rejects_a_context_beyond_its_extension():
+    m = load_model("qwen3-235b-a22b")
+    data = m.model_dump()
+    data["max_context_tokens"] = 131_073
+    with pytest.raises(ValueError, match="within its 131,072 tokens"):
+        type(m).model_validate(data)
+
+
+def test_kv_cli_notes_the_yarn_context():
+    env = {**os.environ, "COLUMNS": "80"}
+    cmd = [sys.executable, "-m", "prfaas_plan.cli", "kv", "qwen3-235b-a22b"]
+    r = subprocess.run([*cmd, "--context", "32K,128K"], capture_output=True, text=True, env=env)
+    assert r.returncode == 0, r.stderr
+    assert "24,064.0" in r.stdout  # 94 layers x 2,048 B x 131,072 tokens, in MiB
+    assert "note: qwen3-235b-a22b at 128K relies on YaRN x4 over 32,768 tokens" in r.stdout
+    assert max(len(line) for line in r.stdout.splitlines()) <= 80
+    r = subprocess.run([*cmd, "--context", "32K"], capture_output=True, text=True, env=env)
+    assert r.returncode == 0 and "YaRN" not in r.stdout
+    r = subprocess.run([*cmd, "--context", "128K", "--format", "json"], capture_output=True, text=True)
+    assert json.loads(r.stdout)[0]["context_extension"] == "YaRN x4 over 32,768 tokens"

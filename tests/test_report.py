@@ -463,3 +463,62 @@ def test_cli_bad_input_exit_2_and_no_file(tmp_path, capsys):
     assert cli("report", "paper-case-study", "-o", str(tmp_path / "missing" / "r.html")) == 2
     assert cli("report", "paper-case-study", "-o", str(tmp_path / "r.html"), "--sim-duration", "0") == 2
     assert list(tmp_path.iterdir()) == []
+
+
+# ----------------------------------------------------------------------------- defects found by new users
+@pytest.mark.parametrize("models", [
+    ("mimo-v2-flash", "qwen3.5-397b-a17b"), ("mimo-v2-flash", "deepseek-v3"), ("mimo-v2-flash", "llama-3.1-70b"),
+    ("mimo-v2-flash", "qwen3-235b-a22b", "kimi-k2"),
+])
+def test_compare_headline_pairs_the_models_given(models, tmp_path):
+    """Without minimax-m2.5 the page used to die with KeyError: the headline pairs the lowest and the
+    highest Phi_kv of the models given, at 32K on 8xH200 (independently: perf.kv_throughput_gbps)."""
+    from typer.testing import CliRunner
+
+    from prfaas_plan.cli import app
+
+    r = CliRunner().invoke(app, ["compare", *models, "-o", str(tmp_path / "c.html")])
+    assert r.exit_code == 0, r.output
+    text = (tmp_path / "c.html").read_text(encoding="utf-8")
+    inst = pp.instance("h200", 8)
+    specs = {m: pp.load_model(m) for m in models}
+    phi = {m: float(pp.kv_throughput_gbps(s, inst, 32768)) for m, s in specs.items()}
+    lo, hi = min(phi, key=phi.get), max(phi, key=phi.get)
+    name = {m: s.name.split(" (")[0] for m, s in specs.items()}
+    lead = re.search(r'<p class="lead">(.*?)</p>', text, re.S).group(1)
+    assert f"<b>{name[lo]}</b> ships" in lead and f"than <b>{name[hi]}</b>" in lead
+    cards = dict(re.findall(r'<div class="k">(.*?)</div><div class="v">(.*?)</div>', text))
+    assert cards["KV traffic per 8×H200"] == f"{phi[hi] / phi[lo]:.1f}× less"
+    kv = float(pp.kv_bytes(specs[hi], 32768)) / float(pp.kv_bytes(specs[lo], 32768))
+    assert cards["KV per 32K request"] == (f"{kv:.1f}× less" if kv >= 1 else f"{1 / kv:.1f}× more")
+
+
+def _drawn_cdfs(report, figure: str):
+    """The CDF points a TTFT chart draws, per plan (from its Vega-Lite spec)."""
+    import pandas as pd
+
+    spec = next(f for f in report.figures if f.name == figure).spec()
+    rows = [r for d in spec["datasets"].values() for r in d if {"ttft_s", "cdf", "plan"} <= set(r)]
+    return {p: g.sort_values("ttft_s") for p, g in pd.DataFrame(rows).groupby("plan")}
+
+
+def test_trace_report_cdfs_cross_the_table_percentiles():
+    """A trace plan's baselines use the shared-cache buckets, the recommended plan per-cluster ones;
+    each drawn CDF must cross 50% and 90% at the P50 and P90 the TTFT table gives for that plan
+    (it drew every plan on PrfaaS-PD's buckets: Homogeneous PD at 33% at its own P50)."""
+    import numpy as np
+
+    trace = ROOT / "tests" / "fixtures" / "traces" / "mooncake_conversation_rows4183-4212.jsonl"
+    sc = pp.load_scenario("paper-case-study").with_updates(
+        **{"workload.kind": "trace", "workload.trace": str(trace), "workload.prefix_cache_blocks": None})
+    rep = rpt.build_report(sc, simulate=False)
+    res = rep.result
+    for basis, figure in (("common rate", "ttft-cdf-common-rate"), ("own load", "ttft-cdf-own-load")):
+        drawn = _drawn_cdfs(rep, figure)
+        rows = res.ttft[(res.ttft.basis == basis) & (res.ttft.path == "all")]
+        assert set(drawn) == set(rows.plan) == set(res.plans)
+        for r in rows.itertuples():
+            x, cdf = drawn[r.plan].ttft_s.to_numpy(), drawn[r.plan].cdf.to_numpy()
+            for q, t in ((0.5, r.p50_s), (0.9, r.p90_s)):
+                i = int(np.searchsorted(x, t))  # x[i-1] < t <= x[i]
+                assert cdf[i - 1] <= q + 1e-6 and cdf[i] >= q - 1e-6, (r.plan, basis, q, t, cdf[i - 1], cdf[i])

@@ -138,7 +138,7 @@ def _queue_wait(lengths, servers: int, rho: float, customers: int, seed: int) ->
     t = _poisson_times(rho * servers, 0.0, duration, rng)
     arr = _Arrivals(t, lengths.sample(len(t), rng), np.zeros(len(t), dtype=np.int64))
     eng = _run(setup, arr, Policy(period_s=1e6), (), duration, rng)
-    return float(eng.wait[len(t) // 50:].mean())
+    return float(eng.frames[0].wait_s.to_numpy()[len(t) // 50:].mean())
 
 
 @pytest.mark.parametrize("rho", [0.5, 0.7])
@@ -175,8 +175,9 @@ def test_link_is_processor_sharing_mg1_ps_sojourn():
         t = _poisson_times(rate, 0.0, n / rate, rng)
         arr = _Arrivals(t, lengths.sample(len(t), rng), np.zeros(len(t), dtype=np.int64))
         eng = _run(setup, arr, Policy(period_s=1e6), (), n / rate, rng)
-        assert (eng.path == 1).all()
-        assert eng.transfer[len(t) // 50:].mean() == pytest.approx(mean_x / (1 - rho), rel=0.03)
+        r = eng.frames[0]
+        assert (r.path == "prfaas").all()
+        assert r.transfer_s.to_numpy()[len(t) // 50:].mean() == pytest.approx(mean_x / (1 - rho), rel=0.03)
 
 
 # ----------------------------------------------------------------------------- prefix caches
@@ -369,19 +370,19 @@ def test_outputs_are_written_whole_or_not_at_all(case, tmp_path, monkeypatch):
     sc, res = case
     sim = simulate(sc, res, load=0.5, duration_s=60, seed=0)
     out = write_outputs(sim, tmp_path / "run")
-    assert sorted(p.name for p in out.iterdir()) == ["requests.csv", "summary.json", "timeseries.csv"]
+    assert sorted(p.name for p in out.iterdir()) == ["manifest.json", "requests.parquet", "summary.json", "timeseries.parquet"]
     assert json.loads((out / "summary.json").read_text())["requests"] == len(sim.requests)
 
     def boom(*a, **k):
         raise OSError("disk full")
 
-    monkeypatch.setattr(pd.DataFrame, "to_csv", boom)
+    monkeypatch.setattr(pd.DataFrame, "to_parquet", boom)
     with pytest.raises(PlanError, match="disk full"):  # one line for the user, not a traceback
         write_outputs(sim, tmp_path / "run2")
     with pytest.raises(PlanError, match="disk full"):
         write_outputs(sim, tmp_path / "run")  # an existing result stays as it was
     assert sorted(p.name for p in tmp_path.iterdir()) == ["run"]
-    assert (tmp_path / "run" / "requests.csv").stat().st_size > 0
+    assert (tmp_path / "run" / "requests.parquet").stat().st_size > 0
 
 
 def test_cli_simulate_writes_outputs(tmp_path):
@@ -392,7 +393,7 @@ def test_cli_simulate_writes_outputs(tmp_path):
     assert r.returncode == 0, r.stderr
     rows = json.loads(r.stdout)
     assert rows[0]["requests"] > 0 and "ttft_p90_s" in rows[0]
-    assert {p.name for p in out.iterdir()} == {"requests.csv", "summary.json", "timeseries.csv"}
+    assert {p.name for p in out.iterdir()} == {"manifest.json", "requests.parquet", "summary.json", "timeseries.parquet"}
     bad = subprocess.run([sys.executable, "-m", "prfaas_plan.cli", "simulate", "paper-case-study", "--link-drop", "x"],
                          capture_output=True, text=True)
     assert bad.returncode == 2 and len(bad.stderr.strip().splitlines()) == 1 and "--link-drop" in bad.stderr

@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 
-from .._data import atomic_write
+from .._data import atomic_write, read_text
 from ..arch import ModelSpec, load_model
 from ..errors import PlanError
 from ..kvcache import CacheSettings, kv_bytes
@@ -29,6 +29,9 @@ from .scale import Profile, layer_mix, profile_for, scale_model
 from .transfer import LOOPBACK_HOST, deserialise_cache, loopback_transfer, serialise_cache
 
 RESULTS_SCHEMA = "prfaas-plan-bench/1"
+RESULTS_SECTIONS = {"device": dict, "settings": dict, "gemm": list, "attention": list, "swa": list,
+                    "linear_attention": list, "memory": list, "models": list, "transfer": dict}
+"""The top-level fields of a results file that calibrate and validate read, with their JSON types."""
 """Identifier written into every results file (bumped when the layout changes)."""
 
 
@@ -257,11 +260,13 @@ def load_results(path: str | Path) -> dict:
     """Read a results file written by ``bench run`` (one-line PlanError when it is not one)."""
     p = Path(path)
     try:
-        data = json.loads(p.read_text())
-    except FileNotFoundError:
-        raise PlanError(f"{p}: file not found") from None
+        data = json.loads(read_text(p))
     except json.JSONDecodeError as exc:
         raise PlanError(f"{p}: not a JSON results file ({exc.msg} at line {exc.lineno})") from None
     if not isinstance(data, dict) or data.get("schema") != RESULTS_SCHEMA:
         raise PlanError(f"{p}: not a bench results file (expected schema {RESULTS_SCHEMA}); run prfaas-plan bench run")
+    for key, kind in RESULTS_SECTIONS.items():
+        if not isinstance(data.get(key), kind):
+            raise PlanError(f"{p}: field {key}: missing or not a {kind.__name__}; the file is not a complete "
+                            "bench results file (rerun prfaas-plan bench run)")
     return data

@@ -4,8 +4,9 @@ Two pages, each one file that opens with no network:
 
 * :func:`write_report` -- a scenario's inputs, the recommended PrfaaS-PD plan and its binding
   constraint, the baselines, Lambda_max against the threshold and the P:D split (the paper's
-  Figure 5), TTFT distributions, egress and queue time series (when the simulator is available),
-  cost, the formulas and every assumption;
+  Figure 5), a what-if section whose sliders (link, pool sizes, t) move over a grid precomputed
+  with the paper's model, TTFT distributions, egress and queue time series (when the simulator is
+  available), cost, the formulas and every assumption;
 * :func:`write_compare` -- KV bytes per token and fixed state per model, ``S_kv(l)`` and
   ``Phi_kv(l)`` over 1K-1M tokens, and the inter-DC link a prefill cluster needs.
 
@@ -20,7 +21,7 @@ partial file. ``png_dir`` writes each chart as PNG (2x scale) and SVG for slides
 Every table cell carries its exact value in ``data-value`` (``<table data-table=NAME>``, rows
 ``data-row``, cells ``data-col``), so tests and scripts can read the numbers back; the page
 declares its number of charts in ``<body data-chart-count>`` and marks ``data-charts-rendered``
-once vega-embed has drawn them.
+once vega-embed has drawn them; ``window.__reportViews[NAME]`` holds each chart's Vega view.
 
 Units: rates in requests/s, lengths in tokens (K = 1024), times in seconds, link rates in Gbps
 (1e9 bit/s), cache sizes in MiB (2^20 B), money in US dollars.
@@ -33,6 +34,7 @@ The package, one idea a module:
 * :mod:`.charts` -- the shared chart style and altair helpers;
 * :mod:`.plan_report` and :mod:`.plan_sections` -- the plan report and its reference sections
   (inputs, formulas, assumptions);
+* :mod:`.whatif` -- the plan report's what-if grid (paper model) and its slider chart;
 * :mod:`.compare` -- the model comparison.
 
 altair and vl_convert are imported only when a chart is built or a bundle or image rendered, so

@@ -65,5 +65,12 @@ def _log_token_axis(title: str, values: list[int] | None = None):
         labelOverlap=True)
 
 
+def _decade_axis(title: str):
+    """A log-scale value axis ticked at powers of ten only (Vega's default also labels 2, 3 and 5
+    times each power, whose labels collide: 10,000 over 20,000)."""
+    alt = _alt()
+    return alt.Axis(title=title, values=[10.0 ** k for k in range(-4, 10)], format=",~g")
+
+
 def _token_ticks(lo: float, hi: float) -> list[int]:
     return [2 ** k for k in range(0, 24) if lo <= 2 ** k <= hi]

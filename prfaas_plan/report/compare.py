@@ -16,8 +16,8 @@ import pandas as pd
 from .._data import check_output_path
 from ..bandwidth import DEFAULT_LINK_EFFICIENCY
 from ..errors import PlanError
-from .charts import (BAR_WIDTH, CHART_HEIGHT, CHART_WIDTH, SERIES_COLORS, _alt, _finite, _log_token_axis,
-                     _token_ticks)
+from .charts import (BAR_WIDTH, CHART_HEIGHT, CHART_WIDTH, SERIES_COLORS, _alt, _decade_axis, _finite,
+                     _log_token_axis, _token_ticks)
 from .files import _check_png_dir, _write
 from .page import Col, Figure, Report, Section, Table, _e, _table_html, _tokens
 
@@ -31,6 +31,22 @@ FLAGSHIP_PAIR = ("mimo-v2-flash", "minimax-m2.5")
 """(hybrid, dense) pair the comparison page leads with when both are on it."""
 
 STANDARD_LINES_GBPS = (10.0, 100.0, 400.0)
+
+
+def _headline_pair(table: pd.DataFrame) -> tuple[str, str] | None:
+    """The (hybrid, dense) model ids the page leads with: :data:`FLAGSHIP_PAIR` when both are on
+    the page and reach the reference length, else the lowest and highest Phi_kv there; None when
+    fewer than two models reach it (or all emit the same)."""
+    phi = table.set_index("model")["phi_gbps_ref"].dropna()
+    if set(FLAGSHIP_PAIR) <= set(phi.index):
+        return FLAGSHIP_PAIR
+    lo, hi = (phi.idxmin(), phi.idxmax()) if len(phi) >= 2 else (None, None)
+    return (lo, hi) if lo != hi else None
+
+
+def _fewer(ratio: float, fewer: str = "less") -> str:
+    """``ratio`` = theirs / ours as '3.0× less' (or, below 1, '2.5× more')."""
+    return f"{ratio:.1f}× {fewer}" if ratio >= 1 else f"{1 / ratio:.1f}× more"
 
 
 def _short_name(m) -> str:
@@ -110,36 +126,28 @@ def build_compare(models: Iterable[str] | None = None, hardware: str = "h200", g
     inst_txt = f"{gpus}×{inst.gpu.id.upper()}"
 
     # ---- headline
-    by = table.set_index("model")
-    hy, dn = FLAGSHIP_PAIR
-    if hy in by.index and dn in by.index and np.isfinite(by.loc[hy, "phi_gbps_ref"]) and np.isfinite(by.loc[dn, "phi_gbps_ref"]):
-        a, z = by.loc[hy], by.loc[dn]
-    else:
-        ok = table.dropna(subset=["phi_gbps_ref"])
-        if len(ok) >= 2:
-            a, z = ok.loc[ok.phi_gbps_ref.idxmin()], ok.loc[ok.phi_gbps_ref.idxmax()]
-        else:
-            a = z = None
+    pair = _headline_pair(table)
     cards, lead = [], ""
-    flagship = a is not None and a["name"] == by.loc[hy, "name"] if hy in by.index else False
-    if a is not None and a["name"] != z["name"]:
+    if pair is not None:
+        by = table.set_index("model")
+        a, z = by.loc[pair[0]], by.loc[pair[1]]
         kv_ratio = z["kv_mib_ref"] / a["kv_mib_ref"]
         phi_ratio = z["phi_gbps_ref"] / a["phi_gbps_ref"]
         cards = [
-            (f"KV per {ref_txt} request", f"{kv_ratio:.1f}× less", f"{a['name']} {a['kv_mib_ref']:,.0f} MiB vs {z['name']} {z['kv_mib_ref']:,.0f} MiB"),
-            (f"KV traffic per {inst_txt}", f"{phi_ratio:.1f}× less", f"{a['phi_gbps_ref']:.2f} vs {z['phi_gbps_ref']:.1f} Gbps (Eq. 1, {ref_txt} prompts)"),
+            (f"KV per {ref_txt} request", _fewer(kv_ratio), f"{a['name']} {a['kv_mib_ref']:,.0f} MiB vs {z['name']} {z['kv_mib_ref']:,.0f} MiB"),
+            (f"KV traffic per {inst_txt}", _fewer(phi_ratio), f"{a['phi_gbps_ref']:.2f} vs {z['phi_gbps_ref']:.1f} Gbps (Eq. 1, {ref_txt} prompts)"),
             (f"Egress of {cluster_gpus} GPUs", f"{a['cluster_gbps_ref']:,.0f} vs {z['cluster_gbps_ref']:,.0f} Gbps",
              f"{a['lines_100g']:.0f} vs {z['lines_100g']:.0f} lines of 100 Gbps at {link_efficiency:.0%} usable (Eq. 2)"),
         ]
-        lead = (f"At {ref_txt}-token prompts, <b>{_e(a['name'])}</b> ships <b>{kv_ratio:.1f}× fewer KV bytes</b> per "
-                f"request than <b>{_e(z['name'])}</b> and, prefilling back to back on one {inst_txt} instance, emits "
-                f"<b>{phi_ratio:.1f}× less KV traffic</b> ({a['phi_gbps_ref']:.2f} vs {z['phi_gbps_ref']:.1f} Gbps). "
+        lead = (f"At {ref_txt}-token prompts, <b>{_e(a['name'])}</b> ships <b>{_fewer(kv_ratio, 'fewer')} KV bytes</b> per "
+                f"request than <b>{_e(z['name'])}</b> and, prefilling back to back on one {_e(inst_txt)} instance, emits "
+                f"<b>{_fewer(phi_ratio)} KV traffic</b> ({a['phi_gbps_ref']:.2f} vs {z['phi_gbps_ref']:.1f} Gbps). "
                 f"A {cluster_gpus}-GPU prefill cluster of {_e(a['name'])} emits {a['cluster_gbps_ref']:,.0f} Gbps "
                 f"({a['lines_100g']:.0f}× 100 Gbps lines); of {_e(z['name'])}, {z['cluster_gbps_ref']:,.0f} Gbps "
                 f"({z['lines_100g']:.0f}× 100 Gbps lines).")
-        if flagship and z["name"] == by.loc[dn, "name"] and ref == 32768 and inst.gpu.id == "h200" and gpus == 8:
+        if pair == FLAGSHIP_PAIR and ref == 32768 and inst.gpu.id == "h200" and gpus == 8:
             lead += (" (The PrfaaS paper's Table 3 measures 60 vs 4.66 Gbps, 12.9×, on 8×H200; the numbers here are "
-                     f"the roofline model on {inst_txt}.)")
+                     f"the roofline model on {_e(inst_txt)}.)")
     lines_txt = " / ".join(f"{v:g}" for v in STANDARD_LINES_GBPS)
     cards.append(("Models", str(len(specs)), ", ".join(names)))
 
@@ -168,38 +176,39 @@ def build_compare(models: Iterable[str] | None = None, hardware: str = "h200", g
     xenc = alt.X("tokens:Q", scale=alt.Scale(type="log", domain=[1024, 2 ** 20], nice=False),
                  axis=_log_token_axis("prompt length l (tokens, log scale)", tick_vals))
 
-    def curve_chart(col, title, ytitle, subtitle, extra=()):
+    def curve_chart(col, title, ytitle, subtitle, extra=(), width=CHART_WIDTH):
         base = alt.Chart(_finite(curve)).mark_line(point=alt.OverlayMarkDef(size=14, filled=True)).encode(
-            x=xenc, y=alt.Y(f"{col}:Q", title=ytitle, scale=alt.Scale(type="log")), color=color,
+            x=xenc, y=alt.Y(f"{col}:Q", scale=alt.Scale(type="log"), axis=_decade_axis(ytitle)), color=color,
             tooltip=[alt.Tooltip("name:N", title="model"), alt.Tooltip("tokens:Q", format=","),
                      alt.Tooltip(f"{col}:Q", format=",.3~g")])
-        return alt.layer(base, *extra).properties(width=CHART_WIDTH, height=CHART_HEIGHT + 30,
+        return alt.layer(base, *extra).properties(width=width, height=CHART_HEIGHT + 30,
                                                   title=alt.Title(title, subtitle=subtitle))
 
     s_chart = curve_chart("kv_mib", "KV cache of one request, S_kv(l)", "S_kv (MiB, log scale)",
                           "each model stops at its maximum context")
     phi_chart = curve_chart("phi_gbps", f"KV throughput of one {inst_txt} instance, Φ_kv(l)",
                             "Φ_kv (Gbps, log scale)", f"Eq. 1: S_kv(l) / T_prefill(l), roofline model on {inst_txt}")
-    lines_df = pd.DataFrame({"y": list(STANDARD_LINES_GBPS), "label": [f"{v:g} Gbps line" for v in STANDARD_LINES_GBPS]})
+    lines_df = pd.DataFrame({"y": list(STANDARD_LINES_GBPS), "label": [f"{v:g} Gbps" for v in STANDARD_LINES_GBPS]})
+    link_width = CHART_WIDTH - 60  # the line labels sit right of the plot, clear of the bars and curves
     rules = (alt.Chart(lines_df).mark_rule(color="#c8443c", strokeDash=[4, 3]).encode(y="y:Q"),
-             alt.Chart(lines_df).mark_text(align="left", dx=3, dy=-5, color="#c8443c", fontSize=10.5).encode(
-                 y="y:Q", x=alt.value(2), text="label:N"))
+             alt.Chart(lines_df).mark_text(align="left", baseline="middle", dx=4, color="#c8443c", fontSize=10.5).encode(
+                 y="y:Q", x=alt.value(link_width), text="label:N"))
     egress_chart = curve_chart("cluster_gbps", f"Egress of a {cluster_gpus}-GPU prefill cluster, B_out(l)",
                                "B_out (Gbps, log scale)",
                                f"Eq. 2: {n_inst:g} instances of {inst_txt}, all prefilling; dashed: {lines_txt} Gbps lines",
-                               rules)
+                               rules, link_width)
     eg = table[["name", "cluster_gbps_ref"]].dropna().copy()
     eg["text"] = [f"{v:,.0f} Gbps" for v in eg.cluster_gbps_ref]
     eg["base"] = 1.0  # log-scale bars need a positive baseline
     ymax = max(float(eg.cluster_gbps_ref.max()) if len(eg) else 1.0, STANDARD_LINES_GBPS[-1]) * 3
     eg_base = alt.Chart(eg).encode(x=alt.X("name:N", sort=model_dom, title=None, axis=alt.Axis(labelAngle=-25, labelLimit=160)))
     eg_chart = alt.layer(
-        eg_base.mark_bar(width=34).encode(y=alt.Y("cluster_gbps_ref:Q", title="cluster egress (Gbps, log scale)",
+        eg_base.mark_bar(width=34).encode(y=alt.Y("cluster_gbps_ref:Q", axis=_decade_axis("cluster egress (Gbps, log scale)"),
                                                    scale=alt.Scale(type="log", domain=[1, ymax])), y2="base:Q",
                                           color=alt.Color("name:N", scale=model_scale, legend=None)),
         eg_base.mark_text(dy=-7, fontSize=11, color="#1d2330").encode(y="cluster_gbps_ref:Q", text="text:N"),
         *rules,
-    ).properties(width=CHART_WIDTH, height=CHART_HEIGHT + 30, title=alt.Title(
+    ).properties(width=link_width, height=CHART_HEIGHT + 30, title=alt.Title(
         f"Link a {cluster_gpus}-GPU prefill cluster needs at {ref_txt}",
         subtitle=f"Eq. 2 on {inst_txt}; dashed: {lines_txt} Gbps lines (nominal)"))
 
@@ -228,7 +237,7 @@ def build_compare(models: Iterable[str] | None = None, hardware: str = "h200", g
     assumptions = [
         f"Cache bytes: exact arithmetic from each model's architecture ({settings.kv_dtype} KV cache, "
         f"{settings.engine} state dtypes; no paging).",
-        f"T_prefill: the roofline performance model on {inst_txt} ({_e(inst.gpu.name)}), no measured profile; "
+        f"T_prefill: the roofline performance model on {_e(inst_txt)} ({_e(inst.gpu.name)}), no measured profile; "
         f"efficiency factors: {_e(inst.gpu.efficiency.provenance)}.",
         f"Link lines are nominal; 'smallest line' and 'max prefill GPUs' assume {link_efficiency:.0%} of it is usable.",
         "Token counts: K = 1024, M = 1024²; MiB = 2²⁰ B; Gbps = 10⁹ bit/s.",
@@ -263,7 +272,7 @@ def build_compare(models: Iterable[str] | None = None, hardware: str = "h200", g
         Section("assumptions", "Assumptions", ["<ul>" + "".join(f"<li>{x}</li>" for x in assumptions) + "</ul>"]),
     ]
     title = "KV traffic by model: what crosses the datacenter link"
-    subtitle = (f"{len(specs)} models · prefill on {inst_txt} ({_e(inst.gpu.name)}) · {cluster_gpus}-GPU cluster · "
+    subtitle = (f"{len(specs)} models · prefill on {_e(inst_txt)} ({_e(inst.gpu.name)}) · {cluster_gpus}-GPU cluster · "
                 f"reference prompt {ref_txt} tokens · {settings.kv_dtype} KV, {settings.engine} state dtypes")
     return Report("compare", title, subtitle, cards, lead, sections,
                   data={"models": table, "curves": curve, "instance": inst})

@@ -56,8 +56,8 @@ figcaption{font-size:12.5px;color:var(--muted);margin-top:2px;max-width:640px}
 .tablewrap{overflow-x:auto;margin:6px 0 12px}
 table{border-collapse:collapse;font-size:13px;font-variant-numeric:tabular-nums}
 caption{text-align:left;font-size:12.5px;color:var(--muted);padding:2px 0 4px;caption-side:top}
-th,td{padding:4px 10px;border-bottom:1px solid var(--line);text-align:right;white-space:nowrap;vertical-align:top}
-th{font-weight:600;background:var(--panel);vertical-align:bottom}
+th,td{padding:4px 8px;border-bottom:1px solid var(--line);text-align:right;white-space:nowrap;vertical-align:top}
+th{font-weight:600;background:var(--panel);vertical-align:bottom;white-space:normal}
 th .u{display:block;font-weight:400;color:var(--muted);font-size:11.5px}
 td.t,th.t{text-align:left;white-space:normal;max-width:520px}
 tr.hl td{background:#eef5fc;font-weight:600}
@@ -72,6 +72,12 @@ li{margin:2px 0}
 .tag.m{background:#e3f2e7;color:#22633a}.tag.d{background:#e8eefa;color:#2b4c8c}
 #report-errors{color:#a32020;background:#fdeeee;border:1px solid #f2c4c4;padding:8px 12px;border-radius:6px;white-space:pre-wrap}
 footer{color:var(--muted);font-size:12px;padding-top:18px;padding-bottom:28px}
+.whatif-controls{display:grid;grid-template-columns:repeat(auto-fill,minmax(420px,1fr));gap:2px 28px;background:var(--panel);border:1px solid var(--line);border-radius:8px;padding:8px 14px;margin:10px 0 4px;max-width:980px}
+.whatif-controls label{display:flex;align-items:center;gap:10px;font-size:13px}
+.whatif-controls .vega-bind-name{min-width:150px}
+.whatif-controls input[type=range]{flex:1;min-width:160px}
+.whatif-controls span:not(.vega-bind-name){min-width:28px;font-variant-numeric:tabular-nums}
+.whatif-controls input[name$="_step"]+span{display:none}
 @media print{.chart{break-inside:avoid}}
 """
 
@@ -99,11 +105,12 @@ EMBED_JS = """
   if (typeof vegaEmbed !== 'function') { fail('vega-embed did not load'); return; }
   var specs = JSON.parse(document.getElementById('report-specs').textContent);
   var els = Array.prototype.slice.call(document.querySelectorAll('[data-chart]'));
-  var done = 0;
+  var done = 0, views = window.__reportViews = {};
   Promise.all(els.map(function(el){
     var spec = specs[el.getAttribute('data-chart')];
     if (!spec) { fail('no spec for chart ' + el.getAttribute('data-chart')); return null; }
-    return vegaEmbed(el, spec, {renderer: 'svg', actions: false}).then(function(){
+    return vegaEmbed(el, spec, {renderer: 'svg', actions: false}).then(function(res){
+      views[el.getAttribute('data-chart')] = res.view;  // for scripts and tests: the Vega view API
       done += 1; el.setAttribute('data-rendered', 'true');
     }).catch(function(err){
       el.textContent = 'This chart failed to render: ' + err;
@@ -146,16 +153,23 @@ class Table:
 
 @dataclass
 class Figure:
-    """One chart: an altair chart, a caption, and the numbers behind it (shown collapsed)."""
+    """One chart: an altair chart, a caption, and the numbers behind it (shown collapsed).
+
+    ``datasets``: named inline datasets (``alt.Data(name=...)`` in the chart) added to the spec
+    after altair's ``to_dict``, which would otherwise walk and validate every value (seconds for
+    the what-if grid)."""
 
     name: str
     chart: Any
     caption: str = ""
     data: Table | None = None
+    datasets: dict[str, list] = field(default_factory=dict)
 
     def spec(self) -> dict:
         spec = self.chart.to_dict()
         spec["config"] = {**CHART_CONFIG, **spec.get("config", {})}
+        if self.datasets:
+            spec["datasets"] = {**spec.get("datasets", {}), **self.datasets}
         return spec
 
 
@@ -186,7 +200,7 @@ class Report:
     """A page: header (title, cards, lead), sections of HTML, figures and tables.
 
     ``result`` is the :class:`~prfaas_plan.planner.PlanResult` behind a plan report (None for a
-    comparison); ``data`` holds the frames behind a comparison.
+    comparison or a sweep); ``data`` holds the frames behind a comparison.
     """
 
     kind: str
@@ -333,9 +347,14 @@ def _chart_title(chart) -> str:
     return text if isinstance(text, str) else ""
 
 
+_SCRIPT_ESCAPES = str.maketrans({"<": "\\u003c", ">": "\\u003e", "&": "\\u0026",
+                                 "\u2028": "\\u2028", "\u2029": "\\u2029"})
+
+
 def _script_json(obj) -> str:
-    """JSON safe inside <script>: no NaN/Infinity, and no '<' that could close the element."""
-    return json.dumps(obj, allow_nan=False, separators=(",", ":")).replace("<", "\\u003c")
+    """JSON safe inside <script>: no NaN/Infinity, and none of ``< > &`` (no ``</script>`` or
+    ``<!--`` can end the element) nor U+2028/2029 (line breaks to older JavaScript parsers)."""
+    return json.dumps(obj, allow_nan=False, separators=(",", ":")).translate(_SCRIPT_ESCAPES)
 
 
 def _page_html(r: Report, bundle: str, specs: dict) -> str:

@@ -1,8 +1,8 @@
 """The plan report page: a scenario's capacity plan (:func:`build_report`, :func:`write_report`).
 
 The page shows a scenario's inputs, the recommended PrfaaS-PD plan and its binding constraint, the
-baselines, Lambda_max against the threshold and the P:D split (the paper's Figure 5), TTFT
-distributions, egress and queue time series (when the simulator is available), cost, the formulas
+baselines, Lambda_max against the threshold and the P:D split (the paper's Figure 5), what-if sliders
+(:mod:`.whatif`), TTFT distributions, egress and queue time series (when the simulator is available), cost, the formulas
 and every assumption. The inputs, formulas and assumptions sections are built in
 :mod:`.plan_sections`.
 """
@@ -22,6 +22,7 @@ from .charts import (BAR_WIDTH, CHART_HEIGHT, CHART_WIDTH, PLAN_COLORS, PLAN_LAB
 from .files import _check_png_dir, _write
 from .page import Col, Columns, Figure, Report, Section, Table, _e, _fmt, _tokens
 from .plan_sections import _assumption_blocks, _formula_blocks, _inputs_blocks
+from .whatif import whatif_section
 
 
 # ----------------------------------------------------------------------------- the plan report
@@ -50,8 +51,9 @@ def build_report(sc, mode: str = "exact", result=None, simulate: bool | None = N
             sim_note = f"The simulation could not run: {exc}"
         except Exception as exc:  # noqa: BLE001 - a simulator bug must not cost the user the whole report
             sim_note = f"The simulation failed ({type(exc).__name__}: {exc})"
-        if sim is not None and not (hasattr(sim, "requests") and hasattr(sim, "timeseries")):
-            sim, sim_note = None, "The simulator returned no requests/timeseries frames"
+        if sim is not None and sim.frames is None:  # too long to keep per-request records in memory
+            sim, sim_note = None, (f"The simulation ({sim.summary()['requests']:,} requests) was too long to chart; "
+                                   "give a shorter --sim-duration")
     else:
         sim_note = "Simulation was turned off for this report"
     return _plan_page(sc, res, sim, sim_note, sim_duration_s, seed)
@@ -86,7 +88,7 @@ def _plan_page(sc, res, sim, sim_note: str, sim_duration_s: float, seed: int) ->
     from ..units import GBPS_BITS_PER_S
 
     alt = _alt()
-    inp, best, b = res.inputs, res.plan, res.buckets
+    inp, best = res.inputs, res.plan
     spec = sc.spec
     gpu_r, gpu_l = sc.prfaas_instance.gpu, sc.local_instance.gpu
     q = spec.slo.ttft_quantile
@@ -270,6 +272,7 @@ def _plan_page(sc, res, sim, sim_note: str, sim_duration_s: float, seed: int) ->
         "capacity (Eq. 8). Curves above the plot are clipped.</p>",
         Figure("lambda-vs-threshold", ch_t, "Solid black: Λmax. Red: the plan's threshold.", sw_t_tbl),
         Figure("lambda-vs-pd-split", ch_n, "Solid black: Λmax. Red: the plan's P:D split.", sw_n_tbl)]))
+    sections.append(whatif_section(sc, res))
 
     # ---- TTFT
     from ..planner import ttft_at
@@ -283,7 +286,7 @@ def _plan_page(sc, res, sim, sim_note: str, sim_duration_s: float, seed: int) ->
         frames = []
         for _, r in rows.iterrows():
             p = res.plans[r.plan]
-            cdf = ttft_at(inp, p, b, float(r.rate_rps))["all"].cdf(grid)
+            cdf = ttft_at(inp, p, res.buckets_for(r.plan), float(r.rate_rps))["all"].cdf(grid)
             frames.append(pd.DataFrame({"ttft_s": grid, "cdf": cdf, "plan": r.plan,
                                         "label": PLAN_LABELS.get(r.plan, r.plan) + " (model)",
                                         "rate_rps": float(r.rate_rps)}))
@@ -368,14 +371,17 @@ def _plan_page(sc, res, sim, sim_note: str, sim_duration_s: float, seed: int) ->
         eg_long = eg_df.melt(id_vars=["time_s"], var_name="key", value_name="gbps")
         eg_long["kind"] = eg_long["key"].map({"raw": f"per {dt:g} s", "mean": f"{win * dt:g} s moving mean"})
         plan_mean = best.egress_gbps * sim_load
-        link_df = pd.concat([link_df, pd.DataFrame({"y": [plan_mean], "label": [f"planner mean {plan_mean:.1f} Gbps"]})],
-                            ignore_index=True)
+        # the planner's mean lies inside the series, so it is named in the legend, not by a label on it
+        mean_df = pd.DataFrame({"y": [plan_mean], "kind": [f"planner mean {plan_mean:.1f} Gbps"]})
+        kinds = alt.Scale(domain=[f"per {dt:g} s", f"{win * dt:g} s moving mean", mean_df.kind[0]],
+                          range=["#a9c8e6", "#1f4f82", "#e08a2c"])
         eg = alt.layer(
             alt.Chart(eg_long).mark_line().encode(
                 x=alt.X("time_s:Q", title="simulated time (s)"), y=alt.Y("gbps:Q", title="inter-DC egress (Gbps)"),
-                color=alt.Color("kind:N", title=None, scale=alt.Scale(
-                    domain=[f"per {dt:g} s", f"{win * dt:g} s moving mean"], range=["#a9c8e6", "#1f4f82"])),
+                color=alt.Color("kind:N", title=None, scale=kinds),
                 strokeWidth=alt.condition(alt.datum.key == "raw", alt.value(1.0), alt.value(2.4))),
+            alt.Chart(mean_df).mark_rule(strokeDash=[6, 3], strokeWidth=2).encode(
+                y="y:Q", color=alt.Color("kind:N", title=None, scale=kinds)),
             alt.Chart(link_df).mark_rule(color="#c8443c", strokeDash=[4, 3]).encode(y="y:Q"),
             alt.Chart(link_df).mark_text(align="right", dx=-4, dy=-5, color="#c8443c", fontSize=10.5).encode(
                 y="y:Q", x=alt.value(CHART_WIDTH), text="label:N"),

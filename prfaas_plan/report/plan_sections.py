@@ -56,7 +56,7 @@ def _inputs_blocks(sc, res, alt) -> list:
     ]
     inputs_tbl = Table("inputs", pd.DataFrame([{"key": k, "item": a, "value": v} for k, a, v in rows]),
                        [Col("item", "Input", text=True), Col("value", "Value", text=True)], row_key="key",
-                       caption=f"Scenario {spec.id} ({sc.origin})")
+                       caption=f"Scenario {spec.id} ({sc.origin_label})")
 
     # length distribution, split by route
     frac = offload_fractions(best, b)

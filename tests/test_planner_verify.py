@@ -1,0 +1,137 @@
+"""Exact mode checks its own answer: CBC's MILP against HiGHS's LP at every fixed P:D split.
+
+The grid is benchmarks/bench_sweep.py's 200-cell plan grid (paper case study over link.gbps x
+prfaas.gpus x workload.mu), where CBC used to call every workload.mu = 10.7 cell infeasible.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import itertools
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import prfaas_plan as pp
+from prfaas_plan import planner as P
+
+BENCH = Path(__file__).resolve().parents[1] / "benchmarks" / "bench_sweep.py"
+HEADROOM_REL = 1e-6  # the MILP's tie-break stage may give up this much Lambda for headroom
+
+
+def _bench_grid() -> list[dict]:
+    spec = importlib.util.spec_from_file_location("bench_sweep", BENCH)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    axes = mod.plan_grid(200, P.DEFAULT_BUCKETS)["axes"]
+    return [dict(zip(axes, v)) for v in itertools.product(*axes.values())]
+
+
+GRID = _bench_grid()
+
+
+@pytest.fixture(scope="module")
+def sc():
+    return pp.load_scenario("paper-case-study")
+
+
+def _inputs(sc, cell: dict):
+    inp = P.plan_inputs(sc.with_updates(**cell))
+    return inp, P.buckets(inp, P.DEFAULT_BUCKETS)
+
+
+EXAMPLE = {"link.gbps": 200.0, "prfaas.gpus": 40, "workload.mu": 10.7}
+
+
+def _sample(per_mu: int = 4, seed: int = 7) -> list[dict]:
+    """A seeded sample of the grid, ``per_mu`` cells of each workload.mu."""
+    rng = np.random.default_rng(seed)
+    out = []
+    for mu in sorted({c["workload.mu"] for c in GRID}):
+        cells = [c for c in GRID if c["workload.mu"] == mu]
+        out += [cells[i] for i in rng.choice(len(cells), per_mu, replace=False)]
+    return out
+
+
+def test_grid_is_the_benchmarks_200_cells():
+    assert len(GRID) == 200 and EXAMPLE in GRID
+    assert sum(c["workload.mu"] == 10.7 for c in GRID) == 50
+
+
+def test_example_cell_plans_the_best_fixed_count_lp(sc):
+    # the issue's cell: CBC said "Optimal" with Lambda = 0; its own LP at N_p = 3, N_d = 5 serves 2.394 req/s
+    inp, b = _inputs(sc, EXAMPLE)
+    lp = P.best_fixed_count_lp(inp, b, inp.n_prfaas, inp.n_local)
+    assert (lp.n_p, lp.n_d) == (3, 5)
+    assert lp.lambda_rps == pytest.approx(2.394414, rel=1e-6)
+    milp = P.solve_exact(inp, b, inp.n_prfaas, inp.n_local)
+    assert milp.solver == "cbc"  # the MILP itself, not the fallback
+    assert (milp.n_p, milp.n_d) == (3, 5)
+    assert milp.lambda_rps == pytest.approx(lp.lambda_rps, rel=2 * HEADROOM_REL)
+    res = pp.plan(sc.with_updates(**EXAMPLE))
+    assert res.lambda_max_rps == pytest.approx(lp.lambda_rps, rel=2 * HEADROOM_REL)
+    assert res.instances == {"prfaas": 5, "pd_p": 3, "pd_d": 5}
+
+
+@pytest.mark.parametrize("cell", _sample(), ids=lambda c: "-".join(f"{v:g}" for v in c.values()))
+def test_milp_matches_fixed_count_lp_on_a_sample_of_the_grid(sc, cell):
+    inp, b = _inputs(sc, cell)
+    milp = P.solve_exact(inp, b, inp.n_prfaas, inp.n_local)
+    lp = P.best_fixed_count_lp(inp, b, inp.n_prfaas, inp.n_local)
+    assert milp.solver == "cbc" and lp.lambda_rps > 0
+    assert lp.lambda_rps * (1 - 1.5 * HEADROOM_REL) <= milp.lambda_rps <= lp.lambda_rps * (1 + 1e-7)
+    # the MILP's rates are a feasible point of the model written the plain way
+    assert np.allclose(milp.y_rps + milp.z_rps, milp.lambda_rps * b.probs, rtol=1e-6, atol=1e-12)
+    assert np.dot(milp.y_rps, b.t_remote_s) <= inp.n_prfaas * (1 + 1e-6)
+    assert np.dot(milp.z_rps, b.t_local_s) <= milp.n_p * (1 + 1e-6)
+    assert np.dot(milp.y_rps, 8 * b.kv_bytes) <= inp.link_bits_per_s * (1 + 1e-6)
+
+
+def test_baselines_match_fixed_count_lp(sc):
+    inp, b = _inputs(sc, EXAMPLE)
+    homog = P.solve_exact(inp, b, 0, inp.n_baseline, allow_remote=False)
+    naive = P.solve_exact(inp, b, inp.n_prfaas, inp.n_local, allow_local_prefill=False, min_decode=inp.n_local)
+    homog_lp = P.best_fixed_count_lp(inp, b, 0, inp.n_baseline, allow_remote=False)
+    naive_lp = P.best_fixed_count_lp(inp, b, inp.n_prfaas, inp.n_local, allow_local_prefill=False,
+                                     min_decode=inp.n_local)
+    for milp, lp in ((homog, homog_lp), (naive, naive_lp)):
+        assert milp.solver == "cbc" and lp.lambda_rps > 0
+        assert milp.lambda_rps == pytest.approx(lp.lambda_rps, rel=2 * HEADROOM_REL)
+    # naive: every request on the PrfaaS pool, all 8 local instances decode
+    assert naive.n_d == 8 and naive.z_rps.sum() == pytest.approx(0.0, abs=1e-12)
+
+
+@pytest.mark.parametrize("cbc_answer", ["zero", "no optimum"])
+def test_a_wrong_milp_zero_is_overruled_by_the_check(sc, monkeypatch, cbc_answer):
+    # what CBC 2.10's preprocessing did: "Optimal", Lambda = 0, on a feasible cell
+    inp, b = _inputs(sc, EXAMPLE)
+    nb = len(b.tokens)
+    fake = P.ExactSolution(0.0, np.zeros(nb), np.zeros(nb), 0, 1) if cbc_answer == "zero" else None
+    monkeypatch.setattr(P, "_solve_exact", lambda *a, **k: fake)
+    sol = P.solve_exact(inp, b, inp.n_prfaas, inp.n_local)
+    assert sol.solver == "highs" and (sol.n_p, sol.n_d) == (3, 5)
+    assert sol.lambda_rps == pytest.approx(2.394414, rel=1e-6)
+    res = pp.plan(sc.with_updates(**EXAMPLE))  # the user sees the plan, not "infeasible"
+    assert res.lambda_max_rps == pytest.approx(2.394414, rel=1e-6)
+    assert res.instances == {"prfaas": 5, "pd_p": 3, "pd_d": 5}
+
+
+def test_really_infeasible_is_reported_after_the_check_agrees(sc, monkeypatch):
+    # one local instance must decode, so nothing prefills locally; a 0 Gbps link ships nothing
+    bad = {"local.gpus": 8, "link.gbps": 0.0}
+    inp, b = _inputs(sc, bad)
+    calls = []
+    check = P.best_fixed_count_lp
+    monkeypatch.setattr(P, "best_fixed_count_lp", lambda *a, **k: calls.append(a) or check(*a, **k))
+    sol = P.solve_exact(inp, b, inp.n_prfaas, inp.n_local)
+    assert calls and sol.solver == "highs" and sol.lambda_rps == 0.0
+    with pytest.raises(pp.PlanError, match="infeasible: no request rate can be served; binding constraint: "
+                                           r"inter-DC link bandwidth and local prefill \(PD-P\)"):
+        pp.plan(sc.with_updates(**bad))
+
+
+def test_no_prfaas_pool_and_one_local_instance_names_both_prefill_paths(sc):
+    # used to say "decode (PD-D)": decode has capacity, nothing can prefill
+    with pytest.raises(pp.PlanError, match=r"binding constraint: PrfaaS prefill \(compute\) and local prefill"):
+        pp.plan(sc.with_updates(**{"prfaas.gpus": 0, "local.gpus": 8}))

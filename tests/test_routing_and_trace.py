@@ -1,0 +1,90 @@
+"""One trace, one plan, in every command; and the plan says how it routes when no threshold does."""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+import prfaas_plan as pp
+from prfaas_plan.cli import _quick_scenario
+
+TRACE = Path(__file__).parent / "fixtures" / "traces" / "mooncake_conversation_rows4183-4212.jsonl"
+
+
+def run(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "prfaas_plan.cli", *args], capture_output=True, text=True, timeout=300)
+
+
+def _deployment(stdout: str) -> tuple[str, ...]:
+    """The routing and instance counts a command printed (``t = ... PrfaaS a + PD-P b + PD-D c``)."""
+    m = re.search(r"(t = [\d,]+ tokens \(offload \d+%\)|no offload|not a threshold).*?"
+                  r"PrfaaS (\d+) \+ PD-P (\d+) \+ PD-D (\d+)", stdout)
+    assert m, stdout
+    return m.groups()
+
+
+def test_plan_and_simulate_plan_one_deployment_for_one_trace(tmp_path):
+    out = tmp_path / "plan.json"
+    planned = run("plan", "paper-case-study", "--trace", str(TRACE), "-o", str(out))
+    simulated = run("simulate", "paper-case-study", "--trace", str(TRACE))
+    assert planned.returncode == 0 and simulated.returncode == 0, planned.stderr + simulated.stderr
+    assert _deployment(planned.stdout) == _deployment(simulated.stdout)
+    # the output length is the trace's own mean, and the plan says so
+    mean_out = float(pd.read_json(TRACE, lines=True)["output_length"].mean())
+    assert "the trace's mean output length" in planned.stdout
+    assert f"L_out {mean_out:,.0f} tokens" in planned.stdout
+    doc = json.loads(out.read_text())
+    assert doc["scenario"]["workload"]["output_tokens"] is None
+
+
+def test_report_plans_the_trace_like_plan_does():
+    sc = pp.load_scenario("paper-case-study").with_trace(TRACE)
+    res = pp.plan(sc)
+    mean_out = float(pd.read_json(TRACE, lines=True)["output_length"].mean())
+    assert res.inputs.output_tokens == mean_out
+    assert sc.output_tokens_source == "the trace's mean output length"
+
+
+def _quick_plan(link_gbps: float):
+    return pp.plan(_quick_scenario("mimo-v2-flash", "h200:32", "h20:64", link_gbps, None, None))
+
+
+def test_per_bucket_routing_is_described_not_called_a_threshold():
+    res = _quick_plan(25.0)
+    p = res.plan
+    assert not p.is_threshold and p.routing_kind == "per-bucket"
+    bands = p.offload_bands()
+    # the bands cover every bucket, and their probability-weighted shares add up to the offload fraction
+    r = p.routing
+    weighted = sum(r.prob[(r.tokens >= lo) & (r.tokens <= hi)].sum() * share for lo, hi, share in bands)
+    assert abs(weighted - p.offload_fraction) < 1e-3
+    assert any(0 < share < 1 for _, _, share in bands)
+    # offload shares that fall and rise again: more than one offloaded band, no single t
+    offloaded = [b for b in bands if b[2] > 0]
+    assert len(offloaded) >= 2
+    cli = run("plan", "--model", "mimo-v2-flash", "--prfaas", "h200:32", "--local", "h20:64", "--link-gbps", "25")
+    assert cli.returncode == 0, cli.stderr
+    assert "not a threshold" in cli.stdout
+    assert f"{p.threshold_tokens:,.0f} tokens (offload" not in cli.stdout
+
+
+def test_a_dead_link_offloads_nothing_in_both_modes():
+    for mode in ("exact", "paper"):
+        cli = run("plan", "--model", "mimo-v2-flash", "--prfaas", "h200:32", "--local", "h20:64",
+                  "--link-gbps", "0", "--mode", mode)
+        assert cli.returncode == 0, cli.stderr
+        assert "no offload" in cli.stdout and "t = 0" not in cli.stdout
+    # paper mode's all-local plan is Eq. 6 with p = 0: min(N_p / T_local(E[L]), N_d * decode rate)
+    res = pp.plan(_quick_scenario("mimo-v2-flash", "h200:32", "h20:64", 0.0, None, None), mode="paper")
+    inp = res.inputs
+    n = inp.n_local
+    best = max(min(n_p / float(inp.t_local(inp.mean_tokens)), (n - n_p) * inp.decode_rps_per_instance)
+               for n_p in range(n))
+    assert res.plan.threshold_tokens is None and res.plan.egress_gbps == 0
+    assert np.isclose(res.lambda_max_rps, best, rtol=1e-9)
