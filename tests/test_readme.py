@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import shlex
 import shutil
 import subprocess
@@ -66,3 +67,13 @@ def test_dask_sweep_without_the_extra_says_which_to_install_before_any_work(tmp_
     with pytest.raises(PlanError, match=r"prfaas-plan\[sweep\]"):
         sweeps.sweep(ROOT / "scenarios" / "grids" / "paper-link-threshold.yaml", executor="dask", out=out)
     assert list(tmp_path.iterdir()) == []  # no cell ran, no sidecar folder was made
+
+
+def test_what_the_readme_writes_into_the_checkout_is_git_ignored():
+    # the main command's report and every output the tour names (-o / --out / --html / calibrate -o)
+    written = re.findall(r"(?:-o|--out|--html) (\S+)", README.split("## How the numbers are anchored")[0])
+    written = [w for w in written if not w.startswith("$")]
+    assert {"paper-case-study.html", "sim/", "sweep.parquet", "results.json"} <= set(written)
+    written.append("sweep.parquet.cells/")
+    r = subprocess.run(["git", "check-ignore", "--no-index", *written], cwd=ROOT, capture_output=True, text=True)
+    assert sorted(r.stdout.split()) == sorted(written), r.stdout
