@@ -1376,6 +1376,8 @@ def check_out_dir(out_dir: str | Path) -> Path:
     if out.exists() and not out.is_dir():
         raise PlanError(f"--out: {shown(out)} is a file; give a folder (it is created if missing)")
     if not out.exists():
+        if out.parent.is_file():
+            raise PlanError(f"--out: {shown(out.parent)} is a file, so no folder can be made in it; choose another folder")
         if not out.parent.is_dir():
             raise PlanError(f"--out: folder {shown(out.parent)} does not exist; create it or choose another folder")
         folder = out.parent

@@ -144,6 +144,8 @@ def test_cli_simulate_twice_into_the_same_folder(tmp_path):
     assert (out / "notes.txt").read_text() == "mine\n" and (out / "figures" / "a.png").read_bytes() == b"\x89PNG"
     r = _cli("simulate", "paper-case-study", "--duration", "60", "--out", str(out / "notes.txt"))
     assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1 and "--out" in r.stderr and "folder" in r.stderr
+    r = _cli("simulate", "paper-case-study", "--duration", "60", "--out", str(out / "notes.txt" / "sim"))
+    assert r.returncode == 2 and "notes.txt is a file" in r.stderr and len(r.stderr.strip().splitlines()) == 1
 
 
 def test_write_outputs_never_deletes_or_overwrites_what_it_did_not_write(case, tmp_path):
