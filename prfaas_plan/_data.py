@@ -125,10 +125,10 @@ def check_output_path(path: str | Path, flag: str = "-o", create_parents: bool =
     ``create_parents``: once its missing folders are made; nothing is created here)."""
     path = Path(path)
     try:
-        is_dir = path.is_dir()
+        given_a_folder = path.is_dir()
     except OSError as exc:  # e.g. a file name longer than the OS allows
         raise PlanError(f"{flag}: cannot use {shown(path)} ({exc.strerror or exc}); choose another path") from None
-    if is_dir:
+    if given_a_folder:
         raise PlanError(f"{flag}: {path} is a folder; give a file name")
     parent = path.parent
     blocking = next((p for p in (parent, *parent.parents) if is_file(p)), None)
@@ -149,7 +149,7 @@ def check_output_path(path: str | Path, flag: str = "-o", create_parents: bool =
 @contextmanager
 def staged_files(folder: str | Path, what: str | None = None) -> Iterator[Callable[[str], Path]]:
     """Write several files of ``folder`` all or none: ``stage(name)`` gives a temporary path beside
-    ``folder/name`` (``.NAME.XXXX.part``) to write; when the block ends without error every staged
+    ``folder/name`` (``.NAME.<random>.part``) to write; when the block ends without error every staged
     file is renamed over its final name in staging order (each rename is atomic, so readers never see
     a half-written file), else every staged file is removed and nothing else is touched. OS errors
     become a one-line PlanError naming ``what`` (default: the folder)."""

@@ -430,11 +430,10 @@ def plan(
         if trace is not None:
             sc = sc.with_trace(trace, cache_blocks)
     res = run_plan(sc, mode=mode.value, load=load)
-    df = res.to_frame()
     if out is not None:
         _write_plan_json(res, out)
     if fmt is not Format.table:
-        emit(df, fmt)
+        emit(res.to_frame(), fmt)
         return
     p = res.plan
     q = round(sc.spec.slo.ttft_quantile * 100)
@@ -482,9 +481,8 @@ def sweep(
     if (x or y) and html is None:
         raise PlanError("--x/--y: only with --html FILE")
     check_output_path(output, "-o")  # OUTPUT and OUTPUT.cells/ go in its folder
-    if html is not None:
+    if html is not None:  # the page's path and its heatmap axes, before running anything
         check_output_path(html, "--html")
-    if html is not None:  # check the heatmap axes before running anything
         from .sweeps import grid_axes
 
         axes = grid_axes(grid)
@@ -510,8 +508,8 @@ def sweep(
         return
     keep = [*a["axes"], *(["seed"] if "seed" in df.columns else []), "lambda_max_rps", "threshold_tokens",
             "n_pd_p", "n_pd_d", "egress_gbps", "usd_per_million_tokens", "ttft_p90_s", "vs_homogeneous_pd", "status"]
-    shown = df[[c for c in dict.fromkeys(keep) if c in df.columns]]
-    emit(shown.head(60), fmt, f"Sweep {a['grid']} ({len(df)} rows{', first 60' if len(df) > 60 else ''}; "
+    table = df[[c for c in dict.fromkeys(keep) if c in df.columns]]
+    emit(table.head(60), fmt, f"Sweep {a['grid']} ({len(df)} rows{', first 60' if len(df) > 60 else ''}; "
          f"all columns in {output})", floats="{:,.3f}", col_floats={"threshold_tokens": "{:,.0f}"})
     for err, n in df["error"].dropna().value_counts().head(5).items():
         typer.echo(f"{n} cell(s) failed: {err}", err=True)
@@ -655,7 +653,7 @@ def simulate_cmd(
     with Progress(TextColumn("simulating"), BarColumn(), TextColumn("{task.percentage:>3.0f}%"), TimeElapsedColumn(),
                   console=Console(stderr=True), transient=True) as bar:
         task = bar.add_task("simulate", total=1.0)
-        sim = run_simulation(sc, res, load=load, duration_s=duration if duration is not None or trace is not None else DEFAULT_SIM_DURATION_S,
+        sim = run_simulation(sc, res, load=load, duration_s=duration if trace is not None else horizon_s,
                              trace=trace, rate_scale=rate_scale, policy=policy.value, link_events=events, seed=seed,
                              progress=lambda done: bar.update(task, completed=done), out_dir=out)
     if out is not None:
@@ -667,8 +665,8 @@ def simulate_cmd(
     typer.echo(f"{sc.spec.name}\n{policy.value} policy, {sim.duration_s:,.0f} s of arrivals, seed {seed}; plan: "
                f"{res.plan.routing_text()}, PrfaaS {res.instances['prfaas']} + PD-P "
                f"{res.instances['pd_p']} + PD-D {res.instances['pd_d']}, Lambda_max = {res.lambda_max_rps:.3f} req/s")
-    shown = [(k, f"{v:,}" if isinstance(v, int) else f"{v:,.3f}") for k, v in summary.items()]
-    emit(pd.DataFrame(shown, columns=["metric", "value"]), fmt, "Simulation summary")
+    rows = [(k, f"{v:,}" if isinstance(v, int) else f"{v:,.3f}") for k, v in summary.items()]
+    emit(pd.DataFrame(rows, columns=["metric", "value"]), fmt, "Simulation summary")
 
 
 bench_app = typer.Typer(

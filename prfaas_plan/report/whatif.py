@@ -34,6 +34,8 @@ POOL_STEPS = 5
 """Instance counts per pool slider."""
 T_POINTS = 64
 """Thresholds on the t slider and the Lambda_max-vs-t curve (log-spaced, tokens)."""
+NO_LINK_BASE_GBPS = 12.5
+"""Link grid base for a scenario without a link (0 Gbps): 0.39 ... 50 Gbps, commodity lines."""
 ROUND = {"lambda_max_rps": 3, "egress_gbps": 2, "offload_fraction": 3}
 """Decimals the chart data keep (and the headline shows)."""
 
@@ -67,7 +69,7 @@ def link_values(gbps: float) -> np.ndarray:
     """The link grid in Gbps: ``gbps * 2**k``; a scenario without a link also gets 0 Gbps."""
     if gbps > 0:
         return gbps * 2.0 ** LINK_EXPONENTS
-    return np.r_[0.0, 12.5 * 2.0 ** LINK_EXPONENTS]
+    return np.r_[0.0, NO_LINK_BASE_GBPS * 2.0 ** LINK_EXPONENTS]
 
 
 def _rates(inp, t: np.ndarray, n_pf: np.ndarray, n_loc: np.ndarray, link_gbps: np.ndarray):
