@@ -350,7 +350,7 @@ def _write_fixtures(t: Path) -> None:
         (t / db).mkdir()
         path = t / db / name
         path.write_bytes(blob) if text is None else path.write_text(text)
-    model = (ROOT / "model_db" / "minimax-m2.5.yaml").read_text()
+    model = (ROOT / "prfaas_plan" / "data" / "model_db" / "minimax-m2.5.yaml").read_text()
     (t / "model-unknown-key.yaml").write_text(model + "\ncolour: blue\n")
 
     llama = json.loads((ROOT / "tests" / "fixtures" / "hf" / "llama-3.3-70b.json").read_text())
@@ -364,7 +364,7 @@ def _write_fixtures(t: Path) -> None:
         (t / "hf" / name).mkdir(parents=True)
         (t / "hf" / name / "config.json").write_text("{" if doc is None else json.dumps(doc))
 
-    scenario = (ROOT / "scenarios" / "paper-case-study.yaml").read_text()
+    scenario = (ROOT / "prfaas_plan" / "data" / "scenarios" / "paper-case-study.yaml").read_text()
     variants = {
         "sc-unknown-key": scenario + "\ncolour: blue\n",
         "sc-nested-unknown": scenario.replace("  rtt_s: 0.005", "  rtt_s: 0.005\n  speed: 3"),

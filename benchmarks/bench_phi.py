@@ -10,8 +10,8 @@ import time
 import numpy as np
 
 import prfaas_plan as pp
-from prfaas_plan.arch import list_model_specs
-from prfaas_plan.perf import layer_costs
+from prfaas_plan.model.arch import list_model_specs
+from prfaas_plan.perf.roofline import layer_costs
 
 
 def main() -> None:

@@ -53,13 +53,13 @@ log() { echo "$@" | tee -a "$LOG"; }
 if ! "$PY" -c "import torch" 2>/dev/null; then
   log "gpu_validate.sh: torch is not installed for $PY; install torch==2.13.0 (CUDA build) first"; exit 3
 fi
-if ! "$PY" -c "import prfaas_plan.cli, prfaas_plan.model_db" 2>/dev/null; then
+if ! "$PY" -c "import prfaas_plan.cli, prfaas_plan.data.model_db" 2>/dev/null; then
   log "installing prfaas-plan (editable, no dependencies)"
   "$PY" -m pip install --quiet --no-deps --no-build-isolation -e "$ROOT" >>"$LOG" 2>&1
 fi
 MISSING="$("$PY" - <<'PYEOF'
 import importlib
-names = ["numpy", "scipy", "pandas", "pydantic", "yaml", "typer", "rich", "prfaas_plan.model_db"]
+names = ["numpy", "scipy", "pandas", "pydantic", "yaml", "typer", "rich", "prfaas_plan.data.model_db"]
 missing = []
 for n in names:
     try:

@@ -12,14 +12,19 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from .arch import ModelSpec
-from .errors import PlanError
-from .hardware import Instance
-from .kvcache import CacheSettings, kv_bytes
-from .perf import MeasuredProfile, analytic_prefill, decode_capacity, kv_throughput_gbps, prefill_time_s
-from .units import MIB_BYTES, bytes_per_s_to_gbps, format_tokens
-
-DEFAULT_LINK_EFFICIENCY = 0.9
+from prfaas_plan.defaults import DEFAULT_LINK_EFFICIENCY
+from prfaas_plan.errors import InvalidInput
+from prfaas_plan.hardware import Instance
+from prfaas_plan.kvcache import CacheSettings, kv_bytes
+from prfaas_plan.model.arch import ModelSpec
+from prfaas_plan.perf.roofline import (
+    MeasuredProfile,
+    analytic_prefill,
+    decode_capacity,
+    kv_throughput_gbps,
+    prefill_time_s,
+)
+from prfaas_plan.units import MIB_BYTES, bytes_per_s_to_gbps, format_tokens
 
 
 def cluster_egress_gbps(model: ModelSpec, inst: Instance, cluster_gpus: int, tokens,
@@ -27,7 +32,7 @@ def cluster_egress_gbps(model: ModelSpec, inst: Instance, cluster_gpus: int, tok
     """Eq. 2: ``B_out = (N_gpus / gpus_per_instance) * Phi_kv(l)`` in Gbps, every instance busy
     prefilling requests of ``tokens`` tokens."""
     if cluster_gpus <= 0:
-        raise PlanError("--cluster-gpus: a cluster needs at least 1 GPU")
+        raise InvalidInput("--cluster-gpus: a cluster needs at least 1 GPU")
     return cluster_gpus / inst.gpus * kv_throughput_gbps(model, inst, tokens, settings, profile)
 
 
@@ -36,7 +41,7 @@ def max_prefill_gpus(model: ModelSpec, inst: Instance, tokens: int, link_gbps: f
                      settings: CacheSettings | None = None, profile: MeasuredProfile | None = None) -> int:
     """The most GPUs (whole instances) of prefill whose KV stream fits ``link_gbps * efficiency``."""
     if not (0 < link_gbps < float("inf")) or not 0 < link_efficiency <= 1:  # rejects NaN too
-        raise PlanError("--link-gbps must be positive and the link efficiency in (0, 1]")
+        raise InvalidInput("--link-gbps must be positive and the link efficiency in (0, 1]")
     phi = float(kv_throughput_gbps(model, inst, tokens, settings, profile))
     return int(np.floor(link_gbps * link_efficiency / phi)) * inst.gpus
 

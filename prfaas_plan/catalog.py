@@ -6,9 +6,9 @@ from pathlib import Path
 
 import pandas as pd
 
-from .arch import list_model_specs
-from .hardware import list_gpus
-from .kvcache import CacheSettings, fixed_state_bytes, kv_bytes_per_token
+from prfaas_plan.hardware import list_gpus
+from prfaas_plan.kvcache import CacheSettings, fixed_state_bytes, kv_bytes_per_token
+from prfaas_plan.model.arch import list_model_specs
 
 
 def list_models(extra_dirs: tuple[Path, ...] = (), settings: CacheSettings | None = None) -> pd.DataFrame:

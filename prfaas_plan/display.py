@@ -8,7 +8,7 @@ header or a unit column and no object dumps its whole state.
 from __future__ import annotations
 
 import html
-from typing import Sequence
+from collections.abc import Sequence
 
 Row = tuple[str, object, str]
 """(quantity, value, unit); a value is shown with thousands separators and at most 4 significant

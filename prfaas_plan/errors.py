@@ -1,8 +1,9 @@
-"""The one error type users see.
+"""The errors users see: :class:`PlanError`, and its two kinds, bad input and an infeasible plan.
 
-Every problem with user input (a data file, a CLI flag, an infeasible plan) raises
-:class:`PlanError` with a one-line message that names the field and the fix. The CLI turns
-it into that line on stderr and exit code 2; notebooks get an ordinary ``ValueError``.
+Every problem with user input (a data file, a CLI flag) raises :class:`InvalidInput`; a valid
+request that no deployment can serve raises :class:`Infeasible`. Both carry a one-line message that
+names the field (or the binding constraint) and the fix. The CLI turns either into that line on
+stderr and exit code 2; notebooks get an ordinary ``ValueError``; a sweep records the two apart.
 """
 
 from __future__ import annotations
@@ -12,6 +13,14 @@ import difflib
 
 class PlanError(ValueError):
     """Bad input or an infeasible request, with a one-line, user-facing message."""
+
+
+class InvalidInput(PlanError):
+    """A data file, flag or argument that is wrong: the message names the field and the fix."""
+
+
+class Infeasible(PlanError):
+    """Valid input that no deployment can serve: the message names the binding constraint."""
 
 
 def did_you_mean(name: str, choices: list[str]) -> str:

@@ -17,10 +17,10 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field, PositiveFloat
 
-from ._data import find_entry, list_entries, read_yaml, validate
-from .arch import Source
-from .errors import PlanError
-from .units import GB_BYTES, GIB_BYTES, TB_BYTES
+from prfaas_plan.data import find_entry, list_entries, read_yaml, validate
+from prfaas_plan.errors import InvalidInput
+from prfaas_plan.model.arch import Source
+from prfaas_plan.units import GB_BYTES, GIB_BYTES, TB_BYTES
 
 
 class Efficiency(BaseModel):
@@ -91,9 +91,9 @@ class Instance:
 
     def __post_init__(self) -> None:
         if self.gpus <= 0:
-            raise PlanError(f"gpus: an instance needs at least 1 GPU, got {self.gpus}")
+            raise InvalidInput(f"gpus: an instance needs at least 1 GPU, got {self.gpus}")
         if self.gpus > MAX_INSTANCE_GPUS:
-            raise PlanError(f"gpus: {self.gpus:,} GPUs per instance is more than {MAX_INSTANCE_GPUS:,}; an "
+            raise InvalidInput(f"gpus: {self.gpus:,} GPUs per instance is more than {MAX_INSTANCE_GPUS:,}; an "
                             "instance is one model replica")
 
     @property
@@ -105,7 +105,7 @@ class Instance:
                 f"${self.price_usd_per_hour:,.2f}/h)")
 
     def _repr_html_(self) -> str:
-        from .display import html_table
+        from prfaas_plan.display import html_table
 
         g = self.gpu
         return html_table(f"{self.name} ({g.name})", [
@@ -132,12 +132,12 @@ class Instance:
 
 def load_gpu(ref: str | Path, extra_dirs: tuple[Path, ...] = ()) -> GPU:
     """Load a GPU by ``hardware_db`` id or YAML path."""
-    path = find_entry(ref, "prfaas_plan.hardware_db", "hardware", tuple(Path(d) for d in extra_dirs))
+    path = find_entry(ref, "prfaas_plan.data.hardware_db", "hardware", tuple(Path(d) for d in extra_dirs))
     return validate(GPU, read_yaml(path), str(path))
 
 
 def list_gpus(extra_dirs: tuple[Path, ...] = ()) -> list[GPU]:
-    return [load_gpu(p) for p in list_entries("prfaas_plan.hardware_db", tuple(Path(d) for d in extra_dirs))]
+    return [load_gpu(p) for p in list_entries("prfaas_plan.data.hardware_db", tuple(Path(d) for d in extra_dirs))]
 
 
 def instance(gpu: str | GPU, gpus: int = 8, extra_dirs: tuple[Path, ...] = ()) -> Instance:

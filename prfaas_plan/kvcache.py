@@ -1,6 +1,6 @@
 """The cache model: bytes of KV cache and linear-attention state per token and per request.
 
-Exact integer arithmetic from a model's architecture (DESIGN section 3):
+Exact integer arithmetic from a model's architecture (docs/design.md section 3):
 
 * full attention GQA/MHA: ``n_kv_heads * (d_k + d_v) * b`` bytes per token and layer;
 * MLA: ``(kv_lora_rank + qk_rope_head_dim) * b``, independent of head count;
@@ -22,9 +22,9 @@ from typing import Literal
 
 import numpy as np
 
-from .arch import GROWING_KINDS, ModelSpec
-from .errors import PlanError
-from .units import DTYPE_BYTES
+from prfaas_plan.errors import InvalidInput
+from prfaas_plan.model.arch import GROWING_KINDS, ModelSpec
+from prfaas_plan.units import DTYPE_BYTES
 
 Engine = Literal["vllm", "sglang", "hf"]
 ENGINES: tuple[str, ...] = ("vllm", "sglang", "hf")
@@ -56,15 +56,15 @@ class CacheSettings:
 
     def __post_init__(self) -> None:
         if self.kv_dtype not in KV_DTYPES:
-            raise PlanError(f"kv_dtype: {self.kv_dtype!r} is not supported; use one of {', '.join(KV_DTYPES)}")
+            raise InvalidInput(f"kv_dtype: {self.kv_dtype!r} is not supported; use one of {', '.join(KV_DTYPES)}")
         if self.engine not in ENGINES:
-            raise PlanError(f"engine: {self.engine!r} is not supported; use one of {', '.join(ENGINES)}")
+            raise InvalidInput(f"engine: {self.engine!r} is not supported; use one of {', '.join(ENGINES)}")
         for name in ("state_dtype", "conv_dtype"):
             value = getattr(self, name)
             if value is not None and value not in ("bf16", "fp32"):
-                raise PlanError(f"{name}: {value!r} is not supported; use bf16 or fp32")
+                raise InvalidInput(f"{name}: {value!r} is not supported; use bf16 or fp32")
         if self.block_tokens is not None and self.block_tokens <= 0:
-            raise PlanError("block_tokens: must be a positive number of tokens")
+            raise InvalidInput("block_tokens: must be a positive number of tokens")
 
 
 DEFAULT_SETTINGS = CacheSettings()
@@ -187,11 +187,11 @@ def check_tp(model: ModelSpec, tp: int, field: str = "tp") -> int:
     else a one-line PlanError naming ``field`` and the valid degrees up to 64. Linear-attention
     states shard by heads too, but unevenly split heads are allowed: the busiest rank is counted."""
     if isinstance(tp, bool) or int(tp) != tp or tp < 1:
-        raise PlanError(f"{field}: tensor-parallel degree must be a whole number >= 1, got {tp!r}")
+        raise InvalidInput(f"{field}: tensor-parallel degree must be a whole number >= 1, got {tp!r}")
     problem = _tp_problem(model, int(tp))
     if problem:
         valid = ", ".join(str(t) for t in range(1, 65) if _tp_problem(model, t) is None)
-        raise PlanError(f"{field}: {model.id} cannot be split over {tp} GPUs ({problem}); valid degrees: {valid}")
+        raise InvalidInput(f"{field}: {model.id} cannot be split over {tp} GPUs ({problem}); valid degrees: {valid}")
     return int(tp)
 
 
@@ -233,7 +233,7 @@ def kv_bytes_expr(model: ModelSpec, settings: CacheSettings | None = None):
     import sympy
 
     if settings is not None and settings.block_tokens is not None:
-        raise PlanError("kv_bytes_expr: block_tokens is not supported; the expression has no paging")
+        raise InvalidInput("kv_bytes_expr: block_tokens is not supported; the expression has no paging")
     l = sympy.Symbol("l", positive=True, integer=True)
     expr = sympy.Integer(0)
     for r in per_layer_table(model, settings):

@@ -1,4 +1,4 @@
-"""Queueing: prefill wait and time to first token (TTFT) of one serving path (DESIGN section 5).
+"""Queueing: prefill wait and time to first token (TTFT) of one serving path (docs/design.md section 5).
 
 A path (the remote PrfaaS cluster, or the local PD-P instances) is modelled as an **M/G/c FCFS
 queue**: Poisson arrivals at ``arrival_rps`` requests/s, ``c`` identical prefill instances that each
@@ -52,7 +52,7 @@ import numpy as np
 from scipy.optimize import brentq
 from scipy.special import gammaln, pdtr
 
-from .errors import PlanError
+from prfaas_plan.errors import InvalidInput
 
 PROB_SUM_TOL = 1e-9
 STABILITY_RTOL = 1e-13  # rho within this of 1 counts as overloaded (rounding of lambda = c / E[S])
@@ -82,14 +82,14 @@ def _check_servers(servers: int) -> int:
     except (TypeError, ValueError):
         ok = False
     if not ok:
-        raise PlanError(f"servers: {servers!r} must be a whole number of instances >= 1")
+        raise InvalidInput(f"servers: {servers!r} must be a whole number of instances >= 1")
     return int(servers)
 
 
 def _check_q(q: float) -> float:
     q = float(q)
     if not 0.0 < q < 1.0:
-        raise PlanError(f"quantile: {q!r} must be a probability strictly between 0 and 1 (e.g. 0.9 for P90)")
+        raise InvalidInput(f"quantile: {q!r} must be a probability strictly between 0 and 1 (e.g. 0.9 for P90)")
     return q
 
 
@@ -119,29 +119,29 @@ class ServiceMix:
         times = np.atleast_1d(np.asarray(self.times_s, dtype=float))
         probs = np.atleast_1d(np.asarray(self.probs, dtype=float))
         if times.ndim != 1 or times.size == 0:
-            raise PlanError("service times_s: give a non-empty 1-D array of seconds, one per bucket")
+            raise InvalidInput("service times_s: give a non-empty 1-D array of seconds, one per bucket")
         if probs.shape != times.shape:
-            raise PlanError(
+            raise InvalidInput(
                 f"service probs: {probs.size} probabilities for {times.size} times_s; give one per bucket"
             )
         if not np.all(np.isfinite(times)) or np.any(times < 0):
-            raise PlanError("service times_s: every time must be a finite number of seconds >= 0")
+            raise InvalidInput("service times_s: every time must be a finite number of seconds >= 0")
         if not np.all(np.isfinite(probs)) or np.any(probs < 0):
-            raise PlanError("service probs: every probability must be finite and >= 0")
+            raise InvalidInput("service probs: every probability must be finite and >= 0")
         total = float(probs.sum())
         if abs(total - 1.0) > PROB_SUM_TOL:
-            raise PlanError(f"service probs: they sum to {total!r}; they must sum to 1 (within 1e-9)")
+            raise InvalidInput(f"service probs: they sum to {total!r}; they must sum to 1 (within 1e-9)")
         if self.exp_means_s is None:
             exp_means = np.zeros_like(times)
         else:
             exp_means = np.broadcast_to(np.asarray(self.exp_means_s, dtype=float), times.shape)
             if not np.all(np.isfinite(exp_means)) or np.any(exp_means < 0):
-                raise PlanError("service exp_means_s: every mean must be a finite number of seconds >= 0")
+                raise InvalidInput("service exp_means_s: every mean must be a finite number of seconds >= 0")
         object.__setattr__(self, "times_s", _readonly(times))
         object.__setattr__(self, "probs", _readonly(probs))
         object.__setattr__(self, "exp_means_s", _readonly(exp_means))
         if not self.mean_s > 0:
-            raise PlanError("service times_s: the mean service time must be positive")
+            raise InvalidInput("service times_s: the mean service time must be positive")
 
     @classmethod
     def deterministic(cls, time_s: float) -> ServiceMix:
@@ -250,11 +250,11 @@ class WaitDist:
         lam, es, scv = float(self.arrival_rps), float(self.mean_service_s), float(self.scv)
         c = _check_servers(self.servers)
         if not math.isfinite(lam) or lam < 0:
-            raise PlanError(f"arrival_rps: {self.arrival_rps!r} must be a finite rate >= 0 requests/s")
+            raise InvalidInput(f"arrival_rps: {self.arrival_rps!r} must be a finite rate >= 0 requests/s")
         if not math.isfinite(es) or es <= 0:
-            raise PlanError(f"mean_service_s: {self.mean_service_s!r} must be a positive number of seconds")
+            raise InvalidInput(f"mean_service_s: {self.mean_service_s!r} must be a positive number of seconds")
         if not math.isfinite(scv) or scv < 0:
-            raise PlanError(f"scv: {self.scv!r} must be a finite squared coefficient of variation >= 0")
+            raise InvalidInput(f"scv: {self.scv!r} must be a finite squared coefficient of variation >= 0")
         a = lam * es
         rho = a / c
         put = lambda name, value: object.__setattr__(self, name, value)  # noqa: E731
@@ -306,7 +306,7 @@ class WaitDist:
 def wait_distribution(arrival_rps: float, servers: int, service: ServiceMix) -> WaitDist:
     """The M/G/c wait of a path with this arrival rate (requests/s), servers and service mix."""
     if not isinstance(service, ServiceMix):
-        raise PlanError("service: give a ServiceMix (bucket prefill times and probabilities)")
+        raise InvalidInput("service: give a ServiceMix (bucket prefill times and probabilities)")
     return WaitDist(float(arrival_rps), servers, service.mean_s, service.scv)
 
 
@@ -447,15 +447,15 @@ class TTFTDist:
 def _shifts(service: ServiceMix, extra_s: np.ndarray | float, step_s: float | None) -> np.ndarray:
     extra = np.asarray(extra_s, dtype=float)
     if extra.ndim > 1 or (extra.ndim == 1 and extra.shape != service.times_s.shape):
-        raise PlanError(
+        raise InvalidInput(
             f"extra_s: give one number, or one per service bucket ({service.times_s.size}); "
             f"got shape {extra.shape}"
         )
     if not np.all(np.isfinite(extra)) or np.any(extra < 0):
-        raise PlanError("extra_s: un-hidden transfer and decode times must be finite seconds >= 0")
+        raise InvalidInput("extra_s: un-hidden transfer and decode times must be finite seconds >= 0")
     step = 0.0 if step_s is None else float(step_s)
     if not math.isfinite(step) or step < 0:
-        raise PlanError(f"step_s: {step_s!r} must be a finite decode step time in seconds >= 0")
+        raise InvalidInput(f"step_s: {step_s!r} must be a finite decode step time in seconds >= 0")
     return service.times_s + extra + step
 
 
@@ -493,16 +493,16 @@ def mixed_ttft(parts: list[tuple[float, TTFTDist]]) -> TTFTDist:
     """
     parts = list(parts)
     if not parts:
-        raise PlanError("mixed_ttft: give at least one (fraction, TTFTDist) pair")
+        raise InvalidInput("mixed_ttft: give at least one (fraction, TTFTDist) pair")
     weights = np.array([float(w) for w, _ in parts])
     if not np.all(np.isfinite(weights)) or np.any(weights < 0):
-        raise PlanError("mixed_ttft: every fraction of requests must be finite and >= 0")
+        raise InvalidInput("mixed_ttft: every fraction of requests must be finite and >= 0")
     if abs(weights.sum() - 1.0) > PROB_SUM_TOL:
-        raise PlanError(f"mixed_ttft: the fractions sum to {weights.sum()!r}; they must sum to 1")
+        raise InvalidInput(f"mixed_ttft: the fractions sum to {weights.sum()!r}; they must sum to 1")
     comps: list[_Component] = []
     for w, dist in parts:
         if not isinstance(dist, TTFTDist):
-            raise PlanError("mixed_ttft: each part must be (fraction, TTFTDist)")
+            raise InvalidInput("mixed_ttft: each part must be (fraction, TTFTDist)")
         if w == 0:
             continue
         for c in dist.components:
@@ -527,10 +527,10 @@ def max_rate_for_slo(
     q = _check_q(quantile)
     slo = float(slo_s)
     if not math.isfinite(slo) or slo <= 0:
-        raise PlanError(f"slo_s: {slo_s!r} must be a positive number of seconds")
+        raise InvalidInput(f"slo_s: {slo_s!r} must be a positive number of seconds")
     c = _check_servers(servers)
     if not isinstance(service, ServiceMix):
-        raise PlanError("service: give a ServiceMix (bucket prefill times and probabilities)")
+        raise InvalidInput("service: give a ServiceMix (bucket prefill times and probabilities)")
     _shifts(service, extra_s, step_s)  # validate once
 
     def slack(rate: float) -> float:

@@ -15,14 +15,14 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, NonNegativeFloat, PositiveFloat, PositiveInt, model_validator
 
-from ._data import builtin_dir, find_entry, is_dir, is_file, read_yaml, validate
-from .arch import ModelSpec, load_model
-from .bandwidth import DEFAULT_LINK_EFFICIENCY
-from .errors import PlanError, shown
-from .hardware import MAX_INSTANCE_GPUS, MAX_POOL_GPUS, Instance, instance
-from .kvcache import CacheSettings, Engine
-from .perf import ENGINE_RESERVE_GIB_PER_GPU, MeasuredProfile
-from .units import MIB_BYTES
+from prfaas_plan.data import builtin_dir, find_entry, is_dir, is_file, read_yaml, validate
+from prfaas_plan.defaults import DEFAULT_LINK_EFFICIENCY
+from prfaas_plan.errors import InvalidInput, shown
+from prfaas_plan.hardware import MAX_INSTANCE_GPUS, MAX_POOL_GPUS, Instance, instance
+from prfaas_plan.kvcache import CacheSettings, Engine
+from prfaas_plan.model.arch import ModelSpec, load_model
+from prfaas_plan.perf.roofline import ENGINE_RESERVE_GIB_PER_GPU, MeasuredProfile
+from prfaas_plan.units import MIB_BYTES
 
 
 class _Strict(BaseModel):
@@ -51,7 +51,7 @@ class PoolSpec(_Strict):
     profile: ProfileSpec | None = None
 
     @model_validator(mode="after")
-    def _whole(self) -> "PoolSpec":
+    def _whole(self) -> PoolSpec:
         if self.gpus % self.gpus_per_instance:
             raise ValueError(f"gpus ({self.gpus}) must be a multiple of gpus_per_instance ({self.gpus_per_instance})")
         return self
@@ -86,7 +86,7 @@ class WorkloadSpec(_Strict):
                                             description="LRU prefix cache size in 512-token blocks; 0 = off, null = unlimited")
 
     @model_validator(mode="after")
-    def _check(self) -> "WorkloadSpec":
+    def _check(self) -> WorkloadSpec:
         if self.kind == "trace" and not self.trace:
             raise ValueError("a trace workload needs trace: PATH")
         if self.min_tokens >= self.max_tokens:
@@ -179,7 +179,7 @@ class Scenario:
             gpus = self.spec.prfaas.gpus + self.spec.local.gpus
         return gpus // self.spec.local.gpus_per_instance
 
-    def with_updates(self, **changes) -> "Scenario":
+    def with_updates(self, **changes) -> Scenario:
         """A copy with top-level or dotted fields replaced (``{"link.gbps": 20}``), re-validated."""
         data = self.spec.model_dump()
         for key, value in changes.items():
@@ -187,16 +187,16 @@ class Scenario:
             parts = key.split(".")
             for part in parts[:-1]:
                 if not isinstance(node.get(part), dict):
-                    raise PlanError(f"{key}: no such scenario field")
+                    raise InvalidInput(f"{key}: no such scenario field")
                 node = node[part]
             if parts[-1] not in node:
-                raise PlanError(f"{key}: no such scenario field")
+                raise InvalidInput(f"{key}: no such scenario field")
             node[parts[-1]] = value
         return Scenario(validate(ScenarioSpec, data, f"{self.origin} (with {', '.join(changes)})"),
                         self.origin, self.extra_model_dirs)
 
 
-    def with_trace(self, trace: str | Path, prefix_cache_blocks: int | None = None) -> "Scenario":
+    def with_trace(self, trace: str | Path, prefix_cache_blocks: int | None = None) -> Scenario:
         """A copy whose workload is ``trace``: its uncached input lengths and its own output
         lengths (the trace's mean sets L_out), with an LRU prefix cache of ``prefix_cache_blocks``
         512-token blocks (None = unlimited, 0 = off). ``plan``, ``simulate`` and ``report`` all
@@ -210,7 +210,7 @@ class Scenario:
         """Where the scenario came from, for reports: ``built-in`` for the package's own
         scenarios (so that a report does not depend on where the package is installed), else
         the path as given."""
-        if self.origin != "command-line flags" and Path(self.origin).parent == builtin_dir("prfaas_plan.scenarios"):
+        if self.origin != "command-line flags" and Path(self.origin).parent == builtin_dir("prfaas_plan.data.scenarios"):
             return "built-in"
         return self.origin
 
@@ -225,7 +225,7 @@ class Scenario:
 
 def load_scenario(ref: str | Path, extra_model_dirs: tuple[Path, ...] = ()) -> Scenario:
     """Load a built-in scenario by id (``paper-case-study``) or a YAML path."""
-    path = find_entry(ref, "prfaas_plan.scenarios", "scenario")
+    path = find_entry(ref, "prfaas_plan.data.scenarios", "scenario")
     spec = validate(ScenarioSpec, read_yaml(path), str(path))
     sc = Scenario(spec, str(path), tuple(Path(d) for d in extra_model_dirs))
     sc.model  # resolve now so that an unknown model is reported at load time
@@ -243,7 +243,7 @@ def resolve_trace(sc: Scenario, ref: str) -> Path:
             return beside
     if not is_file(path):
         problem = "is a folder" if is_dir(path) else "not found"
-        raise PlanError(f"workload.trace: {shown(ref)} {problem}; give a path to a Mooncake JSONL, Azure CSV or CSV trace")
+        raise InvalidInput(f"workload.trace: {shown(ref)} {problem}; give a path to a Mooncake JSONL, Azure CSV or CSV trace")
     return path
 
 
@@ -262,7 +262,7 @@ class ResolvedWorkload:
 
 def build_workload(sc: Scenario) -> ResolvedWorkload:
     """Resolve the scenario's workload section (see :class:`ResolvedWorkload`)."""
-    from .workload import TruncatedLogNormal, Workload, load_trace, workload_from_trace
+    from prfaas_plan.workload import TruncatedLogNormal, Workload, load_trace, workload_from_trace
 
     w = sc.spec.workload
     if w.kind == "lognormal":
@@ -271,7 +271,7 @@ def build_workload(sc: Scenario) -> ResolvedWorkload:
                                 float(lengths.mean_tokens()))
     trace = load_trace(resolve_trace(sc, w.trace), w.trace_format)
     if "hash_ids" not in trace.columns and w.prefix_cache_blocks != 0:
-        raise PlanError("workload.prefix_cache_blocks: this trace has no hash_ids; set prefix_cache_blocks: 0")
+        raise InvalidInput("workload.prefix_cache_blocks: this trace has no hash_ids; set prefix_cache_blocks: 0")
     wl = workload_from_trace(trace, w.prefix_cache_blocks)
     if w.output_tokens is not None:
         wl = Workload(wl.lengths, float(w.output_tokens), wl.rate_rps, wl.name)

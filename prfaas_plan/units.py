@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import re
 
-from .errors import PlanError, shown
+from prfaas_plan.errors import InvalidInput, shown
 
 MIB_BYTES = 2**20
 GIB_BYTES = 2**30
@@ -39,18 +39,18 @@ def parse_tokens(text: str | int, field: str = "context") -> int:
     else:
         match = _TOKENS_RE.match(str(text))
         if not match:
-            raise PlanError(
+            raise InvalidInput(
                 f"{field}: {shown(repr(text))} is not a token count; use e.g. 32K, 32k or 32768 (K = 1024)"
             )
         number, suffix = float(match.group(1)), match.group(2).upper()
         exact = number * {"": 1, "K": TOKENS_PER_K, "M": TOKENS_PER_M}[suffix]
         if exact > MAX_TOKENS:  # also a number too long for a float (inf)
-            raise PlanError(f"{field}: {shown(repr(text))} is more than {MAX_TOKENS:,} tokens; give a context length")
+            raise InvalidInput(f"{field}: {shown(repr(text))} is more than {MAX_TOKENS:,} tokens; give a context length")
         value = round(exact)
         if exact != value:
-            raise PlanError(f"{field}: {text!r} is {exact:,g} tokens, not a whole number; give e.g. {max(value, 1)}")
+            raise InvalidInput(f"{field}: {text!r} is {exact:,g} tokens, not a whole number; give e.g. {max(value, 1)}")
     if value <= 0:
-        raise PlanError(f"{field}: {text!r} must be a positive number of tokens")
+        raise InvalidInput(f"{field}: {text!r} must be a positive number of tokens")
     return int(value)
 
 
@@ -58,7 +58,7 @@ def parse_token_list(text: str, field: str = "context") -> list[int]:
     """Parse a comma-separated list of token counts (``1K,8K,32K``)."""
     items = [part for part in str(text).split(",") if part.strip()]
     if not items:
-        raise PlanError(f"{field}: give at least one token count, e.g. 1K,8K,32K")
+        raise InvalidInput(f"{field}: give at least one token count, e.g. 1K,8K,32K")
     return [parse_tokens(part, field) for part in items]
 
 

@@ -21,11 +21,11 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from prfaas_plan import bench  # noqa: E402
-from prfaas_plan.arch import list_model_specs  # noqa: E402
 from prfaas_plan.cli import main  # noqa: E402
 from prfaas_plan.hardware import load_gpu  # noqa: E402
 from prfaas_plan.kvcache import CacheSettings, kv_bytes, recurrent_dtype  # noqa: E402
-from prfaas_plan.perf import layer_costs  # noqa: E402
+from prfaas_plan.model.arch import list_model_specs  # noqa: E402
+from prfaas_plan.perf.roofline import layer_costs  # noqa: E402
 from prfaas_plan.units import DTYPE_BYTES  # noqa: E402
 
 PAPER_OBSERVATIONS = Path(__file__).resolve().parents[1] / "bench_results" / "prfaas-paper-h200.yaml"

@@ -73,7 +73,7 @@ def test_plan_writes_json_and_never_a_partial_file(tmp_path):
 
 
 def test_impossible_scenario_exits_nonzero(tmp_path):
-    sc = Path(__file__).resolve().parents[1] / "scenarios" / "paper-case-study.yaml"
+    sc = Path(__file__).resolve().parents[1] / "prfaas_plan" / "data" / "scenarios" / "paper-case-study.yaml"
     text = sc.read_text().replace("gbps: 100", "gbps: 0.1").replace("ttft_quantile: 0.9", "ttft_quantile: 0.9\n  ttft_s: 0.5")
     path = tmp_path / "impossible.yaml"
     path.write_text(text)

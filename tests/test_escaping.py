@@ -36,9 +36,9 @@ def write_payload_pages(folder: Path) -> dict[str, Path]:
     from prfaas_plan.cli import app
     from prfaas_plan.report import write_compare, write_report
 
-    model = yaml.safe_load((ROOT / "model_db" / "mimo-v2-flash.yaml").read_text())
+    model = yaml.safe_load((ROOT / "prfaas_plan" / "data" / "model_db" / "mimo-v2-flash.yaml").read_text())
     model.update(id="mimo-copy" + PAYLOAD, name="MiMo " + PAYLOAD)
-    gpu = yaml.safe_load((ROOT / "hardware_db" / "h20.yaml").read_text())
+    gpu = yaml.safe_load((ROOT / "prfaas_plan" / "data" / "hardware_db" / "h20.yaml").read_text())
     gpu.update(id="h20" + PAYLOAD, name="H20 " + PAYLOAD)
     (folder / "model.yaml").write_text(yaml.safe_dump(model, allow_unicode=True))
     (folder / "gpu.yaml").write_text(yaml.safe_dump(gpu, allow_unicode=True))

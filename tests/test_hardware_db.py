@@ -7,11 +7,11 @@ from pathlib import Path
 import pytest
 import yaml
 
-from prfaas_plan._data import builtin_dir
+from prfaas_plan.data import builtin_dir
 from prfaas_plan.errors import PlanError
 from prfaas_plan.hardware import GPU, Instance, instance, list_gpus, load_gpu
 
-HW_DIR = builtin_dir("prfaas_plan.hardware_db")
+HW_DIR = builtin_dir("prfaas_plan.data.hardware_db")
 GPU_IDS = sorted(p.stem for p in HW_DIR.glob("*.yaml"))
 
 # Fields that are identity/bookkeeping rather than sourced values.

@@ -15,11 +15,11 @@ from pathlib import Path
 
 import pytest
 
-from prfaas_plan.arch import load_model
 from prfaas_plan.errors import PlanError
-from prfaas_plan.hf_config import SUPPORTED_MODEL_TYPES, count_params, load_hf_config
 from prfaas_plan.kvcache import CacheSettings
-from prfaas_plan.perf import layer_costs
+from prfaas_plan.model.arch import load_model
+from prfaas_plan.model.hf_config import SUPPORTED_MODEL_TYPES, count_params, load_hf_config
+from prfaas_plan.perf.roofline import layer_costs
 
 HF_DIR = Path(__file__).parent / "fixtures" / "hf"
 

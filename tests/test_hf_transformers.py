@@ -26,8 +26,8 @@ import pytest
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers", minversion="5")
 
-from prfaas_plan.hf_config import load_hf_config  # noqa: E402
 from prfaas_plan.kvcache import CacheSettings, kv_bytes, per_layer_table  # noqa: E402
+from prfaas_plan.model.hf_config import load_hf_config  # noqa: E402
 
 HF_DIR = Path(__file__).parent / "fixtures" / "hf"
 HF = CacheSettings(engine="hf")

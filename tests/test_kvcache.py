@@ -15,7 +15,6 @@ import sympy
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from prfaas_plan.arch import list_model_specs, load_model
 from prfaas_plan.kvcache import (
     CacheSettings,
     kv_bytes,
@@ -24,6 +23,7 @@ from prfaas_plan.kvcache import (
     linear_state_bytes,
     per_gpu_kv_bytes,
 )
+from prfaas_plan.model.arch import list_model_specs, load_model
 from prfaas_plan.units import MIB_BYTES, bytes_per_s_to_gbps
 
 SGLANG = CacheSettings(engine="sglang")

@@ -6,11 +6,11 @@ from pathlib import Path
 
 import pytest
 
-from prfaas_plan.arch import list_model_specs, load_model
 from prfaas_plan.errors import PlanError
-from prfaas_plan.hf_config import count_params
+from prfaas_plan.model.arch import list_model_specs, load_model
+from prfaas_plan.model.hf_config import count_params
 
-MODEL_DB = Path(__file__).parent.parent / "model_db"
+MODEL_DB = Path(__file__).parent.parent / "prfaas_plan" / "data" / "model_db"
 EXPECTED_IDS = {
     "minimax-m2.5", "mimo-v2-flash", "qwen3.5-397b-a17b", "qwen3-235b-a22b", "qwen3-next-80b-a3b",
     "ring-2.5-1t", "kimi-linear-48b-a3b", "kimi-linear-1t", "deepseek-v3", "kimi-k2", "kimi-k2-thinking",

@@ -8,8 +8,14 @@ import pytest
 import prfaas_plan as pp
 from prfaas_plan.bandwidth import cluster_egress_gbps, max_prefill_gpus, pd_balance
 from prfaas_plan.kvcache import per_gpu_kv_bytes
-from prfaas_plan.perf import (MeasuredProfile, analytic_prefill, decode_capacity, decode_step_s,
-                              expected_experts_touched, layer_costs)
+from prfaas_plan.perf.roofline import (
+    MeasuredProfile,
+    analytic_prefill,
+    decode_capacity,
+    decode_step_s,
+    expected_experts_touched,
+    layer_costs,
+)
 
 # PrfaaS paper Table 3: Phi_kv at 32K tokens on 8xH200, Gbps
 PAPER_PHI_32K_GBPS = {"minimax-m2.5": 59.93, "qwen3-235b-a22b": 33.35, "qwen3.5-397b-a17b": 8.25,
@@ -144,7 +150,7 @@ def test_h200_fit_leave_one_out():
     Out of sample the prefill latency lands within 20% (median) and 30% (worst) of the paper."""
     from pathlib import Path
 
-    from prfaas_plan.calibration import fit_prefill, load_observations, predict
+    from prfaas_plan.perf.calibration import fit_prefill, load_observations, predict
 
     obs = load_observations(Path(__file__).resolve().parents[1] / "bench_results" / "prfaas-paper-h200.yaml")
     start = pp.load_gpu("h200").efficiency

@@ -30,7 +30,7 @@ def test_tour_starts_by_activating_the_setup_venv():
 
 def _checkout_copy(tmp_path: Path) -> Path:
     """The files the tour reads, laid out as in a fresh clone (it writes into the checkout)."""
-    for rel in ("scenarios", "tests/fixtures/traces"):
+    for rel in ("prfaas_plan/data/scenarios", "tests/fixtures/traces"):
         shutil.copytree(ROOT / rel, tmp_path / rel)
     return tmp_path
 
@@ -65,7 +65,7 @@ def test_dask_sweep_without_the_extra_says_which_to_install_before_any_work(tmp_
     monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "distributed" else real(name, *a))
     out = tmp_path / "s.parquet"
     with pytest.raises(PlanError, match=r"prfaas-plan\[sweep\]"):
-        sweeps.sweep(ROOT / "scenarios" / "grids" / "paper-link-threshold.yaml", executor="dask", out=out)
+        sweeps.sweep(ROOT / "prfaas_plan" / "data" / "scenarios" / "grids" / "paper-link-threshold.yaml", executor="dask", out=out)
     assert list(tmp_path.iterdir()) == []  # no cell ran, no sidecar folder was made
 
 

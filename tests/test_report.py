@@ -16,8 +16,8 @@ from pathlib import Path
 import pytest
 
 import prfaas_plan as pp
-from prfaas_plan._data import atomic_write
 from prfaas_plan import report as rpt
+from prfaas_plan.data import atomic_write
 from prfaas_plan.errors import PlanError
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -316,7 +316,7 @@ def test_mooncake_trace_report(tmp_path):
 # ----------------------------------------------------------------------------- comparison
 def test_compare_numbers_equal_library(compare_page):
     from prfaas_plan.kvcache import fixed_state_bytes, kv_bytes, kv_bytes_per_token
-    from prfaas_plan.perf import kv_throughput_gbps
+    from prfaas_plan.perf.roofline import kv_throughput_gbps
     from prfaas_plan.units import MIB_BYTES
 
     _, page, _ = compare_page

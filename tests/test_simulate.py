@@ -22,15 +22,14 @@ import prfaas_plan as pp
 from prfaas_plan.errors import PlanError
 from prfaas_plan.planner import Buckets, ttft_at, unhidden_transfer_s
 from prfaas_plan.queueing import erlang_c
-from prfaas_plan.workload import LRUPrefixCache
 from prfaas_plan.sim import (
     Bursty,
     Policy,
     SimResult,
     _Arrivals,
     _poisson_times,
-    _run,
     _Routing,
+    _run,
     _Setup,
     parse_link_drop,
     read_link_trace,
@@ -38,7 +37,7 @@ from prfaas_plan.sim import (
     write_outputs,
 )
 from prfaas_plan.units import BITS_PER_BYTE
-from prfaas_plan.workload import TruncatedLogNormal, prefix_cache_replay
+from prfaas_plan.workload import LRUPrefixCache, TruncatedLogNormal, prefix_cache_replay
 
 REPO = Path(__file__).resolve().parents[1]
 MOONCAKE = REPO.parent / "shared" / "traces" / "mooncake_conversation.jsonl"

@@ -144,7 +144,7 @@ def test_cell_ids_are_stable_and_only_follow_inputs(tmp_path):
     _, _, b = expand_grid(PLAN_GRID)
     assert [c.cell_id for c in a] == [c.cell_id for c in b] and len({c.cell_id for c in a}) == 8
     # the grid as a file, and a renamed/re-described copy of the scenario: same cells
-    sc = yaml.safe_load((ROOT / "scenarios" / "paper-case-study.yaml").read_text())
+    sc = yaml.safe_load((ROOT / "prfaas_plan" / "data" / "scenarios" / "paper-case-study.yaml").read_text())
     sc.update(id="renamed", name="another name", description="edited")
     (tmp_path / "sc.yaml").write_text(yaml.safe_dump(sc))
     (tmp_path / "g.yaml").write_text(yaml.safe_dump({**PLAN_GRID, "scenario": "sc.yaml"}))
@@ -156,7 +156,7 @@ def test_cell_ids_are_stable_and_only_follow_inputs(tmp_path):
 
 
 def test_example_grid_file_expands():
-    g, base, cells = expand_grid(ROOT / "scenarios" / "grids" / "paper-link-threshold.yaml")
+    g, base, cells = expand_grid(ROOT / "prfaas_plan" / "data" / "scenarios" / "grids" / "paper-link-threshold.yaml")
     assert base.spec.id == "paper-case-study" and list(g.axes) == ["link.gbps", "prfaas.gpus"]
     assert len(cells) == 20 and cells[-1].inputs == {"link.gbps": 100, "prfaas.gpus": 64}
 

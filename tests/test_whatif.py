@@ -23,15 +23,14 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from test_report import parse, same
+from test_report_browser import ARTIFACTS, CHROMIUM, FLAGS
 
 import prfaas_plan as pp
 from prfaas_plan import planner as P
 from prfaas_plan import report as rpt
 from prfaas_plan.report import whatif as W
 from prfaas_plan.units import BITS_PER_BYTE, GBPS_BITS_PER_S
-
-from test_report import parse, same
-from test_report_browser import ARTIFACTS, CHROMIUM, FLAGS
 
 SCENARIO_CELL = (100.0, 32, 64)
 MOVED = {"link_gbps": 6.25, "prfaas_gpus": 24, "local_gpus": 72, "t_step": 50}

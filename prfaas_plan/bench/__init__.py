@@ -10,7 +10,7 @@
 * **memory-copy bandwidth** (bytes read plus bytes written per second);
 * **scaled-down models** built from a ``model_db`` entry's real layer pattern (fewer layers, a
   smaller hidden size, the same attention kinds in the same ratios, :func:`scale_model`). The
-  scaled model is an ordinary :class:`~prfaas_plan.arch.ModelSpec`, so the *same*
+  scaled model is an ordinary :class:`~prfaas_plan.model.arch.ModelSpec`, so the *same*
   :func:`prfaas_plan.perf.analytic_prefill` predicts it; its prefill forward
   (:class:`ScaledModel`) is timed end to end and returns real KV tensors and states, whose bytes
   must equal :func:`prfaas_plan.kvcache.kv_bytes` exactly;
@@ -19,7 +19,7 @@
 
 ``prfaas-plan bench calibrate`` turns a results file into a hardware YAML entry (peak FLOP/s
 from the fastest GEMM or the datasheet, memory bandwidth from the copy test, efficiency factors
-fitted with :func:`prfaas_plan.calibration.fit_prefill` on the *calibration* cases only, a link
+fitted with :func:`prfaas_plan.perf.calibration.fit_prefill` on the *calibration* cases only, a link
 efficiency from the transfer test); ``prfaas-plan bench validate`` compares the model's
 predictions with every *held-out* case.
 
@@ -43,29 +43,104 @@ The package, one idea per module (every public name is re-exported here, so ``be
 
 from __future__ import annotations
 
-from .scale import (DIM_ALIGN, CPU_DEFAULT_THREADS, ScaleSpec, Profile, CALIBRATION_MODELS,
-                    VALIDATION_MODELS, PROFILES, profile_for, scaled_layer_counts, extra_params,
-                    scale_model, layer_mix)
-from .kernels import (LINEAR_LOG_DECAY_FLOOR, SWA_QUERY_BLOCK_FRACTION, TORCH_DTYPES, torch_dtype,
-                      causal_attention, sliding_window_attention, chunked_linear_attention,
-                      recurrent_linear_attention, attention_pair_flops,
-                      linear_attention_flops_per_token)
-from .model import (ROPE_BASE, LINEAR_CONV_KERNEL_FALLBACK, GATE_A_LOG_RANGE, GATE_DT_BIAS_RANGE,
-                    LIGHTNING_SLOPE_EXPONENT, RopeTable, GQALayer, MLALayer, GDNLayer, KDALayer,
-                    LightningLayer, ATTENTION_LAYERS, DenseFFN, MoEFFN, ScaledModel, cache_nbytes)
-from .transfer import (LOOPBACK_HOST, TRANSFER_BUFFER_BYTES, TRANSFER_TIMEOUT_S, TRANSFER_HEADER,
-                       serialise_cache, deserialise_cache, loopback_transfer)
-from .micro import (FLOPS_PER_TFLOP, MS_PER_S, MICRO_LOG_DECAY_MAX, summarize, time_call, bench_gemm,
-                    bench_attention, bench_linear_attention, bench_copy)
-from .harness import (RESULTS_SCHEMA, resolve_device, device_info, model_case_name, run_harness,
-                      write_results, load_results)
-from .calibrate import (MEMORY_STREAM_EFFICIENCY_MEASURED, DEFAULT_COMM_EFFICIENCY,
-                        DEFAULT_DECODE_STEP_OVERHEAD_S, DEFAULT_NOMINAL_LINE_GBPS,
-                        CPU_PLACEHOLDER_TDP_W, CPU_PLACEHOLDER_PRICE_USD_PER_HOUR, MEASURED_SOURCE_URL,
-                        OBSERVATION_FIT_PARAMS, RESULTS_FIT_PARAMS, STATISTICS, DEFAULT_STATISTIC,
-                        FIT_LOWER_START, YAML_SIGNIFICANT_DIGITS, SHA_SHORT_CHARS, case_seconds,
-                        Calibration, match_datasheet_gpu, link_table, calibrate_results, re_id,
-                        calibrate_observations, validate_results, median_abs_error_pct)
+from prfaas_plan.bench.calibrate import (
+                    CPU_PLACEHOLDER_PRICE_USD_PER_HOUR,
+                    CPU_PLACEHOLDER_TDP_W,
+                    DEFAULT_COMM_EFFICIENCY,
+                    DEFAULT_DECODE_STEP_OVERHEAD_S,
+                    DEFAULT_NOMINAL_LINE_GBPS,
+                    DEFAULT_STATISTIC,
+                    FIT_LOWER_START,
+                    MEASURED_SOURCE_URL,
+                    MEMORY_STREAM_EFFICIENCY_MEASURED,
+                    OBSERVATION_FIT_PARAMS,
+                    RESULTS_FIT_PARAMS,
+                    SHA_SHORT_CHARS,
+                    STATISTICS,
+                    YAML_SIGNIFICANT_DIGITS,
+                    Calibration,
+                    calibrate_observations,
+                    calibrate_results,
+                    case_seconds,
+                    link_table,
+                    match_datasheet_gpu,
+                    median_abs_error_pct,
+                    re_id,
+                    validate_results,
+)
+from prfaas_plan.bench.harness import (
+                    RESULTS_SCHEMA,
+                    device_info,
+                    load_results,
+                    model_case_name,
+                    resolve_device,
+                    run_harness,
+                    write_results,
+)
+from prfaas_plan.bench.kernels import (
+                    LINEAR_LOG_DECAY_FLOOR,
+                    SWA_QUERY_BLOCK_FRACTION,
+                    TORCH_DTYPES,
+                    attention_pair_flops,
+                    causal_attention,
+                    chunked_linear_attention,
+                    linear_attention_flops_per_token,
+                    recurrent_linear_attention,
+                    sliding_window_attention,
+                    torch_dtype,
+)
+from prfaas_plan.bench.micro import (
+                    FLOPS_PER_TFLOP,
+                    MICRO_LOG_DECAY_MAX,
+                    MS_PER_S,
+                    bench_attention,
+                    bench_copy,
+                    bench_gemm,
+                    bench_linear_attention,
+                    summarize,
+                    time_call,
+)
+from prfaas_plan.bench.model import (
+                    ATTENTION_LAYERS,
+                    GATE_A_LOG_RANGE,
+                    GATE_DT_BIAS_RANGE,
+                    LIGHTNING_SLOPE_EXPONENT,
+                    LINEAR_CONV_KERNEL_FALLBACK,
+                    ROPE_BASE,
+                    DenseFFN,
+                    GDNLayer,
+                    GQALayer,
+                    KDALayer,
+                    LightningLayer,
+                    MLALayer,
+                    MoEFFN,
+                    RopeTable,
+                    ScaledModel,
+                    cache_nbytes,
+)
+from prfaas_plan.bench.scale import (
+                    CALIBRATION_MODELS,
+                    CPU_DEFAULT_THREADS,
+                    DIM_ALIGN,
+                    PROFILES,
+                    VALIDATION_MODELS,
+                    Profile,
+                    ScaleSpec,
+                    extra_params,
+                    layer_mix,
+                    profile_for,
+                    scale_model,
+                    scaled_layer_counts,
+)
+from prfaas_plan.bench.transfer import (
+                    LOOPBACK_HOST,
+                    TRANSFER_BUFFER_BYTES,
+                    TRANSFER_HEADER,
+                    TRANSFER_TIMEOUT_S,
+                    deserialise_cache,
+                    loopback_transfer,
+                    serialise_cache,
+)
 
 __all__ = [
     "RESULTS_SCHEMA", "LOOPBACK_HOST", "DIM_ALIGN", "LINEAR_LOG_DECAY_FLOOR",

@@ -17,10 +17,10 @@ from typing import Any
 
 import numpy as np
 
-from ..arch import ModelSpec
-from ..errors import PlanError
-from ..units import GB_BYTES, GIB_BYTES, TB_BYTES
-from .micro import FLOPS_PER_TFLOP, MS_PER_S
+from prfaas_plan.bench.micro import FLOPS_PER_TFLOP, MS_PER_S
+from prfaas_plan.errors import InvalidInput
+from prfaas_plan.model.arch import ModelSpec
+from prfaas_plan.units import GB_BYTES, GIB_BYTES, TB_BYTES
 
 MEMORY_STREAM_EFFICIENCY_MEASURED = 1.0
 """Memory efficiency written for a device whose memory bandwidth *is* the measured copy rate
@@ -82,7 +82,7 @@ SHA_SHORT_CHARS = 16
 def case_seconds(record: dict, statistic: str = DEFAULT_STATISTIC) -> float:
     """The time of one timing record under ``statistic`` ('median' or 'min' of the repeats)."""
     if statistic not in STATISTICS:
-        raise PlanError(f"--statistic: {statistic!r} is not one of {', '.join(STATISTICS)}")
+        raise InvalidInput(f"--statistic: {statistic!r} is not one of {', '.join(STATISTICS)}")
     return float(record[f"{statistic}_s"])
 
 
@@ -140,7 +140,7 @@ def match_datasheet_gpu(device_name: str):
     """The ``hardware_db`` entry whose id (or the id's part before a '-') appears in a CUDA device
     name (``NVIDIA H200`` -> h200, ``NVIDIA A100-SXM4-80GB`` -> a100-80g; the longest id wins), or
     None. ``bench calibrate --gpu`` overrides it."""
-    from ..hardware import list_gpus
+    from prfaas_plan.hardware import list_gpus
 
     squashed = device_name.lower().replace(" ", "").replace("-", "")
     hits = [g for g in list_gpus() if g.id.replace("-", "") in squashed or g.id.split("-")[0] in squashed]
@@ -172,16 +172,16 @@ def calibrate_results(results: dict, name: str, results_path: str | Path | None 
     device matches a ``hardware_db`` entry; otherwise the fastest GEMM measured (then the GEMM
     efficiency is relative to what this device's GEMMs reach at best). Memory bandwidth: the copy
     test on the largest buffer (as the bandwidth itself without a datasheet, else as the memory
-    efficiency). Efficiency factors ``params``: :func:`prfaas_plan.calibration.fit_prefill` on the
+    efficiency). Efficiency factors ``params``: :func:`prfaas_plan.perf.calibration.fit_prefill` on the
     calibration cases only, started from the microbenchmarks' efficiencies. Link efficiency: the
     transfer test over ``nominal_gbps`` (default: the base entry's NIC, else
     :data:`DEFAULT_NOMINAL_LINE_GBPS`).
     """
-    from ..calibration import PrefillObservation, fit_prefill
-    from ..hardware import GPU, Efficiency
+    from prfaas_plan.hardware import GPU, Efficiency
+    from prfaas_plan.perf.calibration import PrefillObservation, fit_prefill
 
     if not re_id(name):
-        raise PlanError(f"--name: {name!r} must be a short id of letters, digits, '-', '_' or '.'")
+        raise InvalidInput(f"--name: {name!r} must be a short id of letters, digits, '-', '_' or '.'")
     info = results["device"]
     if base is None and info["kind"] == "cuda":
         base = match_datasheet_gpu(info.get("name", ""))
@@ -189,7 +189,7 @@ def calibrate_results(results: dict, name: str, results_path: str | Path | None 
     copies = results.get("memory") or []
     calib = [c for c in results.get("models", []) if c["role"] == "calibration"]
     if not gemm or not copies or not calib:
-        raise PlanError("calibrate: the results file lacks GEMM, copy or calibration model cases; rerun bench run")
+        raise InvalidInput("calibrate: the results file lacks GEMM, copy or calibration model cases; rerun bench run")
     achieved = [g["flops"] / case_seconds(g, statistic) for g in gemm]
     if base is not None:
         peak_flops = base.peak_flops
@@ -233,7 +233,7 @@ def calibrate_results(results: dict, name: str, results_path: str | Path | None 
         provenance="microbenchmarks (fit start)")
     nominal = float(nominal_gbps or (base.nic_gbps if base is not None else DEFAULT_NOMINAL_LINE_GBPS))
     if nominal <= 0:
-        raise PlanError("--nominal-gbps: the nominal line rate must be positive")
+        raise InvalidInput("--nominal-gbps: the nominal line rate must be positive")
     today = _dt.date.today()
     if base is not None:
         entry = base.model_dump(mode="json")
@@ -310,13 +310,13 @@ def calibrate_observations(path: str | Path, gpu_ref: str, params: tuple[str, ..
     GPU ``gpu_ref``, starting from that entry's efficiency. Returns (fitted GPU, residuals table)."""
     import pandas as pd
 
-    from ..calibration import fit_prefill, load_observations
-    from ..hardware import load_gpu
+    from prfaas_plan.hardware import load_gpu
+    from prfaas_plan.perf.calibration import fit_prefill, load_observations
 
     gpu = load_gpu(gpu_ref)
     obs = [o for o in load_observations(path) if o.gpu.id == gpu.id]
     if not obs:
-        raise PlanError(f"{path}: no observations for gpu {gpu.id}; check --gpu")
+        raise InvalidInput(f"{path}: no observations for gpu {gpu.id}; check --gpu")
     obs = [replace(o, gpu=gpu) for o in obs]
     provenance = (f"bench calibrate: {', '.join(params)} fitted (fit_prefill, log least squares) to {len(obs)} "
                   f"observations in {path}")
@@ -338,8 +338,8 @@ def validate_results(results: dict, gpu, statistic: str = DEFAULT_STATISTIC, rol
     predicted/measured ms, error %, bound)."""
     import pandas as pd
 
-    from ..hardware import Instance
-    from ..perf import analytic_prefill
+    from prfaas_plan.hardware import Instance
+    from prfaas_plan.perf.roofline import analytic_prefill
 
     rows = []
     for c in results.get("models", []):
@@ -354,7 +354,7 @@ def validate_results(results: dict, gpu, statistic: str = DEFAULT_STATISTIC, rol
                      "error_pct": 100.0 * (predicted / measured - 1.0), "spread_pct": float(c["spread_pct"]),
                      "bound": str(lat.bound)})
     if not rows:
-        raise PlanError("validate: the results file has no held-out model cases")
+        raise InvalidInput("validate: the results file has no held-out model cases")
     return pd.DataFrame(rows)
 
 

@@ -17,16 +17,16 @@ from typing import Any
 
 import numpy as np
 
-from .._data import atomic_write, read_text
-from ..arch import ModelSpec, load_model
-from ..errors import PlanError
-from ..kvcache import CacheSettings, kv_bytes
-from ..perf import LINEAR_ATTN_CHUNK_TOKENS
-from .kernels import LINEAR_LOG_DECAY_FLOOR, SWA_QUERY_BLOCK_FRACTION, _torch
-from .micro import _sync, bench_attention, bench_copy, bench_gemm, bench_linear_attention, summarize
-from .model import ScaledModel, cache_nbytes
-from .scale import Profile, layer_mix, profile_for, scale_model
-from .transfer import LOOPBACK_HOST, deserialise_cache, loopback_transfer, serialise_cache
+from prfaas_plan.bench.kernels import LINEAR_LOG_DECAY_FLOOR, SWA_QUERY_BLOCK_FRACTION, _torch
+from prfaas_plan.bench.micro import _sync, bench_attention, bench_copy, bench_gemm, bench_linear_attention, summarize
+from prfaas_plan.bench.model import ScaledModel, cache_nbytes
+from prfaas_plan.bench.scale import Profile, layer_mix, profile_for, scale_model
+from prfaas_plan.bench.transfer import LOOPBACK_HOST, deserialise_cache, loopback_transfer, serialise_cache
+from prfaas_plan.data import atomic_write, read_text
+from prfaas_plan.errors import InvalidInput
+from prfaas_plan.kvcache import CacheSettings, kv_bytes
+from prfaas_plan.model.arch import ModelSpec, load_model
+from prfaas_plan.perf.roofline import LINEAR_ATTN_CHUNK_TOKENS
 
 RESULTS_SCHEMA = "prfaas-plan-bench/1"
 RESULTS_SECTIONS = {"device": dict, "settings": dict, "gemm": list, "attention": list, "swa": list,
@@ -44,11 +44,11 @@ def resolve_device(device: str) -> str:
     """'auto' -> 'cuda' when torch sees a GPU, else 'cpu'; 'cuda' without a GPU is an error."""
     torch = _torch()
     if device not in ("auto", "cpu", "cuda"):
-        raise PlanError(f"--device: {device!r} is not one of auto, cpu, cuda")
+        raise InvalidInput(f"--device: {device!r} is not one of auto, cpu, cuda")
     if device == "auto":
         return "cuda" if torch.cuda.is_available() else "cpu"
     if device == "cuda" and not torch.cuda.is_available():
-        raise PlanError("--device cuda: torch sees no CUDA device; use --device cpu or auto")
+        raise InvalidInput("--device cuda: torch sees no CUDA device; use --device cpu or auto")
     return device
 
 
@@ -103,7 +103,7 @@ def run_harness(device: str = "auto", quick: bool = False, threads: int | None =
     prof = profile or profile_for(dev, quick)
     threads = prof.threads if threads is None else threads
     if threads is not None and threads < 1:
-        raise PlanError("--threads: give at least 1 thread")
+        raise InvalidInput("--threads: give at least 1 thread")
     threads_before = torch.get_num_threads()
     if threads:
         torch.set_num_threads(int(threads))
@@ -118,7 +118,7 @@ def _run_profile(torch, dev: str, quick: bool, prof: Profile, progress: bool, se
     dtype = prof.dtype
     settings = CacheSettings(**prof.kv_settings)
     results: dict[str, Any] = {
-        "schema": RESULTS_SCHEMA, "created_utc": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+        "schema": RESULTS_SCHEMA, "created_utc": _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds"),
         "device": device_info(dev), "quick": quick, "profile": asdict(prof),
         "settings": {"dtype": dtype, "warmup": prof.warmup, "repeats": prof.repeats, "seed": seed,
                      "cache_settings": asdict(settings), "linear_chunk_tokens": LINEAR_ATTN_CHUNK_TOKENS,
@@ -262,11 +262,11 @@ def load_results(path: str | Path) -> dict:
     try:
         data = json.loads(read_text(p))
     except json.JSONDecodeError as exc:
-        raise PlanError(f"{p}: not a JSON results file ({exc.msg} at line {exc.lineno})") from None
+        raise InvalidInput(f"{p}: not a JSON results file ({exc.msg} at line {exc.lineno})") from None
     if not isinstance(data, dict) or data.get("schema") != RESULTS_SCHEMA:
-        raise PlanError(f"{p}: not a bench results file (expected schema {RESULTS_SCHEMA}); run prfaas-plan bench run")
+        raise InvalidInput(f"{p}: not a bench results file (expected schema {RESULTS_SCHEMA}); run prfaas-plan bench run")
     for key, kind in RESULTS_SECTIONS.items():
         if not isinstance(data.get(key), kind):
-            raise PlanError(f"{p}: field {key}: missing or not a {kind.__name__}; the file is not a complete "
+            raise InvalidInput(f"{p}: field {key}: missing or not a {kind.__name__}; the file is not a complete "
                             "bench results file (rerun prfaas-plan bench run)")
     return data

@@ -8,8 +8,8 @@ assigns to these kernels. Torch is imported only inside the functions.
 
 from __future__ import annotations
 
-from ..errors import PlanError
-from ..perf import LINEAR_ATTN_CHUNK_TOKENS
+from prfaas_plan.errors import InvalidInput
+from prfaas_plan.perf.roofline import LINEAR_ATTN_CHUNK_TOKENS
 
 LINEAR_LOG_DECAY_FLOOR = -1.0
 """Most negative per-token log decay of the benchmark's linear-attention gates (decay >= e^-1
@@ -26,7 +26,7 @@ def _torch():
     try:
         import torch
     except ImportError:  # pragma: no cover - depends on the environment
-        raise PlanError("bench: this command needs torch; install it with pip install 'prfaas-plan[gpu]'") from None
+        raise InvalidInput("bench: this command needs torch; install it with pip install 'prfaas-plan[gpu]'") from None
     return torch
 
 

@@ -11,9 +11,16 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from ..units import GB_BYTES, MIB_BYTES
-from .kernels import (_torch, attention_pair_flops, causal_attention, chunked_linear_attention,
-                      linear_attention_flops_per_token, sliding_window_attention, torch_dtype)
+from prfaas_plan.bench.kernels import (
+    _torch,
+    attention_pair_flops,
+    causal_attention,
+    chunked_linear_attention,
+    linear_attention_flops_per_token,
+    sliding_window_attention,
+    torch_dtype,
+)
+from prfaas_plan.units import GB_BYTES, MIB_BYTES
 
 FLOPS_PER_TFLOP = 1e12
 MS_PER_S = 1e3

@@ -8,10 +8,16 @@ from __future__ import annotations
 
 import math
 
-from ..arch import FFN, ModelSpec
-from ..kvcache import DEFAULT_SETTINGS, CacheSettings, recurrent_dtype
-from .kernels import (LINEAR_LOG_DECAY_FLOOR, _torch, causal_attention, chunked_linear_attention,
-                      sliding_window_attention, torch_dtype)
+from prfaas_plan.bench.kernels import (
+    LINEAR_LOG_DECAY_FLOOR,
+    _torch,
+    causal_attention,
+    chunked_linear_attention,
+    sliding_window_attention,
+    torch_dtype,
+)
+from prfaas_plan.kvcache import DEFAULT_SETTINGS, CacheSettings, recurrent_dtype
+from prfaas_plan.model.arch import FFN, ModelSpec
 
 ROPE_BASE = 10000.0
 """Rotary embedding base (the benchmark's layers use RoPE like the real models; the value only

@@ -2,7 +2,7 @@
 
 :class:`ScaleSpec` and :class:`Profile` (the CPU/CUDA quick/full profiles in :data:`PROFILES`,
 :func:`profile_for`), the calibration and validation model lists, and the pure-Python scaling
-of a :class:`~prfaas_plan.arch.ModelSpec` (:func:`scale_model`, :func:`scaled_layer_counts`,
+of a :class:`~prfaas_plan.model.arch.ModelSpec` (:func:`scale_model`, :func:`scaled_layer_counts`,
 :func:`extra_params`, :func:`layer_mix`). No torch.
 """
 
@@ -12,10 +12,10 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..arch import FFN, ModelSpec, Layers
-from ..errors import PlanError
-from ..perf import layer_costs
-from ..units import DTYPE_BYTES, MIB_BYTES
+from prfaas_plan.errors import InvalidInput
+from prfaas_plan.model.arch import FFN, Layers, ModelSpec
+from prfaas_plan.perf.roofline import layer_costs
+from prfaas_plan.units import DTYPE_BYTES, MIB_BYTES
 
 DIM_ALIGN = 8
 """Scaled head dims, ranks and intermediate sizes are rounded to multiples of this many elements
@@ -170,7 +170,7 @@ def scaled_layer_counts(model: ModelSpec, layers: int) -> dict[str, int]:
     counts = model.layer_counts()
     names = [n for n in counts if counts[n] > 0]
     if layers < len(names):
-        raise PlanError(f"scale: {layers} layers cannot hold {model.id}'s {len(names)} attention kinds")
+        raise InvalidInput(f"scale: {layers} layers cannot hold {model.id}'s {len(names)} attention kinds")
     exact = {n: counts[n] * layers / model.layers.count for n in names}
     out = {n: max(1, math.floor(exact[n])) for n in names}
     order = sorted(names, key=lambda n: (-(exact[n] - math.floor(exact[n])), counts[n]))
@@ -226,7 +226,7 @@ def _scale_attention(attn, head_factor: float, dim_scale: float):
                                        "head_dim_k": d(attn.head_dim_k), "head_dim_v": d(attn.head_dim_v)})
     if attn.kind == "kda":
         if attn.num_k_heads not in (None, attn.num_heads) or attn.head_dim_k not in (None, attn.head_dim):
-            raise PlanError("scale: KDA with separate key heads or dims is not supported by the bench layers")
+            raise InvalidInput("scale: KDA with separate key heads or dims is not supported by the bench layers")
         return attn.model_copy(update={"num_heads": _count(attn.num_heads * head_factor),
                                        "head_dim": d(attn.head_dim)})
     return attn.model_copy(update={"num_heads": _count(attn.num_heads * head_factor),
@@ -273,7 +273,7 @@ def scale_model(model: ModelSpec, spec: ScaleSpec, weight_dtype: str = "fp32") -
     The copy is re-validated, which also drops ``layer_kinds`` cached on the original.
     """
     if spec.layers < 1 or spec.hidden_size < DIM_ALIGN or spec.dim_scale <= 0:
-        raise PlanError("scale: layers, hidden size and dim scale must be positive")
+        raise InvalidInput("scale: layers, hidden size and dim scale must be positive")
     ratio = spec.hidden_size / model.hidden_size
     head_factor = ratio / spec.dim_scale
     attention = {name: _scale_attention(a, head_factor, spec.dim_scale) for name, a in model.attention.items()}

@@ -11,9 +11,9 @@ import struct
 import threading
 import time
 
-from ..errors import PlanError
-from ..units import BITS_PER_BYTE, GBPS_BITS_PER_S, MIB_BYTES
-from .kernels import _torch
+from prfaas_plan.bench.kernels import _torch
+from prfaas_plan.errors import InvalidInput
+from prfaas_plan.units import BITS_PER_BYTE, GBPS_BITS_PER_S, MIB_BYTES
 
 LOOPBACK_HOST = "127.0.0.1"
 """The only address the transfer test binds and connects to."""
@@ -82,7 +82,7 @@ def loopback_transfer(payload: bytes, connections: int, total_bytes: int, timeou
     ``total_bytes`` small). Bounded: sockets time out after ``timeout_s``.
     """
     if connections < 1 or total_bytes < 1 or not payload:
-        raise PlanError("transfer: connections and bytes must be positive and the payload non-empty")
+        raise InvalidInput("transfer: connections and bytes must be positive and the payload non-empty")
     shares = [total_bytes // connections + (1 if i < total_bytes % connections else 0) for i in range(connections)]
     server = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     server.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
@@ -154,13 +154,13 @@ def loopback_transfer(payload: bytes, connections: int, total_bytes: int, timeou
         done.wait()
         elapsed = time.perf_counter() - t0
     except (threading.BrokenBarrierError, OSError) as exc:
-        raise PlanError(f"transfer: loopback test failed ({errors[0] if errors else exc})") from None
+        raise InvalidInput(f"transfer: loopback test failed ({errors[0] if errors else exc})") from None
     finally:
         server.close()
     for th in (*senders, *receivers):
         th.join(timeout_s)
     if errors or sum(received) != total_bytes:
-        raise PlanError(f"transfer: loopback test failed ({errors[0] if errors else 'short read'})")
+        raise InvalidInput(f"transfer: loopback test failed ({errors[0] if errors else 'short read'})")
     out = {"connections": connections, "bytes": total_bytes, "seconds": elapsed,
            "gbps": total_bytes * BITS_PER_BYTE / elapsed / GBPS_BITS_PER_S}
     if keep_received:

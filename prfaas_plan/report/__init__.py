@@ -43,10 +43,10 @@ altair and vl_convert are imported only when a chart is built or a bundle or ima
 
 from __future__ import annotations
 
-from .compare import DEFAULT_COMPARE_MODELS, build_compare, write_compare
-from .files import export_figures, vega_bundle
-from .page import Report
-from .plan_report import build_report, write_report
+from prfaas_plan.report.compare import DEFAULT_COMPARE_MODELS, build_compare, write_compare
+from prfaas_plan.report.files import export_figures, vega_bundle
+from prfaas_plan.report.page import Report
+from prfaas_plan.report.plan_report import build_report, write_report
 
 __all__ = [
     "DEFAULT_COMPARE_MODELS", "Report", "build_compare", "build_report", "export_figures",

@@ -7,11 +7,11 @@ into each spec) and the small helpers the pages build their charts with: altair 
 
 from __future__ import annotations
 
-from typing import Any, Iterable
+from collections.abc import Iterable
+from typing import Any
 
 import numpy as np
 import pandas as pd
-
 
 # ----------------------------------------------------------------------------- style
 FONT = 'system-ui, -apple-system, "Segoe UI", Roboto, Helvetica, Arial, sans-serif'

@@ -7,25 +7,28 @@ egress of a prefill cluster against standard 10 / 100 / 400 Gbps lines, and a ta
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable
 from pathlib import Path
-from typing import Iterable
 
 import numpy as np
 import pandas as pd
 
-from .._data import check_output_path
-from ..bandwidth import DEFAULT_LINK_EFFICIENCY
-from ..errors import PlanError
-from .charts import (BAR_WIDTH, CHART_HEIGHT, CHART_WIDTH, SERIES_COLORS, _alt, _decade_axis, _finite,
-                     _log_token_axis, _token_ticks)
-from .files import _check_png_dir, _write
-from .page import Col, Figure, Report, Section, Table, _e, _table_html, _tokens
-
-
-DEFAULT_COMPARE_MODELS: tuple[str, ...] = (
-    "minimax-m2.5", "qwen3-235b-a22b", "qwen3.5-397b-a17b", "mimo-v2-flash", "ring-2.5-1t", "kimi-linear-1t",
+from prfaas_plan.data import check_output_path
+from prfaas_plan.defaults import DEFAULT_COMPARE_MODELS, DEFAULT_LINK_EFFICIENCY
+from prfaas_plan.errors import InvalidInput
+from prfaas_plan.report.charts import (
+    BAR_WIDTH,
+    CHART_HEIGHT,
+    CHART_WIDTH,
+    SERIES_COLORS,
+    _alt,
+    _decade_axis,
+    _finite,
+    _log_token_axis,
+    _token_ticks,
 )
-"""The paper's models: dense-attention MiniMax-M2.5 and Qwen3-235B beside the hybrids."""
+from prfaas_plan.report.files import _check_png_dir, _write
+from prfaas_plan.report.page import Col, Figure, Report, Section, Table, _e, _table_html, _tokens
 
 FLAGSHIP_PAIR = ("mimo-v2-flash", "minimax-m2.5")
 """(hybrid, dense) pair the comparison page leads with when both are on it."""
@@ -59,22 +62,22 @@ def build_compare(models: Iterable[str] | None = None, hardware: str = "h200", g
                   context_tokens: int = 32768, settings=None, link_efficiency: float = DEFAULT_LINK_EFFICIENCY,
                   extra_model_dirs: tuple = (), extra_hardware_dirs: tuple = ()) -> Report:
     """Compute and lay out the model comparison (see :func:`write_compare`)."""
-    from ..arch import load_model
-    from ..hardware import instance
-    from ..kvcache import DEFAULT_SETTINGS, fixed_state_bytes, kv_bytes, kv_bytes_expr, kv_bytes_per_token
-    from ..perf import analytic_prefill
-    from ..units import MIB_BYTES
+    from prfaas_plan.hardware import instance
+    from prfaas_plan.kvcache import DEFAULT_SETTINGS, fixed_state_bytes, kv_bytes, kv_bytes_expr, kv_bytes_per_token
+    from prfaas_plan.model.arch import load_model
+    from prfaas_plan.perf.roofline import analytic_prefill
+    from prfaas_plan.units import MIB_BYTES
 
     alt = _alt()
     ids = list(models) if models else list(DEFAULT_COMPARE_MODELS)
     if len(set(ids)) != len(ids):
-        raise PlanError("models: a model is listed twice")
+        raise InvalidInput("models: a model is listed twice")
     if gpus < 1:
-        raise PlanError("--gpus: an instance needs at least 1 GPU")
+        raise InvalidInput("--gpus: an instance needs at least 1 GPU")
     if cluster_gpus < 1:
-        raise PlanError("--cluster-gpus: a cluster needs at least 1 GPU")
+        raise InvalidInput("--cluster-gpus: a cluster needs at least 1 GPU")
     if not 0 < link_efficiency <= 1:
-        raise PlanError("link efficiency must be in (0, 1]")
+        raise InvalidInput("link efficiency must be in (0, 1]")
     settings = settings or DEFAULT_SETTINGS
     specs = [load_model(i, tuple(extra_model_dirs)) for i in ids]
     inst = instance(hardware, gpus, tuple(extra_hardware_dirs))

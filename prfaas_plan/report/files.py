@@ -13,11 +13,11 @@ from functools import lru_cache
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from .._data import atomic_write
-from ..errors import PlanError
+from prfaas_plan.data import atomic_write
+from prfaas_plan.errors import InvalidInput, PlanError
 
 if TYPE_CHECKING:
-    from .page import Report
+    from prfaas_plan.report.page import Report
 
 
 # ----------------------------------------------------------------------------- JavaScript bundle
@@ -69,15 +69,15 @@ def _check_png_dir(png_dir) -> Path | None:
         return None
     d = Path(png_dir)
     if d.exists() and not d.is_dir():
-        raise PlanError(f"--png: {d} exists and is not a folder")
+        raise InvalidInput(f"--png: {d} exists and is not a folder")
     if not d.exists():
         parent = d.parent
         while not parent.exists() and parent != parent.parent:
             parent = parent.parent
         if not parent.is_dir() or not os.access(parent, os.W_OK | os.X_OK):
-            raise PlanError(f"--png: cannot create folder {d} (parent {parent} is not writable)")
+            raise InvalidInput(f"--png: cannot create folder {d} (parent {parent} is not writable)")
     elif not os.access(d, os.W_OK | os.X_OK):
-        raise PlanError(f"--png: cannot write to folder {d} (permission denied)")
+        raise InvalidInput(f"--png: cannot write to folder {d} (permission denied)")
     return d
 
 
@@ -105,7 +105,7 @@ def _write_images(d: Path, images: dict[str, bytes]) -> list[Path]:
     try:
         d.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
-        raise PlanError(f"--png: cannot create folder {d} ({exc.strerror or exc})") from None
+        raise InvalidInput(f"--png: cannot create folder {d} ({exc.strerror or exc})") from None
     paths = []
     for name, data in images.items():
         atomic_write(d / name, data)

@@ -14,16 +14,16 @@ from __future__ import annotations
 import html
 import json
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
 import pandas as pd
 
-from ..errors import PlanError
-from .charts import CHART_CONFIG
-from .files import vega_bundle
-
+from prfaas_plan.errors import InvalidInput
+from prfaas_plan.report.charts import CHART_CONFIG
+from prfaas_plan.report.files import vega_bundle
 
 # ----------------------------------------------------------------------------- page template
 CSS = """
@@ -230,7 +230,7 @@ class Report:
     def specs(self) -> dict[str, dict]:
         specs = {f.name: f.spec() for f in self.figures}
         if len(specs) != len(self.figures):
-            raise PlanError("report: two charts share a name")  # pragma: no cover - a bug, not input
+            raise InvalidInput("report: two charts share a name")  # pragma: no cover - a bug, not input
         return specs
 
     def to_html(self, bundle: str | None = None, specs: dict | None = None) -> str:
@@ -358,7 +358,7 @@ def _script_json(obj) -> str:
 
 
 def _page_html(r: Report, bundle: str, specs: dict) -> str:
-    from .. import __version__
+    from prfaas_plan import __version__
 
     parts = []
     for s in r.sections:

@@ -15,14 +15,23 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from .._data import check_output_path
-from ..errors import PlanError
-from .charts import (BAR_WIDTH, CHART_HEIGHT, CHART_WIDTH, PLAN_COLORS, PLAN_LABELS, _alt, _finite, _log_token_axis,
-                     _plan_scale)
-from .files import _check_png_dir, _write
-from .page import Col, Columns, Figure, Report, Section, Table, _e, _fmt, _tokens
-from .plan_sections import _assumption_blocks, _formula_blocks, _inputs_blocks
-from .whatif import whatif_section
+from prfaas_plan.data import check_output_path
+from prfaas_plan.errors import InvalidInput, PlanError
+from prfaas_plan.report.charts import (
+    BAR_WIDTH,
+    CHART_HEIGHT,
+    CHART_WIDTH,
+    PLAN_COLORS,
+    PLAN_LABELS,
+    _alt,
+    _finite,
+    _log_token_axis,
+    _plan_scale,
+)
+from prfaas_plan.report.files import _check_png_dir, _write
+from prfaas_plan.report.page import Col, Columns, Figure, Report, Section, Table, _e, _fmt, _tokens
+from prfaas_plan.report.plan_sections import _assumption_blocks, _formula_blocks, _inputs_blocks
+from prfaas_plan.report.whatif import whatif_section
 
 
 # ----------------------------------------------------------------------------- the plan report
@@ -35,11 +44,11 @@ def build_report(sc, mode: str = "exact", result=None, simulate: bool | None = N
     simulate: run the simulator for time series and a simulated TTFT CDF (None = yes);
     sim_duration_s / seed: the simulation's length and seed; load: fraction of Lambda_max for TTFT.
     """
-    from ..planner import plan as run_plan
+    from prfaas_plan.planner import plan as run_plan
 
     if mode not in ("exact", "paper"):
-        raise PlanError(f"--mode: {mode!r} is not a planner mode; use exact or paper")
-    from ..sim import simulate as run_simulation
+        raise InvalidInput(f"--mode: {mode!r} is not a planner mode; use exact or paper")
+    from prfaas_plan.sim import simulate as run_simulation
 
     res = result if result is not None else run_plan(sc, mode=mode, load=load)
     sim, sim_note = None, ""
@@ -67,7 +76,7 @@ def write_report(sc, path, mode: str = "exact", png_dir=None, result=None, simul
     path = check_output_path(path)
     png = _check_png_dir(png_dir)
     if not hasattr(sc, "spec"):
-        from ..scenario import load_scenario
+        from prfaas_plan.scenario import load_scenario
 
         sc = load_scenario(sc)
     report = build_report(sc, mode=mode, result=result, simulate=simulate, sim_duration_s=sim_duration_s,
@@ -85,7 +94,7 @@ def _gpu_ratio(a: int, b: int) -> str:
 
 
 def _plan_page(sc, res, sim, sim_note: str, sim_duration_s: float, seed: int) -> Report:
-    from ..units import GBPS_BITS_PER_S
+    from prfaas_plan.units import GBPS_BITS_PER_S
 
     alt = _alt()
     inp, best = res.inputs, res.plan
@@ -217,7 +226,7 @@ def _plan_page(sc, res, sim, sim_note: str, sim_duration_s: float, seed: int) ->
         base_tbl]))
 
     # ---- Figure 5: sweeps
-    from ..planner import sweep_np, sweep_threshold
+    from prfaas_plan.planner import sweep_np, sweep_threshold
 
     n_p_best = best.instances["pd_p"]
     t_ref = float(t_best) if t_best is not None and t_best > 0 else float(inp.lengths.quantile(0.5))
@@ -275,7 +284,7 @@ def _plan_page(sc, res, sim, sim_note: str, sim_duration_s: float, seed: int) ->
     sections.append(whatif_section(sc, res))
 
     # ---- TTFT
-    from ..planner import ttft_at
+    from prfaas_plan.planner import ttft_at
 
     def cdf_frame(basis: str):
         rows = res.ttft[(res.ttft.path == "all") & (res.ttft.basis == basis)]

@@ -9,13 +9,13 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from .charts import CHART_HEIGHT, CHART_WIDTH, _log_token_axis
-from .page import Col, Figure, Table, _e, _tokens
+from prfaas_plan.report.charts import CHART_HEIGHT, CHART_WIDTH, _log_token_axis
+from prfaas_plan.report.page import Col, Figure, Table, _e, _tokens
 
 
 def _inputs_blocks(sc, res, alt) -> list:
-    from ..planner import offload_fractions
-    from ..units import MIB_BYTES
+    from prfaas_plan.planner import offload_fractions
+    from prfaas_plan.units import MIB_BYTES
 
     spec, inp, b, best = sc.spec, res.inputs, res.buckets, res.plan
     w = spec.workload
@@ -108,7 +108,7 @@ def _inputs_blocks(sc, res, alt) -> list:
 def _formula_blocks(sc, res) -> list:
     import sympy
 
-    from ..kvcache import kv_bytes_expr
+    from prfaas_plan.kvcache import kv_bytes_expr
 
     m = sc.model
     expr = kv_bytes_expr(m, sc.cache)
@@ -120,7 +120,7 @@ def _formula_blocks(sc, res) -> list:
         prof_note = (" The planner ships the measured S_kv of the PrfaaS profile (interpolated piecewise-linearly "
                      "in l), not this formula; the formula is shown for comparison.")
     inp, best = res.inputs, res.plan
-    from ..planner import paper_stage_rates
+    from prfaas_plan.planner import paper_stage_rates
 
     t = best.threshold_tokens if best.threshold_tokens else float(inp.lengths.quantile(0.5))
     g = paper_stage_rates(inp, np.array([t]), np.array([best.instances["pd_p"]]))

@@ -74,8 +74,8 @@ def link_values(gbps: float) -> np.ndarray:
 
 def _rates(inp, t: np.ndarray, n_pf: np.ndarray, n_loc: np.ndarray, link_gbps: np.ndarray):
     """Eqs. 3-6 over (link, PrfaaS, local, t, N_p); N_p >= the cell's local count is NaN."""
-    from ..planner import paper_stage_rates
-    from ..units import GBPS_BITS_PER_S
+    from prfaas_plan.planner import paper_stage_rates
+    from prfaas_plan.units import GBPS_BITS_PER_S
 
     n_p = np.arange(int(n_loc.max()))
     g = paper_stage_rates(inp, t, n_p, n_pf=n_pf[None, :, None, None, None].astype(float),
@@ -87,7 +87,7 @@ def _rates(inp, t: np.ndarray, n_pf: np.ndarray, n_loc: np.ndarray, link_gbps: n
 
 def _egress_gbps(inp, lam, p, l_long) -> np.ndarray:
     """Eq. 2 at a rate: lam (req/s) x p x 8 S_kv(l_long) in Gbps; 0 where nothing is offloaded."""
-    from ..units import BITS_PER_BYTE, GBPS_BITS_PER_S
+    from prfaas_plan.units import BITS_PER_BYTE, GBPS_BITS_PER_S
 
     bits = BITS_PER_BYTE * inp.kv_bytes(np.nan_to_num(l_long, nan=1.0))
     return np.where(p > 0, lam * p * bits / GBPS_BITS_PER_S, 0.0)
@@ -100,7 +100,7 @@ def _index(shape) -> dict[str, np.ndarray]:
 
 def whatif_grid(inp) -> WhatIfGrid:
     """The what-if grid of a scenario's :class:`~prfaas_plan.planner.PlanInputs` (see the module)."""
-    from ..planner import threshold_grid
+    from prfaas_plan.planner import threshold_grid
 
     spec = inp.scenario.spec
     links = link_values(spec.link.gbps)
@@ -240,7 +240,7 @@ def _headline(alt, width: int):
 def _curve_chart(alt, g: WhatIfGrid, start: dict, ymax: float, width: int, height: int):
     scenario = (f"datum.link_gbps == {float(g.link_gbps[start['link_step']])} && datum.prfaas_gpus == "
                 f"{start['prfaas_gpus']} && datum.local_gpus == {start['local_gpus']}")
-    from .charts import _log_token_axis
+    from prfaas_plan.report.charts import _log_token_axis
 
     lo, hi = float(g.t_tokens[0]), float(g.t_tokens[-1])
     x = alt.X("t_tokens:Q", scale=alt.Scale(type="log", domain=[lo, hi], nice=False),
@@ -284,7 +284,7 @@ DATASET = "whatif-grid"
 def whatif_chart(g: WhatIfGrid, start: dict, gpu_r: str, gpu_l: str):
     """The what-if chart (its data are the dataset :data:`DATASET`): headline lines over
     Lambda_max-vs-t and Lambda_max-vs-link, with the sliders."""
-    from .charts import _alt
+    from prfaas_plan.report.charts import _alt
 
     alt = _alt()
     ymax = max(float(np.nanmax(g.cells.lambda_max_rps)) * 1.1, 1e-3)
@@ -301,7 +301,7 @@ def _cell(g: WhatIfGrid, start: dict) -> pd.Series:
 
 
 def _grid_table(g: WhatIfGrid, gpu_r: str, gpu_l: str):
-    from .page import Col, Table
+    from prfaas_plan.report.page import Col, Table
 
     keys = [f"{c.link_gbps:g}|{c.prfaas_gpus}|{c.local_gpus}" for c in g.cells.itertuples()]
     return Table("whatif-grid", g.cells.assign(key=keys), [
@@ -316,7 +316,7 @@ def _grid_table(g: WhatIfGrid, gpu_r: str, gpu_l: str):
 
 def whatif_section(sc, res):
     """The report's "What if" section: what its numbers are, the sliders, the chart and the grid."""
-    from .page import Figure, Section, _e, _tokens
+    from prfaas_plan.report.page import Figure, Section, _e, _tokens
 
     g = whatif_grid(res.inputs)
     gpu_r, gpu_l = sc.prfaas_instance.gpu.id.upper(), sc.local_instance.gpu.id.upper()

@@ -1,6 +1,6 @@
 """The performance model: prefill latency, decode step time, and which bound dominates.
 
-A per-layer roofline (DESIGN section 4), in the spirit of LLM-Viewer's tables:
+A per-layer roofline (docs/design.md section 4), in the spirit of LLM-Viewer's tables:
 
 * **compute** (every efficiency is a fraction of the dense *bf16* peak, whatever the weight dtype:
   factors fitted on FP8 checkpoints absorb FP8's speed-up; per-dtype peaks need per-dtype
@@ -27,11 +27,11 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from .arch import ModelSpec
-from .errors import PlanError
-from .hardware import Instance
-from .kvcache import CacheSettings, kv_bytes, per_gpu_kv_bytes
-from .units import DTYPE_BYTES, GIB_BYTES, bytes_per_s_to_gbps
+from prfaas_plan.errors import InvalidInput
+from prfaas_plan.hardware import Instance
+from prfaas_plan.kvcache import CacheSettings, kv_bytes, per_gpu_kv_bytes
+from prfaas_plan.model.arch import ModelSpec
+from prfaas_plan.units import DTYPE_BYTES, GIB_BYTES, bytes_per_s_to_gbps
 
 LINEAR_ATTN_CHUNK_TOKENS = 64
 """Chunk size of chunked linear-attention kernels (flash-linear-attention's default), which sets
@@ -181,9 +181,9 @@ class Latency:
 def _check_tokens(model: ModelSpec, tokens) -> np.ndarray:
     l = np.asarray(tokens, dtype=float)
     if np.any(l <= 0):
-        raise PlanError("context: token counts must be positive")
+        raise InvalidInput("context: token counts must be positive")
     if np.any(l > model.max_context_tokens):
-        raise PlanError(
+        raise InvalidInput(
             f"context: {int(np.max(l))} tokens exceeds {model.id}'s maximum of {model.max_context_tokens} tokens"
         )
     return l
@@ -235,16 +235,16 @@ class MeasuredProfile:
 
     def __post_init__(self) -> None:
         if len(self.tokens) < 2 or len(self.tokens) != len(self.prefill_s):
-            raise PlanError("profile: give at least two (tokens, prefill_s) points of equal length")
+            raise InvalidInput("profile: give at least two (tokens, prefill_s) points of equal length")
         if list(self.tokens) != sorted(set(self.tokens)) or min(self.prefill_s) <= 0:
-            raise PlanError("profile: tokens must be strictly increasing and times positive")
+            raise InvalidInput("profile: tokens must be strictly increasing and times positive")
 
     def prefill_time_s(self, tokens) -> np.ndarray | float:
         return _interp(tokens, self.tokens, self.prefill_s)
 
     def kv_bytes_at(self, tokens) -> np.ndarray | float:
         if self.kv_bytes is None:
-            raise PlanError("profile: this profile has no S_kv column")
+            raise InvalidInput("profile: this profile has no S_kv column")
         return _interp(tokens, self.tokens, self.kv_bytes)
 
 
@@ -296,7 +296,7 @@ def decode_step(model: ModelSpec, inst: Instance, batch: int, context_tokens: fl
     Compute: projections and active experts for ``batch`` tokens plus attention over the context.
     """
     if batch <= 0:
-        raise PlanError("batch: must be at least 1")
+        raise InvalidInput("batch: must be at least 1")
     c = costs or layer_costs(model)
     eff = inst.gpu.efficiency
     experts = expected_experts_touched(model.ffn.num_experts, model.ffn.experts_per_token, batch)
@@ -363,17 +363,17 @@ def decode_capacity(model: ModelSpec, inst: Instance, context_tokens: float, tpo
     usable = inst.gpu.memory_bytes * KV_MEMORY_FRACTION - reserve_gib_per_gpu * GIB_BYTES
     weights = c.weight_bytes / inst.gpus
     if weights >= usable:
-        raise PlanError(
+        raise InvalidInput(
             f"memory: {model.id}'s weights ({weights / GIB_BYTES:.1f} GiB per GPU) do not fit {inst.name} "
             f"({usable / GIB_BYTES:.1f} GiB per GPU after the engine's reserve); use more GPUs per instance"
         )
     per_req = float(per_gpu_kv_bytes(model, context_tokens, inst.gpus, settings))
     mem_max = int((usable - weights) // per_req)
     if mem_max < 1:
-        raise PlanError(f"memory: one {context_tokens:.0f}-token request does not fit beside the weights on {inst.name}")
+        raise InvalidInput(f"memory: one {context_tokens:.0f}-token request does not fit beside the weights on {inst.name}")
     step1 = decode_step_s(model, inst, 1, context_tokens, settings, c)
     if step1 > tpot_s:
-        raise PlanError(
+        raise InvalidInput(
             f"tpot: even batch 1 takes {step1 * 1e3:.1f} ms per token on {inst.name}, above the "
             f"{tpot_s * 1e3:.1f} ms SLO; relax the TPOT SLO or use faster decode GPUs"
         )

@@ -19,17 +19,17 @@ rates Gbps (1e9 bit/s), prices US dollars.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Callable
 
 import numpy as np
 import pandas as pd
 
-from .errors import PlanError
-from .perf import analytic_prefill, decode_capacity
-from .kvcache import kv_bytes
-from .scenario import Scenario, build_workload
-from .units import BITS_PER_BYTE, GBPS_BITS_PER_S
+from prfaas_plan.errors import Infeasible, InvalidInput
+from prfaas_plan.kvcache import kv_bytes
+from prfaas_plan.perf.roofline import analytic_prefill, decode_capacity
+from prfaas_plan.scenario import Scenario, build_workload
+from prfaas_plan.units import BITS_PER_BYTE, GBPS_BITS_PER_S
 
 PATHS = ("prfaas", "pd_p", "pd_d")
 
@@ -98,7 +98,7 @@ def plan_inputs(sc: Scenario) -> PlanInputs:
         bs, step, src = (d.batch_max or cap.batch_max, d.step_s or cap.step_s,
                          f"performance model ({cap.binding}-bound; {cap.memory_note})")
     if sc.spec.local.instances == 0 and sc.baseline_instances == 0:
-        raise PlanError("local.gpus: the local PD pool has no GPUs, so nothing can decode; add local GPUs")
+        raise InvalidInput("local.gpus: the local PD pool has no GPUs, so nothing can decode; add local GPUs")
     return PlanInputs(
         scenario=sc, lengths=wl.lengths, output_tokens=out, decode_context_tokens=ctx,
         t_remote=timer(sc.prfaas_instance, prof_r), t_local=timer(sc.local_instance, prof_l), kv_bytes=kvf,
@@ -284,7 +284,7 @@ def paper_stage_rates(inp: PlanInputs, t: np.ndarray, n_p: np.ndarray, n_pf: int
 def plan_paper(inp: PlanInputs) -> Plan:
     """Paper mode: exhaustive grid over t and N_p (Eqs. 3-8)."""
     if inp.n_local < 1:
-        raise PlanError("local.gpus: PrfaaS-PD needs at least one local instance to decode")
+        raise InvalidInput("local.gpus: PrfaaS-PD needs at least one local instance to decode")
     t = np.r_[threshold_grid(inp), np.inf]  # t = inf: offload nothing (a dead link, a slow PrfaaS pool)
     n_p = np.arange(0, inp.n_local)  # keep at least one decode instance
     g = paper_stage_rates(inp, t, n_p)
@@ -323,7 +323,7 @@ def baselines_paper(inp: PlanInputs) -> dict[str, Plan]:
 
 
 # ----------------------------------------------------------------------------- exact mode
-DEFAULT_BUCKETS = 128
+from prfaas_plan.defaults import DEFAULT_BUCKETS
 
 
 @dataclass(frozen=True)
@@ -371,7 +371,7 @@ def _solve(prob) -> bool:
 
 def solve_exact(inp: PlanInputs, b: Buckets, n_pf: int, n_local: int, allow_remote: bool = True,
                 allow_local_prefill: bool = True, min_decode: int = 1) -> ExactSolution:
-    """The bucketed MILP of DESIGN section 5 for given pools, checked: CBC's answer stands when it
+    """The bucketed MILP of docs/design.md section 5 for given pools, checked: CBC's answer stands when it
     serves a positive rate; "no rate" (Lambda = 0, or no optimum) stands only when the independent
     :func:`best_fixed_count_lp` agrees, and otherwise that check's best LP is the answer."""
     import warnings
@@ -439,7 +439,7 @@ def _solve_exact(inp: PlanInputs, b: Buckets, n_pf: int, n_local: int, allow_rem
 def best_fixed_count_lp(inp: PlanInputs, b: Buckets, n_pf: int, n_local: int, allow_remote: bool = True,
                         allow_local_prefill: bool = True, min_decode: int = 1) -> ExactSolution:
     """The independent check of the MILP: with N_p and N_d fixed the model is an LP; solve it with
-    HiGHS (scipy), in the plain rates of DESIGN section 5 (``y_b + z_b = p_b * Lambda``), for every
+    HiGHS (scipy), in the plain rates of docs/design.md section 5 (``y_b + z_b = p_b * Lambda``), for every
     split that uses all ``n_local`` instances (an idle instance never raises Lambda, so no other
     split can do better), and return the best. Lambda = 0 (all rates zero) when none serves more
     than RATE_TOL_RPS."""
@@ -502,7 +502,7 @@ def _exact_plan(inp: PlanInputs, b: Buckets, name: str, sol: ExactSolution, n_pf
 def plan_exact(inp: PlanInputs, b: Buckets) -> Plan:
     """Exact mode for the scenario's pools: maximise Lambda over routing and the P:D split."""
     if inp.n_local < 1:
-        raise PlanError("local.gpus: PrfaaS-PD needs at least one local instance to decode")
+        raise InvalidInput("local.gpus: PrfaaS-PD needs at least one local instance to decode")
     sol = solve_exact(inp, b, inp.n_prfaas, inp.n_local, allow_remote=inp.n_prfaas > 0)
     return _exact_plan(inp, b, "prfaas-pd", sol, inp.n_prfaas)
 
@@ -516,7 +516,7 @@ def split_cache_buckets(inp: PlanInputs, threshold_tokens: float, n: int) -> Buc
     on the local uncached length (what the router sees). Requests are grouped by that length;
     each group's remote prefill time and shipped bytes average the lengths left uncached by the
     PrfaaS cluster's own cache, which only holds what it prefilled."""
-    from .workload import split_cache_replay
+    from prfaas_plan.workload import split_cache_replay
 
     r = split_cache_replay(inp.trace, inp.cache_blocks, threshold_tokens)
     l_loc = r.local_uncached_tokens.astype(float)
@@ -591,7 +591,7 @@ def unhidden_transfer_s(inp: PlanInputs, b: Buckets, egress_bits_per_s: float) -
 
 def ttft_at(inp: PlanInputs, plan: Plan, b: Buckets, rate_rps: float):
     """TTFT distributions at ``rate_rps`` (Poisson): per path and over all requests."""
-    from .queueing import ServiceMix, mixed_ttft, ttft_distribution
+    from prfaas_plan.queueing import ServiceMix, mixed_ttft, ttft_distribution
 
     frac = offload_fractions(plan, b)
     w_remote = b.probs * frac
@@ -608,7 +608,7 @@ def ttft_at(inp: PlanInputs, plan: Plan, b: Buckets, rate_rps: float):
     if 1 - p_remote > 1e-12:
         n_local = plan.instances["pd_p"]
         if n_local < 1:
-            raise PlanError(f"{plan.name}: requests are routed to local prefill but it has no instances")
+            raise InvalidInput(f"{plan.name}: requests are routed to local prefill but it has no instances")
         mix = ServiceMix(b.t_local_s, w_local / w_local.sum())
         out["pd_p"] = ttft_distribution(rate_rps * (1 - p_remote), n_local, mix, 0.0, step)
         parts.append((1 - p_remote, out["pd_p"]))
@@ -669,7 +669,7 @@ class PlanResult:
                 "n_pd_p": "PD-P inst.", "n_pd_d": "PD-D inst.", "lambda_max_rps": "Λ_max (req/s)",
                 "egress_gbps": "egress (Gbps)", "cost_usd_per_hour": "cost ($/h)",
                 "usd_per_million_tokens": "$/M tokens", "binding": "binding"}
-        from .display import fmt
+        from prfaas_plan.display import fmt
 
         df = self.display_frame()[list(cols)].rename(columns=cols)
         head = html.escape(f"{self.scenario.spec.name} ({self.mode} mode): {self.plan.routing_text()}")
@@ -734,10 +734,10 @@ def plan(sc: Scenario, mode: str = "exact", load: float | None = None, n_buckets
     """Plan a scenario: PrfaaS-PD (threshold t, instance split, Lambda_max, egress, cost), the
     homogeneous and naive baselines, and TTFT percentiles from the queueing model."""
     if mode not in ("exact", "paper"):
-        raise PlanError(f"--mode: {mode!r} is not a planner mode; use exact or paper")
+        raise InvalidInput(f"--mode: {mode!r} is not a planner mode; use exact or paper")
     load = sc.spec.load if load is None else float(load)
     if not 0 < load < 1:
-        raise PlanError("--load: give a fraction of the maximum rate between 0 and 1 (e.g. 0.8)")
+        raise InvalidInput("--load: give a fraction of the maximum rate between 0 and 1 (e.g. 0.8)")
     inp = plan_inputs(sc)
     b = buckets(inp, n_buckets)
     best = plan_exact(inp, b) if mode == "exact" else plan_paper(inp)
@@ -747,7 +747,7 @@ def plan(sc: Scenario, mode: str = "exact", load: float | None = None, n_buckets
     # the baselines run one cluster each, so one shared prefix cache is exact for them
     base = baselines_exact(inp, b) if mode == "exact" else baselines_paper(inp)
     if best.lambda_max_rps <= 0:
-        raise PlanError(f"infeasible: no request rate can be served; binding constraint: {best.binding}")
+        raise Infeasible(f"infeasible: no request rate can be served; binding constraint: {best.binding}")
     plans = {best.name: best, **base}
     bk = {name: (b_best if name == best.name else b) for name in plans}
     common = load * min(p.lambda_max_rps for p in plans.values() if p.lambda_max_rps > 0)
@@ -767,7 +767,7 @@ def plan(sc: Scenario, mode: str = "exact", load: float | None = None, n_buckets
                if p.lambda_max_rps > 0}
         if slo[best.name] <= 0:
             floor = ttft_at(inp, best, b_best, best.lambda_max_rps * 1e-6)["all"].quantile(s.ttft_quantile)
-            raise PlanError(
+            raise InvalidInput(
                 f"infeasible: slo.ttft_s: P{round(s.ttft_quantile * 100)} TTFT is {floor:.2f} s even at "
                 f"vanishing load, above the {s.ttft_s:g} s SLO (prefill of the longest requests plus KV "
                 f"transfer); relax slo.ttft_s, add link bandwidth or faster prefill GPUs"

@@ -13,13 +13,13 @@ from pathlib import Path
 import numpy as np
 from scipy.optimize import least_squares
 
-from ._data import read_yaml
-from .arch import ModelSpec, load_model
-from .errors import PlanError
-from .hardware import GPU, Efficiency, Instance, load_gpu
-from .kvcache import kv_bytes
-from .perf import analytic_prefill, layer_costs
-from .units import BITS_PER_BYTE, GBPS_BITS_PER_S
+from prfaas_plan.data import read_yaml
+from prfaas_plan.errors import InvalidInput
+from prfaas_plan.hardware import GPU, Efficiency, Instance, load_gpu
+from prfaas_plan.kvcache import kv_bytes
+from prfaas_plan.model.arch import ModelSpec, load_model
+from prfaas_plan.perf.roofline import analytic_prefill, layer_costs
+from prfaas_plan.units import BITS_PER_BYTE, GBPS_BITS_PER_S
 
 FITTABLE = ("gemm", "attention", "linear_attention", "prefill_overhead_s")
 
@@ -51,10 +51,10 @@ def fit_prefill(obs: list[PrefillObservation], start: Efficiency, params: tuple[
     """Fit ``params`` of ``start`` to the observations; returns the new efficiency and the
     relative errors ``predicted / measured - 1`` per observation."""
     if not obs:
-        raise PlanError("calibration: no observations to fit")
+        raise InvalidInput("calibration: no observations to fit")
     unknown = sorted(set(params) - set(FITTABLE))
     if unknown:
-        raise PlanError(f"calibration: cannot fit {', '.join(unknown)}; fittable: {', '.join(FITTABLE)}")
+        raise InvalidInput(f"calibration: cannot fit {', '.join(unknown)}; fittable: {', '.join(FITTABLE)}")
     measured = np.array([o.prefill_s for o in obs])
     x0 = np.array([getattr(start, p) for p in params])
     lower = np.array([0.0 if p.endswith("_s") else 0.01 for p in params])
@@ -83,7 +83,7 @@ def load_observations(path: str | Path) -> list[PrefillObservation]:
     data = read_yaml(Path(path))
     rows = data.get("observations")
     if not isinstance(rows, list) or not rows:
-        raise PlanError(f"{path}: field observations: give a list of measured prefill latencies")
+        raise InvalidInput(f"{path}: field observations: give a list of measured prefill latencies")
     obs = []
     for i, r in enumerate(rows):
         try:
@@ -95,5 +95,5 @@ def load_observations(path: str | Path) -> list[PrefillObservation]:
             obs.append(PrefillObservation(model, load_gpu(r["gpu"]), int(r["gpus"]), tokens, prefill_s,
                                           str(r.get("label", ""))))
         except KeyError as exc:
-            raise PlanError(f"{path}: field observations.{i}.{exc.args[0]}: missing required field") from None
+            raise InvalidInput(f"{path}: field observations.{i}.{exc.args[0]}: missing required field") from None
     return obs

@@ -1,4 +1,4 @@
-"""Import a Hugging Face ``config.json`` as a :class:`~prfaas_plan.arch.ModelSpec` (no network).
+"""Import a Hugging Face ``config.json`` as a :class:`~prfaas_plan.model.arch.ModelSpec` (no network).
 
 :func:`load_hf_config` maps the fields of the supported ``model_type`` values to our schema:
 attention kinds and head shapes, which layer uses which kind (from ``layer_types``,
@@ -23,7 +23,7 @@ Conventions and assumptions:
   architecture (see its docstring for what is and is not counted).
 * The model id is the file's parent folder when the file is called ``config.json``, else the
   file name without suffix (``tests/fixtures/hf/deepseek-v3.json`` -> ``deepseek-v3``).
-* The one :class:`~prfaas_plan.arch.Source` points at the Hugging Face copy of the file
+* The one :class:`~prfaas_plan.model.arch.Source` points at the Hugging Face copy of the file
   (``_name_or_path`` when it names a hub repository, else the model id), because the schema
   wants an http(s) URL; the local path is kept in its note.
 
@@ -35,12 +35,13 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
-from ._data import read_text, validate
-from .arch import ModelSpec
-from .errors import PlanError
+from prfaas_plan.data import read_text, validate
+from prfaas_plan.errors import InvalidInput, PlanError
+from prfaas_plan.model.arch import ModelSpec
 
 SUPPORTED_MODEL_TYPES: tuple[str, ...] = (
     "llama", "qwen3", "qwen3_moe", "deepseek_v3", "kimi_k2", "qwen3_next", "qwen3_5_moe",
@@ -95,7 +96,7 @@ def _attention_params(attn, hidden: int) -> int:
     if attn.kind == "lightning":
         inner = attn.num_heads * attn.head_dim
         return hidden * 3 * inner + hidden * inner + inner * hidden  # qkv, output gate, dense
-    raise PlanError(f"attention kind {attn.kind!r}: no parameter count defined")
+    raise InvalidInput(f"attention kind {attn.kind!r}: no parameter count defined")
 
 
 def count_params(model: ModelSpec) -> tuple[float, float]:
@@ -147,7 +148,7 @@ class _Config:
     def req(self, name: str) -> Any:
         value = self.raw.get(name)
         if value is None:
-            raise PlanError(f"{self.path}: field {name}: missing required Hugging Face config field "
+            raise InvalidInput(f"{self.path}: field {name}: missing required Hugging Face config field "
                             f"for model_type {self.model_type!r}")
         return value
 
@@ -161,7 +162,7 @@ class _Config:
         for name in names:
             if self.raw.get(name) is not None:
                 return self.raw[name]
-        raise PlanError(f"{self.path}: field {names[0]}: missing required Hugging Face config field for "
+        raise InvalidInput(f"{self.path}: field {names[0]}: missing required Hugging Face config field for "
                         f"model_type {self.model_type!r} (also accepted: {', '.join(names[1:])})")
 
     def count(self, name: str) -> int:
@@ -173,7 +174,7 @@ class _Config:
         return value
 
     def fail(self, name: str, problem: str) -> PlanError:
-        return PlanError(f"{self.path}: field {name}: {problem}")
+        return InvalidInput(f"{self.path}: field {name}: {problem}")
 
 
 def _gqa(c: _Config, kind: str = "gqa", prefix: str = "") -> dict:
@@ -500,13 +501,13 @@ def load_hf_config(path: str | Path) -> ModelSpec:
     try:
         raw = json.loads(read_text(path))
     except json.JSONDecodeError as exc:
-        raise PlanError(f"{path}: line {exc.lineno} column {exc.colno}: malformed JSON ({exc.msg}); "
+        raise InvalidInput(f"{path}: line {exc.lineno} column {exc.colno}: malformed JSON ({exc.msg}); "
                         "fix the syntax") from None
     if not isinstance(raw, dict):
-        raise PlanError(f"{path}: expected a JSON object of config fields at the top level")
+        raise InvalidInput(f"{path}: expected a JSON object of config fields at the top level")
     model_type = raw.get("model_type")
     if model_type not in _BUILDERS:
-        raise PlanError(f"{path}: field model_type: {model_type!r} is not supported; "
+        raise InvalidInput(f"{path}: field model_type: {model_type!r} is not supported; "
                         f"supported: {', '.join(SUPPORTED_MODEL_TYPES)}")
     c = _Config(raw, path)
     model_id, repo = _model_id(raw, path)
@@ -524,7 +525,7 @@ def load_hf_config(path: str | Path) -> ModelSpec:
             "covers": ["total_params", "active_params", "layers", "attention", "ffn", "hidden_size",
                        "vocab_size", *context, "weight_dtype"],
             "note": f"imported from the local file {path}; parameter counts computed from the "
-                    "architecture by prfaas_plan.hf_config.count_params",
+                    "architecture by prfaas_plan.model.hf_config.count_params",
         }],
     }
     spec = validate(ModelSpec, data, str(path))

@@ -1,4 +1,4 @@
-"""Discrete-event simulation of a PrfaaS-PD deployment (DESIGN section 6).
+"""Discrete-event simulation of a PrfaaS-PD deployment (docs/design.md section 6).
 
 The simulator replays or generates requests and follows each one through the system the planner
 plans for, so that the closed forms of :mod:`planner` and :mod:`queueing` can be checked and what
@@ -15,7 +15,7 @@ What is modelled, and the assumptions
   :func:`workload.prefix_cache_replay`: a hit is the run of leading blocks present; a request's
   blocks are inserted tail first, then the LRU evicts. Look-up is at arrival, insertion when the
   request's prefill ends on that cluster. KV shipped to the local cluster is transfer cache and is
-  not kept (DESIGN section 1), so each cluster caches only what it prefilled.
+  not kept (docs/design.md section 1), so each cluster caches only what it prefilled.
 * **Router**: a request's routing length is its incremental length (prompt minus the longer of
   its two cached prefixes, as the planner's single-cache workload sees it). The ``fixed`` policy
   offloads it to PrfaaS with the plan's per-bucket probability (:func:`planner.offload_fractions`,
@@ -87,10 +87,10 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from ._data import staged_files
-from .errors import PlanError, shown
-from .units import BITS_PER_BYTE, GBPS_BITS_PER_S
-from .workload import MOONCAKE_BLOCK_TOKENS, LRUPrefixCache
+from prfaas_plan.data import staged_files
+from prfaas_plan.errors import InvalidInput, shown
+from prfaas_plan.units import BITS_PER_BYTE, GBPS_BITS_PER_S
+from prfaas_plan.workload import MOONCAKE_BLOCK_TOKENS, LRUPrefixCache
 
 __all__ = [
     "Policy",
@@ -184,22 +184,22 @@ class Policy:
 
     def __post_init__(self) -> None:
         if self.name not in POLICIES:
-            raise PlanError(f"--policy: {self.name!r} is not a policy; use one of {', '.join(POLICIES)}")
+            raise InvalidInput(f"--policy: {self.name!r} is not a policy; use one of {', '.join(POLICIES)}")
         for key in ("period_s", "smooth_s", "rebalance_period_s", "max_factor", "raise_factor", "high", "rebalance_high",
                     "rebalance_imbalance"):
             value = getattr(self, key)
             if not (isinstance(value, (int, float)) and math.isfinite(value) and value > 0):
-                raise PlanError(f"policy.{key}: {value!r} must be a positive number")
+                raise InvalidInput(f"policy.{key}: {value!r} must be a positive number")
         if not 0 <= self.low <= self.high:
-            raise PlanError(f"policy.low: {self.low!r} must lie between 0 and policy.high ({self.high})")
+            raise InvalidInput(f"policy.low: {self.low!r} must lie between 0 and policy.high ({self.high})")
         if not self.local_queue_high >= 0:
-            raise PlanError(f"policy.local_queue_high: {self.local_queue_high!r} must be >= 0")
+            raise InvalidInput(f"policy.local_queue_high: {self.local_queue_high!r} must be >= 0")
         if not 0 <= self.queue_low <= self.queue_high:
-            raise PlanError(f"policy.queue_low: {self.queue_low!r} must lie between 0 and queue_high ({self.queue_high})")
+            raise InvalidInput(f"policy.queue_low: {self.queue_low!r} must lie between 0 and queue_high ({self.queue_high})")
         if self.cache_aware not in CACHE_AWARE:
-            raise PlanError(f"policy.cache_aware: {self.cache_aware!r} must be one of {', '.join(CACHE_AWARE)}")
+            raise InvalidInput(f"policy.cache_aware: {self.cache_aware!r} must be one of {', '.join(CACHE_AWARE)}")
         if self.raise_factor <= 1 or self.max_factor < 1:
-            raise PlanError("policy.raise_factor must exceed 1 and policy.max_factor must be at least 1")
+            raise InvalidInput("policy.raise_factor must exceed 1 and policy.max_factor must be at least 1")
 
     @property
     def adapts_threshold(self) -> bool:
@@ -229,13 +229,13 @@ class Bursty:
         for key in ("on_rps", "off_rps"):
             value = getattr(self, key)
             if not (math.isfinite(value) and value >= 0):
-                raise PlanError(f"bursty.{key}: {value!r} must be a finite rate >= 0 requests/s")
+                raise InvalidInput(f"bursty.{key}: {value!r} must be a finite rate >= 0 requests/s")
         for key in ("mean_on_s", "mean_off_s"):
             value = getattr(self, key)
             if not (math.isfinite(value) and value > 0):
-                raise PlanError(f"bursty.{key}: {value!r} must be a positive number of seconds")
+                raise InvalidInput(f"bursty.{key}: {value!r} must be a positive number of seconds")
         if self.mean_rps <= 0:
-            raise PlanError("bursty: both rates are 0; give a positive on_rps")
+            raise InvalidInput("bursty: both rates are 0; give a positive on_rps")
 
     @property
     def mean_rps(self) -> float:
@@ -244,7 +244,8 @@ class Bursty:
 
 LinkEvent = tuple[float, float, float]  # (start_s, end_s, gbps): nominal link rate in that window
 
-DEFAULT_SIM_DURATION_S = 600.0
+from prfaas_plan.defaults import DEFAULT_SIM_DURATION_S
+
 """Seconds of Poisson or bursty arrivals simulated when no duration is given."""
 
 
@@ -262,10 +263,10 @@ def parse_link_drop(text: str) -> list[LinkEvent]:
             _before, after = (float(x) for x in rates.split(":"))
             start, end = (float(x) for x in window.split("-"))
         except ValueError:
-            raise PlanError(f"--link-drop: {part!r} is not FROM:TO@START-END (e.g. 100:20@600-1200, Gbps and seconds)") from None
+            raise InvalidInput(f"--link-drop: {part!r} is not FROM:TO@START-END (e.g. 100:20@600-1200, Gbps and seconds)") from None
         events.append((start, end, after))
     if not events:
-        raise PlanError("--link-drop: give FROM:TO@START-END, e.g. 100:20@600-1200")
+        raise InvalidInput("--link-drop: give FROM:TO@START-END, e.g. 100:20@600-1200")
     return _check_link_events(events, "--link-drop")
 
 
@@ -274,21 +275,21 @@ def read_link_trace(path: str | Path) -> list[LinkEvent]:
     until the next row; the last row holds forever). Returns link events."""
     file_path = Path(path)
     if not file_path.is_file():
-        raise PlanError(f"--link-trace: {file_path} not found; give a CSV with columns time_s,gbps")
+        raise InvalidInput(f"--link-trace: {file_path} not found; give a CSV with columns time_s,gbps")
     try:
         frame = pd.read_csv(file_path)
     except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError):
-        raise PlanError(f"--link-trace: {file_path} is not a readable CSV with columns time_s,gbps") from None
+        raise InvalidInput(f"--link-trace: {file_path} is not a readable CSV with columns time_s,gbps") from None
     for col in ("time_s", "gbps"):
         if col not in frame.columns:
-            raise PlanError(f"--link-trace: {file_path} has no column {col!r} (it has {', '.join(map(str, frame.columns))}); "
+            raise InvalidInput(f"--link-trace: {file_path} has no column {col!r} (it has {', '.join(map(str, frame.columns))}); "
                             "give columns time_s,gbps")
     times = pd.to_numeric(frame["time_s"], errors="coerce").to_numpy(dtype=float)
     rates = pd.to_numeric(frame["gbps"], errors="coerce").to_numpy(dtype=float)
     if len(times) == 0 or not (np.all(np.isfinite(times)) and np.all(np.isfinite(rates))):
-        raise PlanError(f"--link-trace: {file_path}: every row needs numeric time_s and gbps")
+        raise InvalidInput(f"--link-trace: {file_path}: every row needs numeric time_s and gbps")
     if np.any(np.diff(times) <= 0):
-        raise PlanError(f"--link-trace: {file_path}: time_s must be strictly increasing")
+        raise InvalidInput(f"--link-trace: {file_path}: time_s must be strictly increasing")
     ends = np.append(times[1:], math.inf)
     return _check_link_events(list(zip(times.tolist(), ends.tolist(), rates.tolist())), "--link-trace")
 
@@ -299,11 +300,11 @@ def _check_link_events(events: Sequence[LinkEvent], field_name: str = "link_even
         try:
             start, end, gbps = (float(x) for x in ev)
         except (TypeError, ValueError):
-            raise PlanError(f"{field_name}: {ev!r} is not (start_s, end_s, gbps)") from None
+            raise InvalidInput(f"{field_name}: {ev!r} is not (start_s, end_s, gbps)") from None
         if not (math.isfinite(start) and start >= 0 and end > start):
-            raise PlanError(f"{field_name}: window {start:g}-{end:g} s must start at >= 0 s and end after it starts")
+            raise InvalidInput(f"{field_name}: window {start:g}-{end:g} s must start at >= 0 s and end after it starts")
         if not (math.isfinite(gbps) and gbps > 0):
-            raise PlanError(f"{field_name}: {gbps!r} Gbps must be a positive rate (model an outage with a small one, "
+            raise InvalidInput(f"{field_name}: {gbps!r} Gbps must be a positive rate (model an outage with a small one, "
                             "e.g. 0.001)")
         out.append((start, end, gbps))
     return out
@@ -379,7 +380,7 @@ class _Routing:
         return self.fracs[min(i, len(self.fracs) - 1)]
 
     @classmethod
-    def threshold(cls, t_tokens: float) -> "_Routing":
+    def threshold(cls, t_tokens: float) -> _Routing:
         return cls((float(t_tokens),), (0.0, 1.0), float(t_tokens))
 
 
@@ -426,16 +427,16 @@ class _Setup:
 
     def __post_init__(self) -> None:
         if self.n_pd_d < 1 or self.decode_batch_max < 1:
-            raise PlanError("simulate: the plan has no decode instance (or BS_max is 0); nothing can decode")
+            raise InvalidInput("simulate: the plan has no decode instance (or BS_max is 0); nothing can decode")
         if self.n_prfaas + self.n_pd_p < 1:
-            raise PlanError("simulate: the plan has no prefill instance")
+            raise InvalidInput("simulate: the plan has no prefill instance")
 
     @classmethod
-    def from_plan(cls, res, sc=None, plan=None) -> "_Setup":
+    def from_plan(cls, res, sc=None, plan=None) -> _Setup:
         """The plan's pools, routing and time functions; the prefix-cache size and SLOs come from
         ``sc`` (default: the plan's own scenario), so one plan can be simulated with caching on
         and off."""
-        from .planner import offload_fractions
+        from prfaas_plan.planner import offload_fractions
 
         inp, b = res.inputs, res.buckets
         plan = res.plan if plan is None else plan
@@ -556,7 +557,7 @@ def _synthetic(setup: _Setup, times: Callable[[np.random.Generator, int], Iterat
     at_times = copy.deepcopy(rng)
     n = sum(part.size for part in times(rng, chunk))
     if n == 0:
-        raise PlanError("no request arrives in the simulated time; raise the rate or the duration")
+        raise InvalidInput("no request arrives in the simulated time; raise the rate or the duration")
     at_lengths = copy.deepcopy(rng)
     for lo in range(0, n, chunk):
         setup.lengths.sample(min(chunk, n - lo), rng)
@@ -941,7 +942,7 @@ def _drain_count(heap: list[float], now: float) -> int:
 def _replan_threshold(s: _Setup, tokens: np.ndarray, n_p: int, link_bits_per_s: float) -> float | None:
     """The threshold t that maximises the prefill-limited rate on observed routing lengths.
 
-    The exact-mode capacity rows (DESIGN section 5) restricted to threshold policies, with
+    The exact-mode capacity rows (docs/design.md section 5) restricted to threshold policies, with
     expectations over the sample: with the ``k`` shortest requests local, the rate is
     ``n * min(n_p / W_local(k), n_prfaas / W_remote(k), link / bits(k))``.
     """
@@ -1284,7 +1285,7 @@ class SimResult:
 
     def _file(self, kind: str) -> Path:
         if self.out_dir is None:
-            raise PlanError(f"simulate: this run ({(self.totals or {}).get('requests', 0):,} requests) kept only its "
+            raise InvalidInput(f"simulate: this run ({(self.totals or {}).get('requests', 0):,} requests) kept only its "
                             f"totals; pass out_dir= (CLI: --out) to keep its {kind} on disk, or raise max_rows_in_memory")
         return self.out_dir / f"{kind}.parquet"
 
@@ -1344,7 +1345,7 @@ class SimResult:
                 f"{s['throughput_rps']:.3f} req/s, P90 TTFT {s['ttft_p90_s']:.3f} s, egress {s['egress_gbps_mean']:.2f} Gbps)")
 
     def _repr_html_(self) -> str:
-        from .display import html_table
+        from prfaas_plan.display import html_table
 
         units = {"_gbps": "Gbps", "_rps": "req/s", "utilisation": "fraction", "fraction": "fraction",
                  "_rate": "fraction", "_blocks": "blocks", "_s": "s"}  # the unit each metric name carries
@@ -1374,21 +1375,21 @@ def check_out_dir(out_dir: str | Path) -> Path:
     (:data:`OUTPUT_FILES`) must be a previous run's, listed in its manifest.json."""
     out = Path(out_dir)
     if out.exists() and not out.is_dir():
-        raise PlanError(f"--out: {shown(out)} is a file; give a folder (it is created if missing)")
+        raise InvalidInput(f"--out: {shown(out)} is a file; give a folder (it is created if missing)")
     if not out.exists():
         if out.parent.is_file():
-            raise PlanError(f"--out: {shown(out.parent)} is a file, so no folder can be made in it; choose another folder")
+            raise InvalidInput(f"--out: {shown(out.parent)} is a file, so no folder can be made in it; choose another folder")
         if not out.parent.is_dir():
-            raise PlanError(f"--out: folder {shown(out.parent)} does not exist; create it or choose another folder")
+            raise InvalidInput(f"--out: folder {shown(out.parent)} does not exist; create it or choose another folder")
         folder = out.parent
     else:
         folder, ours = out, _previous_outputs(out)
         for name in OUTPUT_FILES:
             if (out / name).exists() and name not in ours:
-                raise PlanError(f"--out: {shown(out / name)} was not written by {_WRITER} (no manifest.json of ours lists it); "
+                raise InvalidInput(f"--out: {shown(out / name)} was not written by {_WRITER} (no manifest.json of ours lists it); "
                                 "move it away or choose another folder")
     if not os.access(folder, os.W_OK | os.X_OK):
-        raise PlanError(f"--out: cannot write to folder {shown(folder)} (permission denied)")
+        raise InvalidInput(f"--out: cannot write to folder {shown(folder)} (permission denied)")
     return out
 
 
@@ -1401,7 +1402,7 @@ def _output_folder(out_dir: str | Path) -> Iterator[Callable[[str], Path]]:
     try:
         out.mkdir(exist_ok=True)
     except OSError as exc:
-        raise PlanError(f"--out: cannot create folder {shown(out)} ({exc.strerror or exc})") from None
+        raise InvalidInput(f"--out: cannot create folder {shown(out)} ({exc.strerror or exc})") from None
     try:
         with staged_files(out, what=f"--out: {shown(out)}") as stage:
             yield stage
@@ -1446,12 +1447,12 @@ def write_outputs(result: SimResult, out_dir: str | Path) -> Path:
 
 
 def _as_trace(trace) -> pd.DataFrame:
-    from .workload import load_trace
+    from prfaas_plan.workload import load_trace
 
     if isinstance(trace, pd.DataFrame):
         for col in ("arrival_s", "input_tokens", "output_tokens"):
             if col not in trace.columns:
-                raise PlanError(f"trace: no {col!r} column; load traces with load_trace()")
+                raise InvalidInput(f"trace: no {col!r} column; load traces with load_trace()")
         return trace.sort_values("arrival_s", kind="stable").reset_index(drop=True)
     return load_trace(trace)
 
@@ -1459,18 +1460,18 @@ def _as_trace(trace) -> pd.DataFrame:
 def _arrivals(setup: _Setup, sc, res, rate_rps, load, duration_s, trace, rate_scale, arrivals, rng) -> _Source:
     chunk = CHUNK_REQUESTS
     if trace is None and rate_rps is None and load is None and arrivals is None and sc.spec.workload.kind == "trace":
-        from .scenario import resolve_trace
+        from prfaas_plan.scenario import resolve_trace
 
         trace = resolve_trace(sc, sc.spec.workload.trace)
     if trace is not None:
         if rate_rps is not None or load is not None or arrivals is not None:
-            raise PlanError("trace: a trace brings its own arrivals; scale them with rate_scale instead of rate_rps/load")
+            raise InvalidInput("trace: a trace brings its own arrivals; scale them with rate_scale instead of rate_rps/load")
         tr = _as_trace(trace)
         t = tr["arrival_s"].to_numpy(dtype=float)
         t = (t - (t.min() if len(t) else 0.0)) / rate_scale
         keep = np.ones(len(t), bool) if duration_s is None else t < duration_s
         if not keep.any():
-            raise PlanError("--duration: no trace request arrives within it; lengthen it")
+            raise InvalidInput("--duration: no trace request arrives within it; lengthen it")
         hashes = None
         if "hash_ids" in tr.columns:
             hashes = [list(h) for h in tr["hash_ids"][keep]]
@@ -1480,23 +1481,23 @@ def _arrivals(setup: _Setup, sc, res, rate_rps, load, duration_s, trace, rate_sc
         return _chunked(arr, horizon, rng, chunk)
     duration = DEFAULT_SIM_DURATION_S if duration_s is None else float(duration_s)
     if not (math.isfinite(duration) and duration > 0):
-        raise PlanError(f"--duration: {duration_s!r} must be a positive number of seconds")
+        raise InvalidInput(f"--duration: {duration_s!r} must be a positive number of seconds")
     if isinstance(arrivals, Bursty):
         if rate_rps is not None or load is not None:
-            raise PlanError("arrivals: a Bursty process sets its own rates; drop rate_rps/load")
+            raise InvalidInput("arrivals: a Bursty process sets its own rates; drop rate_rps/load")
         bursty = arrivals
         return _synthetic(setup, lambda g, c: _bursty_chunks(bursty, duration, g, c), duration, rng, chunk)
     if arrivals not in (None, "poisson"):
-        raise PlanError(f"arrivals: {arrivals!r} must be 'poisson' or a Bursty(...)")
+        raise InvalidInput(f"arrivals: {arrivals!r} must be 'poisson' or a Bursty(...)")
     if rate_rps is not None and load is not None:
-        raise PlanError("give either rate_rps or load, not both")
+        raise InvalidInput("give either rate_rps or load, not both")
     if rate_rps is None:
         load = sc.spec.load if load is None else load
         if not (math.isfinite(load) and load > 0):
-            raise PlanError(f"--load: {load!r} must be a positive fraction of the plan's maximum rate")
+            raise InvalidInput(f"--load: {load!r} must be a positive fraction of the plan's maximum rate")
         rate_rps = load * res.lambda_max_rps
     if not (math.isfinite(rate_rps) and rate_rps > 0):
-        raise PlanError(f"rate_rps: {rate_rps!r} must be a positive request rate")
+        raise InvalidInput(f"rate_rps: {rate_rps!r} must be a positive request rate")
     rate = float(rate_rps) * rate_scale
     _check_expected_requests(rate, duration)
     return _synthetic(setup, lambda g, c: _poisson_chunks(rate, 0.0, duration, g, c), duration, rng, chunk)
@@ -1505,7 +1506,7 @@ def _arrivals(setup: _Setup, sc, res, rate_rps, load, duration_s, trace, rate_sc
 def _check_expected_requests(rate_rps: float, duration_s: float) -> None:
     """Refuse a run of more than MAX_SIM_REQUESTS expected arrivals (hours of work: a typo)."""
     if rate_rps * duration_s > MAX_SIM_REQUESTS:
-        raise PlanError(f"--duration/--rate-scale: {duration_s:,.3g} s at {rate_rps:,.3g} req/s is "
+        raise InvalidInput(f"--duration/--rate-scale: {duration_s:,.3g} s at {rate_rps:,.3g} req/s is "
                         f"{rate_rps * duration_s:,.3g} requests, more than the {MAX_SIM_REQUESTS:,} one run "
                         "simulates; shorten --duration")
 
@@ -1578,17 +1579,17 @@ def simulate(sc, res=None, *, rate_rps: float | None = None, load: float | None 
         ``out_dir`` is given. The arrival draws, and so every request's record, are the same
         either way.
     """
-    from .planner import plan as make_plan
+    from prfaas_plan.planner import plan as make_plan
 
     pol = Policy(name=policy) if isinstance(policy, str) else policy
     if not isinstance(pol, Policy):
-        raise PlanError(f"policy: {policy!r} must be one of {', '.join(POLICIES)} or a Policy")
+        raise InvalidInput(f"policy: {policy!r} must be one of {', '.join(POLICIES)} or a Policy")
     if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0:
-        raise PlanError(f"--seed: {seed!r} must be a whole number >= 0")
+        raise InvalidInput(f"--seed: {seed!r} must be a whole number >= 0")
     if not (isinstance(rate_scale, (int, float)) and math.isfinite(rate_scale) and rate_scale > 0):
-        raise PlanError(f"--rate-scale: {rate_scale!r} must be a positive factor")
+        raise InvalidInput(f"--rate-scale: {rate_scale!r} must be a positive factor")
     if isinstance(max_rows_in_memory, bool) or not isinstance(max_rows_in_memory, (int, np.integer)) or max_rows_in_memory < 0:
-        raise PlanError(f"max_rows_in_memory: {max_rows_in_memory!r} must be a whole number >= 0")
+        raise InvalidInput(f"max_rows_in_memory: {max_rows_in_memory!r} must be a whole number >= 0")
     events = _check_link_events(link_events)
     res = make_plan(sc) if res is None else res
     setup = _Setup.from_plan(res, sc)

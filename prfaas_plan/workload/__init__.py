@@ -1,6 +1,6 @@
 """Workloads: request-length distributions, trace loading and prefix-cache replay.
 
-The planner (DESIGN section 5) needs the distribution of a request's *uncached* prompt length
+The planner (docs/design.md section 5) needs the distribution of a request's *uncached* prompt length
 ``L`` (tokens): ``p = P(L > t)``, ``l_long = E[L | L > t]``, ``l_short = E[L | L <= t]`` for the
 paper's Eqs. 3-8, and a bucketed version of the distribution for the exact (MILP) mode. The
 simulator (section 6) replays real traces. This module provides:
@@ -31,14 +31,14 @@ import numpy as np
 import pandas as pd
 from scipy import stats
 
-from .errors import PlanError, did_you_mean
-
-# The paper's case-study workload (DESIGN section 1): log-normal input lengths, truncated.
-PAPER_MU_LOG_TOKENS = 9.90
-PAPER_SIGMA_LOG_TOKENS = 1.00
-PAPER_MIN_TOKENS = 128
-PAPER_MAX_TOKENS = 131072
-PAPER_OUTPUT_TOKENS = 1024
+from prfaas_plan.defaults import (
+    PAPER_MAX_TOKENS,
+    PAPER_MIN_TOKENS,
+    PAPER_MU_LOG_TOKENS,
+    PAPER_OUTPUT_TOKENS,
+    PAPER_SIGMA_LOG_TOKENS,
+)
+from prfaas_plan.errors import InvalidInput, did_you_mean
 
 MOONCAKE_BLOCK_TOKENS = 512  # tokens covered by one Mooncake hash id
 MS_PER_S = 1000.0
@@ -120,14 +120,14 @@ def _like(result: np.ndarray, template: ArrayLike) -> float | np.ndarray:
 
 def _check_count(n: int, name: str) -> int:
     if isinstance(n, bool) or not isinstance(n, (int, np.integer)) or n < 1:
-        raise PlanError(f"{name}: {n!r} must be a positive integer")
+        raise InvalidInput(f"{name}: {n!r} must be a positive integer")
     return int(n)
 
 
 def _check_probs(q: ArrayLike) -> np.ndarray:
     q_arr = np.asarray(q, dtype=float)
     if not np.all((q_arr >= 0.0) & (q_arr <= 1.0)):
-        raise PlanError(f"quantile: q={q!r} must lie in [0, 1]")
+        raise InvalidInput(f"quantile: q={q!r} must lie in [0, 1]")
     return q_arr
 
 
@@ -174,19 +174,19 @@ class TruncatedLogNormal:
         for name in ("mu", "sigma", "min_tokens", "max_tokens"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, (int, float, np.number)):
-                raise PlanError(f"{name}: {value!r} must be a number")
+                raise InvalidInput(f"{name}: {value!r} must be a number")
             if not math.isfinite(value):
-                raise PlanError(f"{name}: {value!r} must be finite")
+                raise InvalidInput(f"{name}: {value!r} must be finite")
         if self.sigma <= 0:
-            raise PlanError(f"sigma: {self.sigma!r} must be > 0 (the spread of ln tokens)")
+            raise InvalidInput(f"sigma: {self.sigma!r} must be > 0 (the spread of ln tokens)")
         if self.min_tokens < 1:
-            raise PlanError(f"min_tokens: {self.min_tokens!r} must be at least 1 token")
+            raise InvalidInput(f"min_tokens: {self.min_tokens!r} must be at least 1 token")
         if self.max_tokens < self.min_tokens + 1:
-            raise PlanError(
+            raise InvalidInput(
                 f"max_tokens: {self.max_tokens!r} must be at least min_tokens + 1 = {self.min_tokens + 1}"
             )
         if self._mass() <= 0.0:
-            raise PlanError(
+            raise InvalidInput(
                 f"mu={self.mu}, sigma={self.sigma}: the log-normal puts no probability in "
                 f"[{self.min_tokens}, {self.max_tokens}] tokens; move mu inside ln of the bounds"
             )
@@ -350,11 +350,11 @@ class EmpiricalLengths:
         try:
             values = np.asarray(self.tokens, dtype=float)
         except (TypeError, ValueError):
-            raise PlanError("tokens: lengths must be numbers of tokens") from None
+            raise InvalidInput("tokens: lengths must be numbers of tokens") from None
         if values.ndim != 1 or values.size == 0:
-            raise PlanError(f"tokens: give a non-empty 1-D array of lengths (got shape {values.shape})")
+            raise InvalidInput(f"tokens: give a non-empty 1-D array of lengths (got shape {values.shape})")
         if not np.all(np.isfinite(values)) or np.any(values < 0):
-            raise PlanError("tokens: lengths must be finite and non-negative numbers of tokens")
+            raise InvalidInput("tokens: lengths must be finite and non-negative numbers of tokens")
         ordered = np.sort(values)
         ordered.setflags(write=False)
         prefix = np.concatenate([[0.0], np.cumsum(ordered)])
@@ -460,7 +460,7 @@ def _token_column(
     for bad, what in checks:
         if bad.any():
             i = int(np.argmax(bad))
-            raise PlanError(
+            raise InvalidInput(
                 f"{path}: column {column!r}, line {line_numbers[i]}: {raw_series.iloc[i]!r} {what}; {fixes}"
             )
     return numeric.astype(np.int64)
@@ -473,7 +473,7 @@ def _seconds_column(raw: Sequence[object] | pd.Series, path: Path, column: str, 
     bad = ~np.isfinite(numeric)
     if bad.any():
         i = int(np.argmax(bad))
-        raise PlanError(
+        raise InvalidInput(
             f"{path}: column {column!r}, line {line_numbers[i]}: {raw_series.iloc[i]!r} is not a number; "
             "arrival times must be numbers"
         )
@@ -491,29 +491,29 @@ def _read_mooncake(path: Path) -> pd.DataFrame:
             try:
                 record = json.loads(line)
             except json.JSONDecodeError as err:
-                raise PlanError(
+                raise InvalidInput(
                     f"{path}: line {line_number} is not valid JSON ({err.msg}); "
                     "Mooncake traces have one JSON object per line"
                 ) from None
             if not isinstance(record, dict):
-                raise PlanError(f"{path}: line {line_number} is not a JSON object; Mooncake traces have one object per line")
+                raise InvalidInput(f"{path}: line {line_number} is not a JSON object; Mooncake traces have one object per line")
             for name in _MOONCAKE_FIELDS:
                 if name not in record:
-                    raise PlanError(
+                    raise InvalidInput(
                         f"{path}: line {line_number} has no {name!r} field; Mooncake traces need "
                         f"{', '.join(_MOONCAKE_FIELDS)} (or use fmt='csv' with columns=...)"
                     )
             records.append(record)
             line_numbers.append(line_number)
     if not records:
-        raise PlanError(f"{path}: no requests in the file; give a trace with at least one request")
+        raise InvalidInput(f"{path}: no requests in the file; give a trace with at least one request")
     lines = np.asarray(line_numbers)
     timestamps_ms = _seconds_column([r["timestamp"] for r in records], path, "timestamp", lines, 1.0)
     hash_ids: list[list[int]] = []
     for record, line_number in zip(records, line_numbers):
         ids = record["hash_ids"]
         if not isinstance(ids, list) or not all(isinstance(h, int) and not isinstance(h, bool) for h in ids):
-            raise PlanError(
+            raise InvalidInput(
                 f"{path}: column 'hash_ids', line {line_number}: {ids!r} is not a list of integers; "
                 "hash_ids must be a JSON list of block hash integers"
             )
@@ -532,12 +532,12 @@ def _read_csv_text(path: Path) -> pd.DataFrame:
     try:
         frame = pd.read_csv(path, dtype=str, keep_default_na=False)
     except pd.errors.EmptyDataError:
-        raise PlanError(f"{path}: the file is empty; give a CSV trace with a header row") from None
+        raise InvalidInput(f"{path}: the file is empty; give a CSV trace with a header row") from None
     except (pd.errors.ParserError, UnicodeDecodeError) as err:
         first_line = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
-        raise PlanError(f"{path}: not a readable CSV ({first_line}); check the file") from None
+        raise InvalidInput(f"{path}: not a readable CSV ({first_line}); check the file") from None
     if frame.empty:
-        raise PlanError(f"{path}: no requests in the file; give a trace with at least one request")
+        raise InvalidInput(f"{path}: no requests in the file; give a trace with at least one request")
     return frame
 
 
@@ -545,7 +545,7 @@ def _require_columns(frame: pd.DataFrame, path: Path, wanted: Sequence[str], fix
     present = [str(c) for c in frame.columns]
     for name in wanted:
         if name not in present:
-            raise PlanError(
+            raise InvalidInput(
                 f"{path}: no column {name!r}{did_you_mean(name, present)} "
                 f"(the file has {', '.join(present)}); {fix}"
             )
@@ -565,7 +565,7 @@ def _read_azure(path: Path) -> pd.DataFrame:
     stamps = pd.to_datetime(frame["TIMESTAMP"], format="ISO8601", errors="coerce")
     if stamps.isna().any():
         i = int(np.argmax(stamps.isna().to_numpy()))
-        raise PlanError(
+        raise InvalidInput(
             f"{path}: column 'TIMESTAMP', line {lines[i]}: {frame['TIMESTAMP'].iloc[i]!r} is not a date-time; "
             "use e.g. 2023-11-16 18:15:46.6805900"
         )
@@ -584,7 +584,7 @@ def _read_generic_csv(path: Path, columns: Mapping[str, str] | None) -> pd.DataF
     mapping = {name: name for name in TRACE_COLUMNS}
     for key, source in (columns or {}).items():
         if key not in TRACE_COLUMNS:
-            raise PlanError(
+            raise InvalidInput(
                 f"columns: {key!r} is not a trace column{did_you_mean(key, list(TRACE_COLUMNS))}; "
                 f"map {', '.join(TRACE_COLUMNS)} to the file's column names"
             )
@@ -593,7 +593,7 @@ def _read_generic_csv(path: Path, columns: Mapping[str, str] | None) -> pd.DataF
     present = [str(c) for c in frame.columns]
     for key, source in mapping.items():
         if source not in present:
-            raise PlanError(
+            raise InvalidInput(
                 f"{path}: no column {source!r} for {key}{did_you_mean(source, present)} "
                 f"(the file has {', '.join(present)}); pass columns={{{key!r}: '<column name>'}}"
             )
@@ -621,7 +621,7 @@ def _detect_format(path: Path, columns: Mapping[str, str] | None) -> str:
         return "azure"
     if set(TRACE_COLUMNS) <= header:
         return "csv"
-    raise PlanError(
+    raise InvalidInput(
         f"{path}: cannot tell the trace format from its first line; pass fmt='mooncake', 'azure' or "
         "'csv' (with columns={'arrival_s': ..., 'input_tokens': ..., 'output_tokens': ...})"
     )
@@ -650,16 +650,16 @@ def load_trace(
     """
     file_path = Path(path)
     if fmt not in TRACE_FORMATS:
-        raise PlanError(
+        raise InvalidInput(
             f"fmt: {fmt!r} is not a trace format{did_you_mean(str(fmt), list(TRACE_FORMATS))}; "
             f"use one of {', '.join(TRACE_FORMATS)}"
         )
     if not file_path.is_file():
-        raise PlanError(f"{file_path}: no such trace file; check the path")
+        raise InvalidInput(f"{file_path}: no such trace file; check the path")
     if fmt == "auto":
         fmt = _detect_format(file_path, columns)
     if columns is not None and fmt != "csv":
-        raise PlanError(f"columns: only applies to fmt='csv'; {file_path} is read as {fmt!r}, drop columns=")
+        raise InvalidInput(f"columns: only applies to fmt='csv'; {file_path} is read as {fmt!r}, drop columns=")
     if fmt == "mooncake":
         frame = _read_mooncake(file_path)
     elif fmt == "azure":
@@ -749,7 +749,7 @@ class LRUPrefixCache:
 def _hash_ids(trace: pd.DataFrame) -> list:
     if "hash_ids" not in trace.columns:
         source = trace.attrs.get("path", "trace")
-        raise PlanError(
+        raise InvalidInput(
             f"{source}: no 'hash_ids' column, so prefix caching cannot be replayed; "
             "use a Mooncake trace or pass capacity_blocks=0 (no caching)"
         )
@@ -825,16 +825,16 @@ def prefix_cache_replay(
         or not isinstance(capacity_blocks, (int, np.integer))
         or capacity_blocks < 0
     ):
-        raise PlanError(
+        raise InvalidInput(
             f"capacity_blocks: {capacity_blocks!r} must be a whole number of blocks >= 0, or None for unlimited"
         )
     if isinstance(block_tokens, bool) or not isinstance(block_tokens, (int, np.integer)) or block_tokens < 1:
-        raise PlanError(f"block_tokens: {block_tokens!r} must be a positive whole number of tokens")
+        raise InvalidInput(f"block_tokens: {block_tokens!r} must be a positive whole number of tokens")
     if "input_tokens" not in trace.columns:
-        raise PlanError("trace: no 'input_tokens' column; load traces with load_trace()")
+        raise InvalidInput("trace: no 'input_tokens' column; load traces with load_trace()")
     input_tokens = trace["input_tokens"].to_numpy(dtype=np.int64)
     if input_tokens.size and input_tokens.min() < 1:
-        raise PlanError("trace: input_tokens must be at least 1 token per request")
+        raise InvalidInput("trace: input_tokens must be at least 1 token per request")
     hit_blocks = np.zeros(input_tokens.size, dtype=np.int64)
     cache = LRUPrefixCache(capacity_blocks)
     if cache.enabled:
@@ -883,11 +883,11 @@ class Workload:
 
     def __post_init__(self) -> None:
         if not isinstance(self.lengths, LengthDist):
-            raise PlanError(f"lengths: {type(self.lengths).__name__} is not a length distribution")
+            raise InvalidInput(f"lengths: {type(self.lengths).__name__} is not a length distribution")
         if not (math.isfinite(self.output_tokens) and self.output_tokens >= 0):
-            raise PlanError(f"output_tokens: {self.output_tokens!r} must be a finite number of tokens >= 0")
+            raise InvalidInput(f"output_tokens: {self.output_tokens!r} must be a finite number of tokens >= 0")
         if self.rate_rps is not None and not (math.isfinite(self.rate_rps) and self.rate_rps > 0):
-            raise PlanError(f"rate_rps: {self.rate_rps!r} must be a positive request rate (requests/s) or None")
+            raise InvalidInput(f"rate_rps: {self.rate_rps!r} must be a positive request rate (requests/s) or None")
 
 
 def paper_workload() -> Workload:
@@ -910,10 +910,10 @@ def workload_from_trace(
     name: defaults to the trace file's stem (``trace.attrs['path']``), else ``"trace"``.
     """
     if len(trace) == 0:
-        raise PlanError("trace: no requests; give a trace with at least one request")
+        raise InvalidInput("trace: no requests; give a trace with at least one request")
     for column in TRACE_COLUMNS:
         if column not in trace.columns:
-            raise PlanError(f"trace: no {column!r} column; load traces with load_trace()")
+            raise InvalidInput(f"trace: no {column!r} column; load traces with load_trace()")
     replay = prefix_cache_replay(trace, capacity_blocks, block_tokens)
     arrival_s = trace["arrival_s"].to_numpy(dtype=float)
     span_s = float(arrival_s.max() - arrival_s.min())

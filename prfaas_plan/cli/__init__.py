@@ -7,7 +7,6 @@ with exit code 2 (no traceback). Heavy modules are imported inside the commands 
 
 from __future__ import annotations
 
-import re
 import sys
 from enum import Enum
 from pathlib import Path
@@ -15,7 +14,19 @@ from typing import Annotated, Optional
 
 import typer
 
-from .errors import PlanError, shown
+from prfaas_plan.cli.bench import bench_app
+from prfaas_plan.cli.output import (
+    ContextOpt,
+    Format,
+    FormatOpt,
+    HardwareDbOpt,
+    ModelDbOpt,
+    _check_count,
+    _check_positive,
+    _dirs,
+    emit,
+)
+from prfaas_plan.errors import InvalidInput, PlanError
 
 app = typer.Typer(
     add_completion=False,
@@ -24,152 +35,17 @@ app = typer.Typer(
     help="Capacity planning for cross-datacenter prefill/decode-disaggregated LLM serving (PrfaaS). "
     "Token counts accept 32K, 32k or 32768 (K = 1024 tokens).",
 )
-
-
-class Format(str, Enum):
-    table = "table"
-    json = "json"
-    csv = "csv"
-
-
-FormatOpt = Annotated[Format, typer.Option("--format", "-f", help="table (human), json or csv")]
-ModelDbOpt = Annotated[Optional[list[Path]], typer.Option("--model-db", help="extra folder of model YAML files")]
-HardwareDbOpt = Annotated[Optional[list[Path]], typer.Option("--hardware-db", help="extra folder of hardware YAML files")]
-ContextOpt = Annotated[str, typer.Option("--context", "-c", help="comma-separated token counts, K = 1024 (e.g. 1K,8K,32K,128K)")]
-
-
-def _dirs(paths: Optional[list[Path]]) -> tuple[Path, ...]:
-    from ._data import is_dir
-
-    for p in paths or []:
-        if not is_dir(p):
-            raise PlanError(f"--model-db/--hardware-db: {shown(p)} is not a folder")
-    return tuple(paths or ())
-
-
-def _check_count(value: int, flag: str, most: int, what: str) -> int:
-    """A count option within 1..``most`` (``what`` it counts, for the message)."""
-    if not 1 <= value <= most:
-        raise PlanError(f"{flag}: {value:,} {what} is out of range; give 1 to {most:,}")
-    return value
-
-
-def _check_positive(value: float, flag: str, unit: str) -> float:
-    """A float option that must be positive and finite (``unit`` for the message)."""
-    if not 0 < value < float("inf"):  # rejects NaN too
-        raise PlanError(f"{flag}: {value!r} is not a positive, finite number of {unit}")
-    return value
-
-
-HEADERS: dict[str, str] = {
-    "lambda_max_rps": "Lambda_max (req/s)", "threshold_tokens": "t (tokens)", "n_prfaas": "PrfaaS",
-    "n_pd_p": "PD-P", "n_pd_d": "PD-D", "usd_per_million_tokens": "cost ($/M tokens)",
-    "ttft_p90_s": "P90 TTFT (s)", "vs_homogeneous_pd": "vs homogeneous PD (x)", "decode_bs_max": "decode BS_max",
-    "kv_bytes_measured": "KV measured (B)", "kv_bytes_model": "KV model (B)", "kv_match": "KV match",
-}
-"""Human table headers for machine column names (JSON and CSV keep the machine names)."""
-_UNIT_SUFFIXES = {"s": "s", "ms": "ms", "pct": "%", "gbps": "Gbps", "rps": "req/s", "mib": "MiB", "gib": "GiB",
-                  "bytes": "B", "tokens": "tokens", "usd": "$", "w": "W"}
-TABLE_BORDER_CELLS = 3  # a column's padding (1 + 1) and the rule after it in rich's default box
-
-
-def table_header(column: str) -> str:
-    """The human header of a column: ``HEADERS``, else ``prefill_s`` -> ``prefill (s)``; names
-    that are already human (no underscore) are kept."""
-    if column in HEADERS:
-        return HEADERS[column]
-    if not re.fullmatch(r"[a-z0-9_]+", column):
-        return column
-    words = column.split("_")
-    if len(words) > 1 and words[-1] in _UNIT_SUFFIXES:
-        return f"{' '.join(words[:-1])} ({_UNIT_SUFFIXES[words[-1]]})"
-    return " ".join(words)
-
-
-def _cell(v, ffmt: str) -> str:
-    if isinstance(v, float) and v != v:
-        return "-"  # NaN: not applicable
-    if isinstance(v, float):
-        return ffmt.format(v) if abs(v) < 1e15 else f"{v:.3g}"
-    if isinstance(v, int) and not isinstance(v, bool):
-        return f"{v:,}"
-    return str(v)
-
-
-def _column_blocks(widths: list[int], room: int) -> list[list[int]]:
-    """Split columns (their narrowest widths, in cells) into blocks that each fit ``room`` cells;
-    every block repeats column 0, the row's name (as pandas wraps a wide frame)."""
-    blocks, block, used = [], [0], 1 + widths[0] + TABLE_BORDER_CELLS
-    for i, w in enumerate(widths[1:], start=1):
-        if used + w + TABLE_BORDER_CELLS > room and len(block) > 1:
-            blocks.append(block)
-            block, used = [0], 1 + widths[0] + TABLE_BORDER_CELLS
-        block.append(i)
-        used += w + TABLE_BORDER_CELLS
-    return [*blocks, block]
-
-
-def _fit_widths(narrowest: list[int], wanted: list[list[int]], room: int) -> list[int]:
-    """Column widths that fill at most ``room`` cells: each column its narrowest width, then, for
-    each tier of ``wanted`` widths in turn (values unwrapped, then headers unwrapped), the columns
-    that need least first grow while room is left; a column too wide on its own shrinks (folds)."""
-    widths = list(narrowest)
-    spare = room - 1 - sum(w + TABLE_BORDER_CELLS for w in widths)
-    if spare < 0:
-        i = widths.index(max(widths))
-        widths[i] = max(1, widths[i] + spare)
-    for target in wanted:
-        for i in sorted(range(len(widths)), key=lambda i: target[i] - widths[i]):
-            grow = max(0, min(target[i] - widths[i], spare))
-            widths[i] += grow
-            spare -= grow
-    return widths
-
-
-def emit(df, fmt: Format, title: str = "", floats: str = "{:,.3f}", col_floats: dict[str, str] | None = None) -> None:
-    """Print a DataFrame as a rich table, JSON records or CSV (``col_floats``: a float format per
-    column of the table, e.g. whole tokens). The table fits the terminal: headers wrap at spaces,
-    values are never cut, and columns that do not fit go to a further block."""
-    if fmt is Format.json:
-        typer.echo(df.to_json(orient="records", indent=2))
-        return
-    if fmt is Format.csv:
-        typer.echo(df.to_csv(index=False), nl=False)
-        return
-    from rich.cells import cell_len
-    from rich.console import Console
-    from rich.table import Table
-
-    console = Console()
-    headers = [table_header(str(c)) for c in df.columns]
-    col_fmts = [(col_floats or {}).get(str(c), floats) for c in df.columns]
-    rows = [[_cell(v, ffmt) for v, ffmt in zip(row, col_fmts)] for row in df.itertuples(index=False)]
-    texts = [(h, *(r[i] for r in rows)) for i, h in enumerate(headers)]
-    narrowest = [max(cell_len(word) for text in column for word in text.split() or [""]) for column in texts]
-    values = [max([cell_len(text) for text in column[1:]] or [0]) for column in texts]
-    if texts:  # the row names (column 0, repeated in every block) stay on one line
-        narrowest[0] = max(narrowest[0], min(values[0], console.width // 3))
-    whole = [max(v, cell_len(h)) for v, h in zip(values, headers)]
-    for n, block in enumerate(_column_blocks(narrowest, console.width) if headers else [[]]):
-        widths = _fit_widths([narrowest[i] for i in block], [[max(values[i], narrowest[i]) for i in block],
-                                                             [whole[i] for i in block]], console.width)
-        table = Table(title=(title if n == 0 else "(continued)") or None, header_style="bold", title_justify="left")
-        for i, w in zip(block, widths):
-            table.add_column(headers[i], justify="right" if df.dtypes.iloc[i].kind in "iuf" else "left",
-                             width=w, overflow="fold")
-        for r in rows:
-            table.add_row(*(r[i] for i in block))
-        console.print(table)
+app.add_typer(bench_app, name="bench")
 
 
 @app.command()
 def models(fmt: FormatOpt = Format.table, model_db: ModelDbOpt = None) -> None:
     """List the models in the database with their layer mix and cache bytes (bf16 KV, vLLM)."""
-    from .catalog import list_models
+    from prfaas_plan.catalog import list_models
 
     df = list_models(_dirs(model_db))
     if fmt is Format.table:
-        from .units import MIB_BYTES
+        from prfaas_plan.units import MIB_BYTES
 
         df = df[["id", "layer_mix", "total_params_b", "active_params_b", "max_context_tokens",
                  "kv_bytes_per_token", "fixed_state_bytes"]].assign(fixed_state_bytes=df.fixed_state_bytes / MIB_BYTES)
@@ -182,7 +58,7 @@ def models(fmt: FormatOpt = Format.table, model_db: ModelDbOpt = None) -> None:
 @app.command()
 def hardware(fmt: FormatOpt = Format.table, hardware_db: HardwareDbOpt = None) -> None:
     """List the accelerators: dense TFLOP/s, memory, bandwidths, power and price."""
-    from .catalog import list_hardware
+    from prfaas_plan.catalog import list_hardware
 
     df = list_hardware(_dirs(hardware_db))
     if fmt is Format.table:
@@ -221,13 +97,20 @@ def kv(
     """KV-cache bytes per token, fixed per-request state, and one request's bytes at each context."""
     import pandas as pd
 
-    from .arch import load_model
-    from .kvcache import CacheSettings, check_tp, fixed_state_bytes, kv_bytes, kv_bytes_per_token, per_gpu_kv_bytes
-    from .units import MIB_BYTES, format_tokens, parse_token_list
+    from prfaas_plan.kvcache import (
+        CacheSettings,
+        check_tp,
+        fixed_state_bytes,
+        kv_bytes,
+        kv_bytes_per_token,
+        per_gpu_kv_bytes,
+    )
+    from prfaas_plan.model.arch import load_model
+    from prfaas_plan.units import MIB_BYTES, format_tokens, parse_token_list
 
     contexts = parse_token_list(context, "--context")
     if tp < 1:
-        raise PlanError("--tp: tensor-parallel degree must be at least 1")
+        raise InvalidInput("--tp: tensor-parallel degree must be at least 1")
     settings = CacheSettings(kv_dtype=kv_dtype.value, engine=engine.value, block_tokens=block_tokens)
     rows = []
     for ref in model:
@@ -235,7 +118,7 @@ def kv(
         check_tp(m, tp, "--tp")
         for l in contexts:
             if l > m.max_context_tokens:
-                raise PlanError(f"--context: {format_tokens(l)} exceeds {m.id}'s maximum of {m.max_context_tokens} tokens")
+                raise InvalidInput(f"--context: {format_tokens(l)} exceeds {m.id}'s maximum of {m.max_context_tokens} tokens")
             total = kv_bytes(m, l, settings)
             row = {"model": m.id, "context": format_tokens(l), "context_tokens": l,
                    "kv_bytes_per_token": kv_bytes_per_token(m, settings),
@@ -277,18 +160,19 @@ def bandwidth(
 ) -> None:
     """KV throughput Phi_kv = S_kv / T_prefill per instance (Eq. 1), cluster egress (Eq. 2), and
     the largest prefill cluster the link can feed."""
-    from .arch import load_model
-    from .bandwidth import DEFAULT_LINK_EFFICIENCY, bandwidth_table
-    from .hardware import MAX_INSTANCE_GPUS, MAX_POOL_GPUS, instance
-    from .kvcache import CacheSettings
-    from .units import parse_token_list
+    from prfaas_plan.bandwidth import bandwidth_table
+    from prfaas_plan.defaults import DEFAULT_LINK_EFFICIENCY
+    from prfaas_plan.hardware import MAX_INSTANCE_GPUS, MAX_POOL_GPUS, instance
+    from prfaas_plan.kvcache import CacheSettings
+    from prfaas_plan.model.arch import load_model
+    from prfaas_plan.units import parse_token_list
 
     contexts = parse_token_list(context, "--context")
     link_efficiency = DEFAULT_LINK_EFFICIENCY if link_efficiency is None else link_efficiency
     _check_count(gpus, "--gpus", MAX_INSTANCE_GPUS, "GPUs per instance")
     _check_count(cluster_gpus, "--cluster-gpus", MAX_POOL_GPUS, "GPUs in the cluster")
     if not (0 < link_gbps < float("inf")) or not 0 < link_efficiency <= 1:  # rejects NaN too
-        raise PlanError("--link-gbps must be positive and --link-efficiency in (0, 1]")
+        raise InvalidInput("--link-gbps must be positive and --link-efficiency in (0, 1]")
     inst = instance(hardware, gpus, _dirs(hardware_db))
     models = [load_model(m, _dirs(model_db)) for m in model]
     df = bandwidth_table(models, inst, contexts, cluster_gpus, link_gbps, link_efficiency,
@@ -318,11 +202,11 @@ def profile(
     (kimi-linear-1t on 8xH200: the PrfaaS paper's Table 5)."""
     import pandas as pd
 
-    from .arch import load_model
-    from .hardware import MAX_INSTANCE_GPUS, instance
-    from .perf import analytic_prefill, decode_capacity
-    from .scenario import load_scenario
-    from .units import format_tokens, parse_token_list
+    from prfaas_plan.hardware import MAX_INSTANCE_GPUS, instance
+    from prfaas_plan.model.arch import load_model
+    from prfaas_plan.perf.roofline import analytic_prefill, decode_capacity
+    from prfaas_plan.scenario import load_scenario
+    from prfaas_plan.units import format_tokens, parse_token_list
 
     _check_positive(tpot_ms, "--tpot-ms", "milliseconds per output token")
     _check_count(gpus, "--gpus", MAX_INSTANCE_GPUS, "GPUs per instance")
@@ -355,13 +239,13 @@ class Mode(str, Enum):
 def _quick_scenario(model: str, prfaas: str, local: str, link_gbps: float, trace: Optional[Path],
                     prefix_cache_blocks: Optional[int]):
     """A scenario from command-line flags (``--prfaas h200:32 --local h20:64``)."""
-    from .scenario import Scenario, ScenarioSpec
-    from ._data import validate
+    from prfaas_plan.data import validate
+    from prfaas_plan.scenario import Scenario, ScenarioSpec
 
     def pool(text: str, flag: str) -> dict:
         gpu, _, count = text.partition(":")
         if not gpu or not count.isdigit():
-            raise PlanError(f"{flag}: {text!r} is not GPU:COUNT, e.g. h200:32")
+            raise InvalidInput(f"{flag}: {text!r} is not GPU:COUNT, e.g. h200:32")
         return {"gpu": gpu, "gpus": int(count)}
 
     data = {"id": "quick", "name": f"{model} quick plan", "model": model, "prfaas": pool(prfaas, "--prfaas"),
@@ -374,7 +258,7 @@ def _write_plan_json(res, path: Path) -> None:
     """The plan as JSON, written atomically (never half-written)."""
     import json
 
-    from ._data import atomic_write
+    from prfaas_plan.data import atomic_write
 
     doc = {
         "scenario": res.scenario.spec.model_dump(), "mode": res.mode,
@@ -406,19 +290,19 @@ def plan(
 ) -> None:
     """Plan PrfaaS-PD: threshold t, instance split, Lambda_max, egress, cost and TTFT, against the
     homogeneous-PD and naive-heterogeneous baselines."""
-    from .planner import plan as run_plan
-    from .scenario import load_scenario
+    from prfaas_plan.planner import plan as run_plan
+    from prfaas_plan.scenario import load_scenario
 
     cache_blocks = 0 if no_prefix_cache else prefix_cache_blocks
     if (prefix_cache_blocks is not None or no_prefix_cache) and trace is None:
-        raise PlanError("--prefix-cache-blocks/--no-prefix-cache: only with --trace")
+        raise InvalidInput("--prefix-cache-blocks/--no-prefix-cache: only with --trace")
     if out is not None:
-        from ._data import check_output_path
+        from prfaas_plan.data import check_output_path
 
         check_output_path(out, "--out")
     if scenario is None:
         if model is None:
-            raise PlanError("give a SCENARIO (e.g. paper-case-study) or --model with --prfaas/--local")
+            raise InvalidInput("give a SCENARIO (e.g. paper-case-study) or --model with --prfaas/--local")
         sc = _quick_scenario(model, prfaas, local, link_gbps if link_gbps is not None else 100.0, trace, cache_blocks)
     else:
         sc = load_scenario(scenario)
@@ -475,22 +359,23 @@ def sweep(
     fmt: FormatOpt = Format.table,
 ) -> None:
     """Plan (or simulate) every cell of a grid of scenario variants in parallel; resumable; parquet out."""
-    from ._data import check_output_path
-    from .sweeps import sweep as run_sweep, sweep_report
+    from prfaas_plan.data import check_output_path
+    from prfaas_plan.sweeps import sweep as run_sweep
+    from prfaas_plan.sweeps import sweep_report
 
     if (x or y) and html is None:
-        raise PlanError("--x/--y: only with --html FILE")
+        raise InvalidInput("--x/--y: only with --html FILE")
     check_output_path(output, "-o")  # OUTPUT and OUTPUT.cells/ go in its folder
     if html is not None:  # the page's path and its heatmap axes, before running anything
         check_output_path(html, "--html")
-        from .sweeps import grid_axes
+        from prfaas_plan.sweeps import grid_axes
 
         axes = grid_axes(grid)
         for flag, a in (("--x", x), ("--y", y)):
             if a is not None and a not in axes:
-                raise PlanError(f"{flag}: {a!r} is not an axis of {grid}; axes: {', '.join(axes) or 'none'}")
+                raise InvalidInput(f"{flag}: {a!r} is not an axis of {grid}; axes: {', '.join(axes) or 'none'}")
         if not axes:
-            raise PlanError(f"--html: {grid} has no axes to draw")
+            raise InvalidInput(f"--html: {grid} has no axes to draw")
     try:
         df = run_sweep(grid, executor=executor.value, workers=workers, scheduler=scheduler, out=output,
                        progress=progress, retry_failed=retry_failed)
@@ -544,10 +429,10 @@ def compare(
     over 1K-1M tokens, and the inter-DC link a prefill cluster needs against 10/100/400 Gbps lines."""
     import time
 
-    from .hardware import MAX_INSTANCE_GPUS, MAX_POOL_GPUS
-    from .kvcache import CacheSettings
-    from .report import write_compare
-    from .units import parse_tokens
+    from prfaas_plan.hardware import MAX_INSTANCE_GPUS, MAX_POOL_GPUS
+    from prfaas_plan.kvcache import CacheSettings
+    from prfaas_plan.report import write_compare
+    from prfaas_plan.units import parse_tokens
 
     started = time.perf_counter()
     _check_count(gpus, "--gpus", MAX_INSTANCE_GPUS, "GPUs per instance")
@@ -577,14 +462,14 @@ def report(
     Lambda_max against t and the P:D split, TTFT, egress and queues, cost, formulas, assumptions."""
     import time
 
-    from .report import write_report
-    from .scenario import load_scenario
+    from prfaas_plan.report import write_report
+    from prfaas_plan.scenario import load_scenario
 
     started = time.perf_counter()
     if not (0 < sim_duration < float("inf")):  # rejects NaN too
-        raise PlanError("--sim-duration: give a positive number of seconds")
+        raise InvalidInput("--sim-duration: give a positive number of seconds")
     if seed < 0:  # as simulate: numpy seeds are whole numbers >= 0
-        raise PlanError(f"--seed: {seed} must be a whole number >= 0")
+        raise InvalidInput(f"--seed: {seed} must be a whole number >= 0")
     sc = load_scenario(scenario, _dirs(model_db))
     if trace is not None:
         sc = sc.with_trace(trace, prefix_cache_blocks)
@@ -623,28 +508,30 @@ def simulate_cmd(
     from rich.console import Console
     from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
-    from .planner import plan as run_plan
-    from .scenario import load_scenario
-    from .sim import DEFAULT_SIM_DURATION_S, check_out_dir, parse_link_drop, read_link_trace, simulate as run_simulation
+    from prfaas_plan.defaults import DEFAULT_SIM_DURATION_S
+    from prfaas_plan.planner import plan as run_plan
+    from prfaas_plan.scenario import load_scenario
+    from prfaas_plan.sim import check_out_dir, parse_link_drop, read_link_trace
+    from prfaas_plan.sim import simulate as run_simulation
 
     if link_drop is not None and link_trace is not None:
-        raise PlanError("--link-drop/--link-trace: give one of them, not both")
+        raise InvalidInput("--link-drop/--link-trace: give one of them, not both")
     if duration is not None and not duration > 0:
-        raise PlanError("--duration: give a positive number of seconds")
+        raise InvalidInput("--duration: give a positive number of seconds")
     _check_positive(rate_scale, "--rate-scale", "times the arrival rate")  # before seconds of planning
     if load is not None:
         _check_positive(load, "--load", "times Lambda_max")
     if trace is not None and load is not None:
-        raise PlanError("--load: a trace brings its own arrivals; scale them with --rate-scale")
+        raise InvalidInput("--load: a trace brings its own arrivals; scale them with --rate-scale")
     if prefix_cache_blocks is not None and (trace is None or prefix_cache_blocks < 0):
-        raise PlanError("--prefix-cache-blocks: only with --trace, and at least 0")
+        raise InvalidInput("--prefix-cache-blocks: only with --trace, and at least 0")
     if out is not None:
         check_out_dir(out)
     events = parse_link_drop(link_drop) if link_drop else read_link_trace(link_trace) if link_trace else []
     horizon_s = duration if duration is not None else DEFAULT_SIM_DURATION_S
     late = [ev for ev in events if trace is None and ev[0] >= horizon_s]
     if late and link_drop:
-        raise PlanError(f"--link-drop: the window {late[0][0]:g}-{late[0][1]:g} s starts after the {horizon_s:g} s of "
+        raise InvalidInput(f"--link-drop: the window {late[0][0]:g}-{late[0][1]:g} s starts after the {horizon_s:g} s of "
                         f"simulated arrivals; give --duration above {late[0][1]:g} or an earlier window")
     sc = load_scenario(scenario, _dirs(model_db))
     if trace is not None:
@@ -669,207 +556,6 @@ def simulate_cmd(
     emit(pd.DataFrame(rows, columns=["metric", "value"]), fmt, "Simulation summary")
 
 
-bench_app = typer.Typer(
-    no_args_is_help=True,
-    help="Microbenchmarks (torch): measure this device, calibrate the performance model's efficiency "
-    "factors, validate its prefill predictions on held-out cases.",
-)
-app.add_typer(bench_app, name="bench")
-
-
-class BenchDevice(str, Enum):
-    auto = "auto"
-    cpu = "cpu"
-    cuda = "cuda"
-
-
-class BenchStatistic(str, Enum):
-    min = "min"
-    median = "median"
-
-
-StatisticOpt = Annotated[BenchStatistic, typer.Option(
-    "--statistic", help="per-case time used: min (least-disturbed repeat) or median of the repeats")]
-
-
-@bench_app.command("run")
-def bench_run(
-    output: Annotated[Path, typer.Option("--output", "-o", help="results JSON to write")],
-    device: Annotated[BenchDevice, typer.Option(help="auto (CUDA when torch sees one), cpu or cuda")] = BenchDevice.auto,
-    quick: Annotated[bool, typer.Option("--quick", help="fewer shapes, lengths and repeats")] = False,
-    threads: Annotated[Optional[int], typer.Option(help="torch intra-op threads (CPU profiles default to 1)")] = None,
-    progress: Annotated[bool, typer.Option("--progress/--no-progress", help="rich progress bar on stderr")] = True,
-    fmt: FormatOpt = Format.table,
-) -> None:
-    """Measure this device and write a results JSON.
-
-    Times GEMMs, causal, sliding-window and linear attention, memory copies, scaled-down model
-    prefills (their KV bytes checked against the cache model) and loopback KV transfer."""
-    import time
-
-    import pandas as pd
-
-    from . import bench
-    from .units import GB_BYTES
-
-    from ._data import check_output_path
-
-    check_output_path(output, "-o")  # before minutes of measuring
-    started = time.perf_counter()
-    res = bench.run_harness(device.value, quick=quick, threads=threads, progress=progress)
-    bench.write_results(res, output)
-    cases = pd.DataFrame([{"case": c["case"], "role": c["role"], "layer_mix": c["layer_mix"], "tokens": c["tokens"],
-                           "median_ms": c["median_s"] * bench.MS_PER_S, "min_ms": c["min_s"] * bench.MS_PER_S, "spread_pct": c["spread_pct"],
-                           "kv_bytes_measured": c["kv_bytes_measured"], "kv_bytes_model": c["kv_bytes_model"],
-                           "kv_match": c["kv_match"]} for c in res["models"]])
-    if fmt is not Format.table:
-        emit(cases, fmt)
-        return
-    dev = res["device"]
-    micro = [{"test": f"gemm {g['m']}x{g['k']}x{g['n']} {g['dtype']}", "median_ms": g["median_s"] * bench.MS_PER_S,
-              "min_ms": g["min_s"] * bench.MS_PER_S, "spread_pct": g["spread_pct"], "rate": g["flops"] / g["min_s"] / bench.FLOPS_PER_TFLOP,
-              "unit": "TFLOP/s"} for g in res["gemm"]]
-    for key, label in (("attention", "attention"), ("swa", "swa"), ("linear_attention", "linear")):
-        for a in res[key]:
-            extra = f" {a['flavour']}" if key == "linear_attention" else ""
-            micro.append({"test": f"{label}{extra} {a['tokens']} tok", "median_ms": a["median_s"] * bench.MS_PER_S,
-                          "min_ms": a["min_s"] * bench.MS_PER_S, "spread_pct": a["spread_pct"],
-                          "rate": a["flops"] / a["min_s"] / bench.FLOPS_PER_TFLOP, "unit": "TFLOP/s"})
-    for m in res["memory"]:
-        micro.append({"test": f"copy {m['size_mib']} MiB", "median_ms": m["median_s"] * bench.MS_PER_S, "min_ms": m["min_s"] * bench.MS_PER_S,
-                      "spread_pct": m["spread_pct"], "rate": m["bytes_moved"] / m["min_s"] / GB_BYTES, "unit": "GB/s"})
-    emit(pd.DataFrame(micro), fmt, f"Microbenchmarks on {dev['name']} ({dev['kind']}, torch {dev['torch']}, "
-                                   f"{dev['threads']} threads; rate from the fastest repeat)", floats="{:,.4f}")
-    emit(cases, fmt, "Scaled-down model prefills (KV bytes: measured tensors vs kvcache.kv_bytes)", floats="{:,.1f}")
-    tr = res["transfer"]
-    emit(pd.DataFrame(tr["rows"]), fmt, f"Loopback KV transfer ({tr['payload_bytes']:,} B payload, "
-                                        f"integrity {'ok' if tr['integrity_ok'] else 'FAILED'})", floats="{:,.3f}")
-    typer.echo(f"wrote {output} in {time.perf_counter() - started:.1f} s")
-
-
-@bench_app.command("calibrate")
-def bench_calibrate(
-    source: Annotated[Path, typer.Argument(help="bench results JSON, or an observations YAML (with --gpu)")],
-    output: Annotated[Optional[Path], typer.Option("--output", "-o", help="hardware YAML to write")] = None,
-    gpu: Annotated[Optional[str], typer.Option(help="GPU id: the entry an observations YAML is fitted for; "
-                                                    "for a results file, the datasheet entry to start from")] = None,
-    name: Annotated[Optional[str], typer.Option(help="id of the written entry (default: the output file's stem)")] = None,
-    nominal_gbps: Annotated[Optional[float], typer.Option(help="nominal line rate the transfer Gbps is compared "
-                                                               "with (default: the base entry's NIC, else 100)")] = None,
-    params: Annotated[Optional[str], typer.Option(help="comma-separated efficiency factors to fit")] = None,
-    statistic: StatisticOpt = BenchStatistic.min,
-    tdp_w: Annotated[Optional[float], typer.Option(help="power to write for a CPU entry (else a placeholder)")] = None,
-    price_usd_per_hour: Annotated[Optional[float], typer.Option(help="price per device-hour for a CPU entry")] = None,
-    link_yaml: Annotated[Optional[Path], typer.Option(help="also write the scenario link block (gbps, efficiency)")] = None,
-    fmt: FormatOpt = Format.table,
-) -> None:
-    """Fit efficiency factors and overheads; write a hardware YAML.
-
-    From a results file: a complete hardware entry (peak FLOP/s, memory bandwidth, fitted factors,
-    link efficiency, provenance). From an observations YAML: the fitted values for --gpu."""
-    import pandas as pd
-    import yaml
-
-    from . import bench
-    from ._data import atomic_write, check_output_path
-    from .calibration import FITTABLE
-    from .hardware import load_gpu
-    from .units import GB_BYTES, TB_BYTES
-
-    for path, flag in ((output, "-o"), (link_yaml, "--link-yaml")):
-        if path is not None:
-            check_output_path(path, flag, create_parents=True)  # before any fitting
-    fit = tuple(p.strip() for p in params.split(",") if p.strip()) if params else None
-    if fit is not None:
-        unknown = sorted(set(fit) - set(FITTABLE))
-        if unknown or not fit:
-            raise PlanError(f"--params: cannot fit {', '.join(unknown) or '(nothing)'}; fittable: {', '.join(FITTABLE)}")
-    if source.suffix.lower() in (".yaml", ".yml"):
-        if gpu is None:
-            raise PlanError("--gpu: give the GPU id the observations are fitted for, e.g. --gpu h200")
-        fitted, table = bench.calibrate_observations(source, gpu, fit or bench.OBSERVATION_FIT_PARAMS)
-        eff = fitted.efficiency
-        rows = [{"parameter": k, "value": getattr(eff, k),
-                 "fitted": k in (fit or bench.OBSERVATION_FIT_PARAMS)} for k in FITTABLE + ("memory", "comm")]
-        emit(pd.DataFrame(rows), fmt, f"Efficiency of {fitted.id} fitted to {source}", floats="{:,.4f}")
-        if fmt is Format.table:
-            emit(table, fmt, "Residuals (predicted / measured - 1)", floats="{:,.3f}")
-        if output:
-            entry = fitted.model_copy(update={"id": name or output.stem})
-            output.parent.mkdir(parents=True, exist_ok=True)
-            atomic_write(output, f"# {entry.id}: {fitted.id} with efficiency fitted by `prfaas-plan bench calibrate "
-                              f"{source}`\n" + yaml.safe_dump(entry.model_dump(mode="json", exclude_none=True),
-                                                              sort_keys=False, width=110))
-            typer.echo(f"wrote {output}")
-        return
-    results = bench.load_results(source)
-    entry_name = name or (output.stem if output else f"measured-{results['device']['kind']}")
-    base = load_gpu(gpu) if gpu else None
-    cal = bench.calibrate_results(results, entry_name, source, base=base, nominal_gbps=nominal_gbps,
-                                  params=fit or bench.RESULTS_FIT_PARAMS, statistic=statistic.value, tdp_w=tdp_w,
-                                  price_usd_per_hour=price_usd_per_hour)
-    eff = cal.gpu.efficiency
-    rows = [{"parameter": k, "value": float(getattr(eff, k)),
-             "microbenchmark": float(cal.micro[k]) if k in cal.micro else float("nan"),
-             "fitted": k in (fit or bench.RESULTS_FIT_PARAMS)} for k in FITTABLE + ("memory", "comm")]
-    rows += [{"parameter": "peak_tflops_per_s", "value": cal.gpu.bf16_dense_tflops, "microbenchmark": float("nan"),
-              "fitted": False},
-             {"parameter": "memory_gb_per_s", "value": cal.gpu.memory_tb_per_s * TB_BYTES / GB_BYTES, "microbenchmark": float("nan"),
-              "fitted": False}]
-    emit(pd.DataFrame(rows), fmt, f"{entry_name}: fitted on {len(cal.residuals)} calibration cases "
-                                  f"({statistic.value} of repeats)", floats="{:,.4f}")
-    if fmt is Format.table:
-        emit(cal.residuals, fmt, "Calibration residuals (predicted / measured - 1)", floats="{:,.1f}")
-        if len(cal.link):
-            emit(cal.link, fmt, f"Link efficiency = measured loopback Gbps / nominal {cal.nominal_gbps:g} Gbps "
-                                f"(capped at 1)", floats="{:,.3f}")
-    if output:
-        output.parent.mkdir(parents=True, exist_ok=True)
-        atomic_write(output, cal.yaml_text())
-        typer.echo(f"wrote {output}")
-    if link_yaml and cal.link_efficiency is not None:
-        link_yaml.parent.mkdir(parents=True, exist_ok=True)
-        atomic_write(link_yaml, f"# measured by prfaas-plan bench ({source}): best of "
-                             f"{len(cal.link)} connection counts, {cal.link_connections} connections\n"
-                             + yaml.safe_dump({"link": {"gbps": cal.nominal_gbps,
-                                                        "efficiency": round(cal.link_efficiency, 4)}}, sort_keys=False))
-        typer.echo(f"wrote {link_yaml}")
-
-
-@bench_app.command("validate")
-def bench_validate(
-    results: Annotated[Path, typer.Argument(help="bench results JSON")],
-    hardware: Annotated[Optional[Path], typer.Option(help="hardware YAML from bench calibrate (default: calibrate "
-                                                          "on the file's calibration cases now)")] = None,
-    statistic: StatisticOpt = BenchStatistic.min,
-    max_error_pct: Annotated[Optional[float], typer.Option(help="exit 1 when the median |error| exceeds this")] = None,
-    fmt: FormatOpt = Format.table,
-) -> None:
-    """Compare predicted and measured prefill on every held-out case.
-
-    Held out: other lengths of the calibration models, and whole layer mixes never fitted;
-    prints error % per case and the median absolute error."""
-    from . import bench
-    from .hardware import load_gpu
-
-    res = bench.load_results(results)
-    if hardware is not None:
-        gpu, origin = load_gpu(hardware), str(hardware)
-    else:
-        gpu = bench.calibrate_results(res, "in-memory", results, statistic=statistic.value).gpu
-        origin = "calibrated now on the file's calibration cases"
-    table = bench.validate_results(res, gpu, statistic.value)
-    med = bench.median_abs_error_pct(table)
-    emit(table, fmt, f"Held-out prefill: predicted vs measured ({gpu.id}: {origin})", floats="{:,.1f}")
-    if fmt is Format.table:
-        typer.echo(f"median |error| = {med:.1f}% over {len(table)} held-out cases "
-                   f"(held-out models: {bench.median_abs_error_pct(table[table.held_out == 'model']):.1f}%, "
-                   f"held-out lengths: {bench.median_abs_error_pct(table[table.held_out == 'length']):.1f}%)")
-    if max_error_pct is not None and med > max_error_pct:
-        typer.echo(f"prfaas-plan: median |error| {med:.1f}% exceeds --max-error-pct {max_error_pct:g}", err=True)
-        raise typer.Exit(1)
-
-
 def main(argv: list[str] | None = None) -> None:
     """Entry point: run the app; user errors become one line on stderr and exit code 2."""
     try:
@@ -888,6 +574,3 @@ def main(argv: list[str] | None = None) -> None:
         raise
     sys.exit(code if isinstance(code, int) else 0)
 
-
-if __name__ == "__main__":
-    main()

@@ -13,7 +13,7 @@ from typing import TypeVar
 import yaml
 from pydantic import BaseModel, ValidationError
 
-from .errors import PlanError, did_you_mean, shown
+from prfaas_plan.errors import InvalidInput, did_you_mean, shown
 
 T = TypeVar("T", bound=BaseModel)
 
@@ -24,14 +24,14 @@ def read_text(path: str | Path) -> str:
     try:
         return path.read_text(encoding="utf-8")
     except FileNotFoundError:
-        raise PlanError(f"{shown(path)}: file not found") from None
+        raise InvalidInput(f"{shown(path)}: file not found") from None
     except IsADirectoryError:
-        raise PlanError(f"{shown(path)}: is a folder; give a file") from None
+        raise InvalidInput(f"{shown(path)}: is a folder; give a file") from None
     except UnicodeDecodeError as exc:
-        raise PlanError(f"{shown(path)}: not a text file (byte {exc.start} is not UTF-8); give a YAML, JSON "
+        raise InvalidInput(f"{shown(path)}: not a text file (byte {exc.start} is not UTF-8); give a YAML, JSON "
                         "or CSV text file") from None
     except OSError as exc:  # permission denied, a name too long, an I/O error
-        raise PlanError(f"{shown(path)}: cannot read ({exc.strerror or exc})") from None
+        raise InvalidInput(f"{shown(path)}: cannot read ({exc.strerror or exc})") from None
 
 
 def is_file(path: str | Path) -> bool:
@@ -58,9 +58,9 @@ def read_yaml(path: Path) -> dict:
         mark = getattr(exc, "problem_mark", None)
         where = f" line {mark.line + 1}" if mark is not None else ""
         problem = getattr(exc, "problem", None) or "syntax error"
-        raise PlanError(f"{path}:{where}: malformed YAML ({problem}); fix the syntax") from None
+        raise InvalidInput(f"{path}:{where}: malformed YAML ({problem}); fix the syntax") from None
     if not isinstance(data, dict):
-        raise PlanError(f"{path}: expected a YAML mapping of fields at the top level")
+        raise InvalidInput(f"{path}: expected a YAML mapping of fields at the top level")
     return data
 
 
@@ -82,11 +82,11 @@ def validate(schema: type[T], data: dict, origin: str) -> T:
     try:
         return schema.model_validate(data)
     except ValidationError as exc:
-        raise PlanError(validation_message(origin, exc)) from None
+        raise InvalidInput(validation_message(origin, exc)) from None
 
 
 def builtin_dir(package: str) -> Path:
-    """Folder of a shipped data package (``prfaas_plan.model_db`` and friends)."""
+    """Folder of a shipped data package (``prfaas_plan.data.model_db`` and friends)."""
     return Path(str(resources.files(package)))
 
 
@@ -95,9 +95,9 @@ def find_entry(ref: str | Path, package: str, what: str, extra_dirs: tuple[Path,
     path = Path(ref)
     if path.suffix in {".yaml", ".yml", ".json"} or is_file(path):
         if is_dir(path):
-            raise PlanError(f"{what} file {shown(ref)!r} is a folder; give a YAML file")
+            raise InvalidInput(f"{what} file {shown(ref)!r} is a folder; give a YAML file")
         if not is_file(path):
-            raise PlanError(f"{what} file {shown(ref)!r} not found")
+            raise InvalidInput(f"{what} file {shown(ref)!r} not found")
         return path
     dirs = (*extra_dirs, builtin_dir(package))
     for folder in dirs:
@@ -105,7 +105,7 @@ def find_entry(ref: str | Path, package: str, what: str, extra_dirs: tuple[Path,
         if is_file(candidate):
             return candidate
     known = sorted({p.stem for folder in dirs for p in Path(folder).glob("*.yaml")})
-    raise PlanError(
+    raise InvalidInput(
         f"unknown {what} {shown(ref)!r}{did_you_mean(str(ref), known)}; "
         f"known: {', '.join(known)} (or give a path to a YAML file)"
     )
@@ -127,22 +127,22 @@ def check_output_path(path: str | Path, flag: str = "-o", create_parents: bool =
     try:
         given_a_folder = path.is_dir()
     except OSError as exc:  # e.g. a file name longer than the OS allows
-        raise PlanError(f"{flag}: cannot use {shown(path)} ({exc.strerror or exc}); choose another path") from None
+        raise InvalidInput(f"{flag}: cannot use {shown(path)} ({exc.strerror or exc}); choose another path") from None
     if given_a_folder:
-        raise PlanError(f"{flag}: {path} is a folder; give a file name")
+        raise InvalidInput(f"{flag}: {path} is a folder; give a file name")
     parent = path.parent
     blocking = next((p for p in (parent, *parent.parents) if is_file(p)), None)
     if blocking is not None:
-        raise PlanError(f"{flag}: {blocking} is a file, not a folder; choose another path for {path.name}")
+        raise InvalidInput(f"{flag}: {blocking} is a file, not a folder; choose another path for {path.name}")
     folder = parent
     while create_parents and not folder.is_dir() and folder != folder.parent:
         folder = folder.parent  # the nearest folder that exists; "/" always does
     if not folder.is_dir():
-        raise PlanError(f"{flag}: folder {parent} does not exist; create it or choose another path")
+        raise InvalidInput(f"{flag}: folder {parent} does not exist; create it or choose another path")
     try:  # a real probe: root passes os.access checks, /proc and read-only mounts do not take files
         tempfile.TemporaryFile(dir=folder).close()
     except OSError as exc:
-        raise PlanError(f"{flag}: cannot write to folder {folder} ({exc.strerror or exc})") from None
+        raise InvalidInput(f"{flag}: cannot write to folder {folder} ({exc.strerror or exc})") from None
     return path
 
 
@@ -171,7 +171,7 @@ def staged_files(folder: str | Path, what: str | None = None) -> Iterator[Callab
         for tmp in staged.values():
             tmp.unlink(missing_ok=True)
         if isinstance(exc, OSError):
-            raise PlanError(f"{what or folder}: cannot write ({exc.strerror or exc})") from None
+            raise InvalidInput(f"{what or folder}: cannot write ({exc.strerror or exc})") from None
         raise
 
 

@@ -41,8 +41,8 @@ PrfaaS-PD plan (``lambda_max_rps``, ``threshold_tokens``, ``n_pd_p``, ``n_pd_d``
 from __future__ import annotations
 
 import contextlib
-import importlib.util
 import hashlib
+import importlib.util
 import itertools
 import json
 import math
@@ -51,22 +51,24 @@ import socket
 import sys
 import time
 import uuid
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterator, Literal
+from typing import Any, Literal
 
 import pandas as pd
 from pydantic import BaseModel, ConfigDict, Field, PositiveFloat, PositiveInt, ValidationError
 
-from . import __version__
-from ._data import atomic_write, is_dir, is_file, read_yaml, validate, validation_message
-from .errors import PlanError, did_you_mean, shown
-from .scenario import Scenario, ScenarioSpec, load_scenario
+from prfaas_plan import __version__
+from prfaas_plan.data import atomic_write, is_dir, is_file, read_yaml, validate, validation_message
+from prfaas_plan.errors import InvalidInput, PlanError, did_you_mean, shown
+from prfaas_plan.scenario import Scenario, ScenarioSpec, load_scenario
 
 SCHEMA = 1
 """Version of the cell record layout; part of every cell's hash."""
 
-DEFAULT_BUCKETS = 128  # planner.DEFAULT_BUCKETS (not imported: keep this module light for the CLI)
+from prfaas_plan.defaults import DEFAULT_BUCKETS
+
 RUN_AXES = ("mode", "n_buckets", "duration_s", "policy")
 """Axes that vary how a cell runs rather than its scenario."""
 HASH_EXCLUDED = ("id", "name", "description", "assumptions")
@@ -155,7 +157,7 @@ def _load_grid(grid: dict | str | Path) -> tuple[GridSpec, str, Path | None]:
         return validate(GridSpec, grid, "grid"), "grid", None
     path = Path(grid)
     if not is_file(path):
-        raise PlanError(f"grid file {shown(grid)!r} {'is a folder' if is_dir(path) else 'not found'}")
+        raise InvalidInput(f"grid file {shown(grid)!r} {'is a folder' if is_dir(path) else 'not found'}")
     spec = validate(GridSpec, read_yaml(path), str(path))
     if spec.name is None:
         spec = spec.model_copy(update={"name": path.stem})
@@ -176,7 +178,7 @@ def _base_scenario(ref: str, origin: str, folder: Path | None) -> Scenario:
     try:
         return load_scenario(ref)
     except PlanError as exc:
-        raise PlanError(f"{origin}: scenario: {exc}") from None
+        raise InvalidInput(f"{origin}: scenario: {exc}") from None
 
 
 def _resolve(sc: Scenario, seen: set) -> None:
@@ -201,16 +203,16 @@ def expand_grid(grid: dict | str | Path) -> tuple[GridSpec, Scenario, list[Cell]
     fields = _flat_fields(base.spec.model_dump())
     simulate = g.run == "simulate"
     if not simulate and (g.seeds is not None or g.duration_s is not None or g.policy is not None):
-        raise PlanError(f"{origin}: seeds/duration_s/policy: only for run: simulate")
+        raise InvalidInput(f"{origin}: seeds/duration_s/policy: only for run: simulate")
     for name in ("duration_s", "policy"):
         if not simulate and name in g.axes:
-            raise PlanError(f"{origin}: axes.{name}: only for run: simulate")
+            raise InvalidInput(f"{origin}: axes.{name}: only for run: simulate")
     seeds: list[int | None]
     if not simulate:
         seeds = [None]
     elif isinstance(g.seeds, list):
         if not g.seeds or len(set(g.seeds)) != len(g.seeds):
-            raise PlanError(f"{origin}: seeds: give a positive count or a list of distinct integers")
+            raise InvalidInput(f"{origin}: seeds: give a positive count or a list of distinct integers")
         seeds = list(g.seeds)
     else:
         seeds = list(range(g.seeds or 1))
@@ -218,28 +220,28 @@ def expand_grid(grid: dict | str | Path) -> tuple[GridSpec, Scenario, list[Cell]
     fixed = dict(g.fixed)
     if g.load is not None:
         if "load" in fixed or "load" in g.axes:
-            raise PlanError(f"{origin}: load: given twice (top level and in fixed/axes); keep one")
+            raise InvalidInput(f"{origin}: load: given twice (top level and in fixed/axes); keep one")
         fixed["load"] = g.load
     for name, values in g.axes.items():
         if name in fixed:
-            raise PlanError(f"{origin}: axes.{name}: also set in fixed; keep one")
+            raise InvalidInput(f"{origin}: axes.{name}: also set in fixed; keep one")
         if not values:
-            raise PlanError(f"{origin}: axes.{name}: give at least one value")
+            raise InvalidInput(f"{origin}: axes.{name}: give at least one value")
         if len({json.dumps(v, sort_keys=True, default=str) for v in values}) != len(values):
-            raise PlanError(f"{origin}: axes.{name}: repeated values {values}")
+            raise InvalidInput(f"{origin}: axes.{name}: repeated values {values}")
     for name in [*fixed, *g.axes]:
         if name not in RUN_AXES and name not in fields:
-            raise PlanError(f"{origin}: axes/fixed: {name!r} is not a scenario field"
+            raise InvalidInput(f"{origin}: axes/fixed: {name!r} is not a scenario field"
                             f"{did_you_mean(name, [*fields, *RUN_AXES])}; use dotted names such as link.gbps")
     if any(name in fixed for name in RUN_AXES):
-        raise PlanError(f"{origin}: fixed: set {', '.join(RUN_AXES)} at the top level of the grid")
+        raise InvalidInput(f"{origin}: fixed: set {', '.join(RUN_AXES)} at the top level of the grid")
 
     seen: set = set()
     try:
         base = base.with_updates(**fixed) if fixed else base
         _resolve(base, seen)
     except PlanError as exc:
-        raise PlanError(f"{origin}: fixed: {exc}") from None
+        raise InvalidInput(f"{origin}: fixed: {exc}") from None
     scen_axes = {k: v for k, v in g.axes.items() if k not in RUN_AXES}
     # each value alone first, so that an error names the one value at fault
     for name, values in scen_axes.items():
@@ -247,7 +249,7 @@ def expand_grid(grid: dict | str | Path) -> tuple[GridSpec, Scenario, list[Cell]
             try:
                 _resolve(base.with_updates(**{name: v}), seen)
             except PlanError as exc:
-                raise PlanError(f"{origin}: axes.{name} = {v!r}: {exc}") from None
+                raise InvalidInput(f"{origin}: axes.{name} = {v!r}: {exc}") from None
     names = list(g.axes)
     cells: list[Cell] = []
     version = {"sweep": SCHEMA, "version": __version__}
@@ -260,13 +262,13 @@ def expand_grid(grid: dict | str | Path) -> tuple[GridSpec, Scenario, list[Cell]
                                                "duration_s": assign.get("duration_s", g.duration_s),
                                                "policy": assign.get("policy", g.policy)})
         except ValidationError as exc:
-            raise PlanError(validation_message(f"{origin}: axes ({_describe(assign)})", exc)) from None
+            raise InvalidInput(validation_message(f"{origin}: axes ({_describe(assign)})", exc)) from None
         updates = {k: v for k, v in assign.items() if k not in RUN_AXES}
         try:
             sc = base.with_updates(**updates) if updates else base
             _resolve(sc, seen)
         except PlanError as exc:
-            raise PlanError(f"{origin}: cell {_describe(assign)}: {exc}") from None
+            raise InvalidInput(f"{origin}: cell {_describe(assign)}: {exc}") from None
         spec = sc.spec.model_dump(mode="json")
         hashed = {k: v for k, v in spec.items() if k not in HASH_EXCLUDED}
         plan_key = _digest({**version, "scenario": hashed, "mode": opts.mode, "n_buckets": opts.n_buckets})
@@ -354,7 +356,7 @@ def _scenario(cell: Cell) -> Scenario:
 
 
 def _plan(cell: Cell, sc: Scenario):
-    from .planner import plan
+    from prfaas_plan.planner import plan
 
     res = _PLANS.get(cell.plan_key)
     if res is None:
@@ -376,7 +378,7 @@ def run_cell(cell: Cell) -> dict:
         res = _plan(cell, sc)
         out = plan_outputs(res)
         if cell.run == "simulate":
-            from .sim import simulate
+            from prfaas_plan.sim import simulate
 
             kwargs = {"load": sc.spec.load, "seed": cell.seed}
             if cell.duration_s is not None:
@@ -480,14 +482,14 @@ def _dask_client(workers: int | None, scheduler, stack):
             dashboard_address=None, silence_logs=logging.ERROR))
         return stack.enter_context(Client(cluster))
     if workers is not None:
-        raise PlanError("--workers: with --scheduler the cluster's own workers run the cells; drop --workers")
+        raise InvalidInput("--workers: with --scheduler the cluster's own workers run the cells; drop --workers")
     if isinstance(scheduler, Client):
         return scheduler
     if isinstance(scheduler, str):
         try:
             client = Client(scheduler, timeout="10s")
         except (OSError, TimeoutError) as exc:
-            raise PlanError(f"--scheduler: cannot reach a dask scheduler at {scheduler} ({exc})") from None
+            raise InvalidInput(f"--scheduler: cannot reach a dask scheduler at {scheduler} ({exc})") from None
         return stack.enter_context(client)
     return stack.enter_context(Client(scheduler))  # a cluster object
 
@@ -559,8 +561,15 @@ def _bar(enabled: bool):
     if not enabled:
         return _NoBar()
     from rich.console import Console
-    from rich.progress import (BarColumn, MofNCompleteColumn, Progress, SpinnerColumn, TextColumn,
-                               TimeElapsedColumn, TimeRemainingColumn)
+    from rich.progress import (
+        BarColumn,
+        MofNCompleteColumn,
+        Progress,
+        SpinnerColumn,
+        TextColumn,
+        TimeElapsedColumn,
+        TimeRemainingColumn,
+    )
 
     return Progress(SpinnerColumn(), TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
                     TimeElapsedColumn(), TimeRemainingColumn(), console=Console(stderr=True), transient=False)
@@ -623,22 +632,22 @@ def sweep(grid: dict | str | Path, executor: str = "local", workers: int | None 
     ``reused`` and ``failed`` counts.
     """
     if executor not in EXECUTORS:
-        raise PlanError(f"--executor: {executor!r} is not an executor; use {', '.join(EXECUTORS)}")
+        raise InvalidInput(f"--executor: {executor!r} is not an executor; use {', '.join(EXECUTORS)}")
     if workers is not None and workers < 1:
-        raise PlanError("--workers: give at least 1")
+        raise InvalidInput("--workers: give at least 1")
     if scheduler is not None and executor != "dask":
-        raise PlanError("--scheduler: only with --executor dask")
+        raise InvalidInput("--scheduler: only with --executor dask")
     if executor == "dask" and importlib.util.find_spec("distributed") is None:
-        raise PlanError("--executor dask: dask.distributed is not installed; pip install 'prfaas-plan[sweep]'")
+        raise InvalidInput("--executor dask: dask.distributed is not installed; pip install 'prfaas-plan[sweep]'")
     g, base, cells = expand_grid(grid)  # every cell validated before anything runs
     out_path = Path(out) if out is not None else None
     side = None
     records: dict[str, dict] = {}
     if out_path is not None:
         if out_path.is_dir():
-            raise PlanError(f"--output: {out_path} is a folder; give a file name such as results.parquet")
+            raise InvalidInput(f"--output: {out_path} is a folder; give a file name such as results.parquet")
         if not out_path.parent.is_dir():
-            raise PlanError(f"--output: folder {out_path.parent} does not exist")
+            raise InvalidInput(f"--output: folder {out_path.parent} does not exist")
         side = sidecar_dir(out_path)
         side.mkdir(exist_ok=True)
         saved = read_sidecar(side)
@@ -715,18 +724,18 @@ def sweep_report(df: pd.DataFrame, path: str | Path, x: str | None = None, y: st
 
     axes = list(df.attrs.get("axes") or [])
     if not axes:
-        raise PlanError("--html: this table does not say its axes; pass the frame returned by sweep()")
+        raise InvalidInput("--html: this table does not say its axes; pass the frame returned by sweep()")
     x = x or axes[0]
     if y is None and len(axes) > 1:
         y = next(a for a in axes if a != x)
     for flag, a in (("--x", x), ("--y", y)):
         if a is not None and a not in axes:
-            raise PlanError(f"{flag}: {a!r} is not an axis of this sweep{did_you_mean(a, axes)}; axes: {', '.join(axes)}")
+            raise InvalidInput(f"{flag}: {a!r} is not an axis of this sweep{did_you_mean(a, axes)}; axes: {', '.join(axes)}")
     if x == y:
-        raise PlanError("--x/--y: give two different axes")
+        raise InvalidInput("--x/--y: give two different axes")
     metrics = _metrics(df)
     if not metrics:
-        raise PlanError("--html: the sweep has no throughput/cost/TTFT columns (did every cell fail?)")
+        raise InvalidInput("--html: the sweep has no throughput/cost/TTFT columns (did every cell fail?)")
     others = [a for a in axes if a not in (x, y)]
     keys = [a for a in axes]
     cols = [m[0] for m in metrics]
@@ -790,8 +799,8 @@ def sweep_report(df: pd.DataFrame, path: str | Path, x: str | None = None, y: st
 def _write_sweep_page(df: pd.DataFrame, axes: list[str], chart, path: Path, title: str | None) -> Path:
     """The heatmaps on the plan report's page template (its Content-Security-Policy, inlined Vega,
     chart error reporting), every grid string escaped; written atomically."""
-    from .report.files import _write
-    from .report.page import Col, Figure, Report, Section, Table, _e, _table_html
+    from prfaas_plan.report.files import _write
+    from prfaas_plan.report.page import Col, Figure, Report, Section, Table, _e, _table_html
 
     bad = df[df["status"] == "error"]
     name = title or f"Sweep {df.attrs.get('grid', '')}".strip()

@@ -1,7 +1,7 @@
 """Model architectures: the validated ``model_db`` schema and what each layer kind caches.
 
 A :class:`ModelSpec` is read from a ``model_db/*.yaml`` file (or imported from a Hugging Face
-``config.json``, see :mod:`prfaas_plan.hf_config`). It names its attention configurations
+``config.json``, see :mod:`prfaas_plan.model.hf_config`). It names its attention configurations
 (``attention: {full: {...}, swa: {...}}``) and says which layer uses which
 (``layers: {count, default, at}``, 0-based indices). Each attention kind knows the *shape* of
 what it caches, in elements: per token for length-growing caches (GQA, SWA, MLA) and per
@@ -16,7 +16,7 @@ from typing import Annotated, ClassVar, Literal, Union
 
 from pydantic import BaseModel, ConfigDict, Field, PositiveInt, model_validator
 
-from ._data import find_entry, list_entries, read_yaml, validate
+from prfaas_plan.data import find_entry, list_entries, read_yaml, validate
 
 Dtype = Literal["fp32", "bf16", "fp16", "fp8", "int8", "int4"]
 StateDtype = Literal["fp32", "bf16"]
@@ -170,7 +170,7 @@ class FFN(_Frozen):
     first_dense_layers: int = Field(default=0, ge=0)
 
     @model_validator(mode="after")
-    def _consistent(self) -> "FFN":
+    def _consistent(self) -> FFN:
         if self.num_experts == 0 and self.dense_intermediate is None:
             raise ValueError("a dense model needs dense_intermediate")
         if self.num_experts and not (0 < self.experts_per_token <= self.num_experts):
@@ -236,7 +236,7 @@ class ModelSpec(_Frozen):
     notes: str | None = None
 
     @model_validator(mode="after")
-    def _check(self) -> "ModelSpec":
+    def _check(self) -> ModelSpec:
         names = set(self.attention)
         if self.layers.default not in names:
             raise ValueError(f"layers.default {self.layers.default!r} is not one of attention: {sorted(names)}")
@@ -297,43 +297,43 @@ class ModelSpec(_Frozen):
                 f"{self.kv_bytes_per_token():,} B/token + {self.fixed_state_bytes():,} B/request)")
 
     def _repr_html_(self) -> str:
-        from .display import html_table
+        from prfaas_plan.display import html_table
 
         return html_table(f"{self.name} ({self.id})", self._display_rows())
 
     def is_moe_layer(self, index: int) -> bool:
         return self.ffn.num_experts > 0 and index >= self.ffn.first_dense_layers
 
-    # Convenience API of DESIGN section 7; the arithmetic lives in kvcache (imported lazily
+    # Convenience API of docs/design.md section 7; the arithmetic lives in kvcache (imported lazily
     # so that this lower module does not depend on a higher one at import time).
     def kv_bytes_per_token(self, settings=None) -> int:
         """Bytes of length-growing cache per token, all layers (default: bf16 KV, vLLM)."""
-        from .kvcache import kv_bytes_per_token
+        from prfaas_plan.kvcache import kv_bytes_per_token
 
         return kv_bytes_per_token(self, settings)
 
     def fixed_state_bytes(self, settings=None) -> int:
         """Per-request bytes that do not grow with length (linear-attention states)."""
-        from .kvcache import fixed_state_bytes
+        from prfaas_plan.kvcache import fixed_state_bytes
 
         return fixed_state_bytes(self, settings)
 
     def kv_bytes(self, tokens: int, settings=None) -> int:
         """One request's cache bytes at ``tokens`` tokens (windows capped, states included)."""
-        from .kvcache import kv_bytes
+        from prfaas_plan.kvcache import kv_bytes
 
         return int(kv_bytes(self, tokens, settings))
 
 
 def load_model(ref: str | Path, extra_dirs: tuple[Path, ...] = ()) -> ModelSpec:
     """Load a model by ``model_db`` id, a YAML path, or a Hugging Face ``config.json`` path."""
-    path = find_entry(ref, "prfaas_plan.model_db", "model", tuple(Path(d) for d in extra_dirs))
+    path = find_entry(ref, "prfaas_plan.data.model_db", "model", tuple(Path(d) for d in extra_dirs))
     if path.suffix == ".json":
-        from .hf_config import load_hf_config
+        from prfaas_plan.model.hf_config import load_hf_config
 
         return load_hf_config(path)
     return validate(ModelSpec, read_yaml(path), str(path))
 
 
 def list_model_specs(extra_dirs: tuple[Path, ...] = ()) -> list[ModelSpec]:
-    return [load_model(p) for p in list_entries("prfaas_plan.model_db", tuple(Path(d) for d in extra_dirs))]
+    return [load_model(p) for p in list_entries("prfaas_plan.data.model_db", tuple(Path(d) for d in extra_dirs))]

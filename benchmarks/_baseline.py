@@ -1,0 +1,73 @@
+"""The previous implementation, for side-by-side benchmarks: a pre-change commit made importable.
+
+``baseline_root()`` extracts commit :data:`BASELINE_REV` (the last commit before the
+architecture and speed work) with ``git archive`` into a temporary folder, once per machine, and
+links its data folders into its package (that commit mapped them with ``package-dir``, so a bare
+checkout on ``PYTHONPATH`` could not find them). ``cli_wall_s`` and ``python_wall_s`` time a fresh
+process of either tree, imports included; ``stats`` prints min and median.
+"""
+
+from __future__ import annotations
+
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+BASELINE_REV = "1ddbf07"
+"""The commit benchmarks compare against (before the package was laid out as the data flow)."""
+
+
+def baseline_root(rev: str = BASELINE_REV) -> Path:
+    """A folder holding commit ``rev``'s ``prfaas_plan`` package, importable via ``PYTHONPATH``."""
+    root = Path(tempfile.gettempdir()) / f"prfaas-plan-baseline-{rev}"
+    if not (root / ".complete").exists():
+        root.mkdir(parents=True, exist_ok=True)
+        archive = subprocess.run(["git", "-C", str(ROOT), "archive", rev], check=True, capture_output=True).stdout
+        subprocess.run(["tar", "-x", "-C", str(root)], input=archive, check=True)
+        for name in ("model_db", "hardware_db", "scenarios"):
+            link = root / "prfaas_plan" / name
+            if (root / name).is_dir() and not link.exists():
+                link.symlink_to(root / name, target_is_directory=True)
+        (root / ".complete").touch()
+    return root
+
+
+def _env(pythonpath: Path | None) -> dict[str, str]:
+    env = dict(os.environ)
+    if pythonpath is not None:
+        env["PYTHONPATH"] = str(pythonpath)
+    return env
+
+
+def python_wall_s(code: str, pythonpath: Path | None = None, cwd: Path | None = None) -> float:
+    """Wall time of ``python -c code`` in a fresh process (``pythonpath`` None = this checkout; the process runs
+    in ``cwd``, else in ``pythonpath``, so that the folder itself shadows no other tree)."""
+    t0 = time.perf_counter()
+    subprocess.run([sys.executable, "-c", code], check=True, capture_output=True, env=_env(pythonpath),
+                   cwd=cwd or pythonpath or ROOT)
+    return time.perf_counter() - t0
+
+
+def cli_wall_s(args: list[str], pythonpath: Path | None = None, cwd: Path | None = None) -> float:
+    """Wall time of ``python -m prfaas_plan.cli ARGS`` in a fresh process, imports included."""
+    code = "import sys; from prfaas_plan.cli import main; sys.argv = ['prfaas-plan', *sys.argv[1:]]; main()"
+    t0 = time.perf_counter()
+    subprocess.run([sys.executable, "-c", code, *args], check=True, capture_output=True, env=_env(pythonpath),
+                   cwd=cwd or pythonpath or ROOT)
+    return time.perf_counter() - t0
+
+
+def stats(label: str, new_s: list[float], old_s: list[float] | None = None, unit: str = "s") -> str:
+    """One line: min and median of the new runs, and (given old runs) old/new of the medians."""
+    scale = {"s": 1.0, "ms": 1e3, "us": 1e6}[unit]
+    line = f"{label}: min {min(new_s) * scale:.3f} {unit}, median {statistics.median(new_s) * scale:.3f} {unit}"
+    if old_s:
+        ratio = statistics.median(old_s) / statistics.median(new_s)
+        line += (f"  | before: min {min(old_s) * scale:.3f} {unit}, median {statistics.median(old_s) * scale:.3f} "
+                 f"{unit}  | {ratio:.2f}x faster")
+    return line

@@ -1,0 +1,51 @@
+"""The vocabularies: every closed set of names a user can type, as ``Literal`` types.
+
+One place for the names that pydantic files, dataclasses, sweep grids and the typer CLI accept, so
+that a value valid in one is valid in all. Each ``Literal`` comes with its tuple of names (for
+messages and loops); ``typing.get_args`` keeps the two from drifting apart.
+"""
+
+from __future__ import annotations
+
+from typing import Literal, get_args
+
+Dtype = Literal["fp32", "bf16", "fp16", "fp8", "int8", "int4"]
+"""Element types of a model's weights and caches (``units.DTYPE_BYTES`` gives their sizes)."""
+KvDtype = Literal["bf16", "fp8", "fp32"]
+"""Element types a serving engine stores KV caches in."""
+StateDtype = Literal["fp32", "bf16"]
+"""Element types of linear-attention recurrent states."""
+Engine = Literal["vllm", "sglang", "hf"]
+"""Whose cache layout to follow: vLLM, SGLang, or what a transformers 5 cache holds."""
+PlanMode = Literal["exact", "paper"]
+"""The planner's two modes: the bucketed MILP, or the paper's closed-form case study."""
+Policy = Literal["fixed", "short", "dual"]
+"""The simulator's schedulers: fixed threshold, short-term (link-aware), dual-timescale."""
+SweepRun = Literal["plan", "simulate"]
+"""What a sweep cell runs."""
+SweepExecutor = Literal["local", "dask", "serial"]
+"""Where a sweep's cells run: local processes, a dask.distributed cluster, or in this process."""
+LengthKind = Literal["lognormal", "trace"]
+"""How a scenario gives its request lengths."""
+TraceFormat = Literal["auto", "mooncake", "azure", "csv"]
+"""Request-trace file formats (``auto`` reads the file's first record)."""
+TableFormat = Literal["table", "json", "csv"]
+"""How the CLI prints a table: for humans, or for programs."""
+BenchDevice = Literal["auto", "cpu", "cuda"]
+"""Where the microbenchmark harness runs."""
+BenchStatistic = Literal["min", "median"]
+"""Which per-case time of the repeats calibration uses."""
+
+DTYPES: tuple[str, ...] = get_args(Dtype)
+KV_DTYPES: tuple[str, ...] = get_args(KvDtype)
+STATE_DTYPES: tuple[str, ...] = get_args(StateDtype)
+ENGINES: tuple[str, ...] = get_args(Engine)
+PLAN_MODES: tuple[str, ...] = get_args(PlanMode)
+POLICIES: tuple[str, ...] = get_args(Policy)
+SWEEP_RUNS: tuple[str, ...] = get_args(SweepRun)
+SWEEP_EXECUTORS: tuple[str, ...] = get_args(SweepExecutor)
+LENGTH_KINDS: tuple[str, ...] = get_args(LengthKind)
+TRACE_FORMATS: tuple[str, ...] = get_args(TraceFormat)
+TABLE_FORMATS: tuple[str, ...] = get_args(TableFormat)
+BENCH_DEVICES: tuple[str, ...] = get_args(BenchDevice)
+BENCH_STATISTICS: tuple[str, ...] = get_args(BenchStatistic)
