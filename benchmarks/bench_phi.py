@@ -9,13 +9,15 @@ import time
 
 import numpy as np
 
-import prfaas_plan as pp
-from prfaas_plan.model.arch import list_model_specs
-from prfaas_plan.perf.roofline import layer_costs
+from prfaas_plan.bandwidth import phi_kv_gbps
+from prfaas_plan.hardware import instance
+from prfaas_plan.kvcache import kv_bytes
+from prfaas_plan.model import list_model_specs
+from prfaas_plan.perf.roofline import analytic_prefill, layer_costs
 
 
 def main() -> None:
-    inst = pp.instance("h200", 8)
+    inst = instance("h200", 8)
     models = list_model_specs()
     costs = {m.id: layer_costs(m) for m in models}  # per-model constants, computed once
     best_s = float("inf")
@@ -23,9 +25,9 @@ def main() -> None:
         t0 = time.perf_counter()
         for m in models:
             lengths = np.geomspace(1024, m.max_context_tokens, 1000).round()
-            s = pp.kv_bytes(m, lengths)
-            t = pp.perf.analytic_prefill(m, inst, lengths, costs[m.id]).total_s
-            _ = s * 8 / t / 1e9
+            s = kv_bytes(m, lengths)
+            t = analytic_prefill(m, inst, lengths, costs[m.id]).total_s
+            _ = phi_kv_gbps(s, t)  # Eq. 1
         best_s = min(best_s, time.perf_counter() - t0)
     print(f"Phi_kv: {len(models)} models x 1,000 lengths in {best_s * 1e3:.1f} ms (best of 5)")
 

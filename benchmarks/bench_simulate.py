@@ -1,28 +1,85 @@
-"""Benchmark: simulated requests per wall-clock second.
+"""Benchmark: the simulator's speed, this checkout beside the previous implementation (commit 1ddbf07).
 
-1. The Mooncake conversation trace (12,031 requests, per-cluster prefix caches on) replayed on the
-   paper case study planned for that trace (target < 2 s);
-2. one million Poisson requests at 80% of the case study's Lambda_max (target < 60 s on one core).
+1. One million Poisson requests at 80% of the paper case study's Lambda_max (issue #18: target
+   <= 2 us per event, never slower than before): events, events per request, and us per event
+   (min and median over ``--repeats`` runs) for the new code and for the baseline side by side,
+   and their ratio. Each side runs in its own process (the baseline with
+   ``PYTHONPATH=baseline_root()``, in that folder); runs alternate old/new so that a busy machine
+   slows both alike. Times are the process's CPU time of ``simulate`` (one thread; the plan is
+   made before timing), which a loaded machine disturbs far less than wall time.
+2. The Mooncake conversation trace (12,031 requests, per-cluster prefix caches on) replayed on
+   the paper case study planned for that trace, new code only (target < 2 s).
 
-Times cover the simulation only (the plan and the trace loading are done once, before timing).
-Run: python benchmarks/bench_simulate.py [--requests 1000000] [--profile]
+``events`` counts arrivals and every event scheduled, a link completion superseded before it was
+due included (the definition both implementations share, so the counts agree).
+Run: python benchmarks/bench_simulate.py [--requests 1000000] [--repeats 3] [--profile]
 """
 
 from __future__ import annotations
 
 import argparse
 import cProfile
+import json
+import os
 import pstats
+import statistics
+import subprocess
+import sys
 import time
 from pathlib import Path
 
+from _baseline import ROOT, baseline_root  # benchmarks/ is on sys.path: it holds this script
+
+TRACE = ROOT.parent / "shared" / "traces" / "mooncake_conversation.jsonl"
+POISSON = """
+import json, time
 import prfaas_plan as pp
 from prfaas_plan.sim import simulate
+sc = pp.load_scenario("paper-case-study")
+res = pp.plan(sc)
+rate = 0.8 * res.lambda_max_rps
+t0 = time.process_time()
+sim = simulate(sc, res, rate_rps=rate, duration_s={requests!r} / rate, seed=0)
+cpu_s = time.process_time() - t0
+print(json.dumps({{"cpu_s": cpu_s, "events": sim.info["events"], "requests": sim.summary()["requests"]}}))
+"""
 
-TRACE = Path(__file__).resolve().parents[1].parent / "shared" / "traces" / "mooncake_conversation.jsonl"
+
+def poisson_run(requests: int, pythonpath: Path | None) -> dict:
+    """One Poisson run in a fresh process of this checkout (None) or the baseline tree: its CPU
+    seconds, events and requests."""
+    env = dict(os.environ)
+    if pythonpath is not None:
+        env["PYTHONPATH"] = str(pythonpath)
+    out = subprocess.run([sys.executable, "-c", POISSON.format(requests=requests)], check=True, capture_output=True,
+                         text=True, env=env, cwd=pythonpath or ROOT).stdout
+    return json.loads(out.strip().splitlines()[-1])
+
+
+def bench_poisson(requests: int, repeats: int) -> None:
+    """Old and new, alternating: us per event (min, median), events per request, ratio."""
+    old_root = baseline_root()
+    runs: dict[str, list[dict]] = {"new": [], "old": []}
+    for _ in range(repeats):
+        runs["old"].append(poisson_run(requests, old_root))
+        runs["new"].append(poisson_run(requests, None))
+    medians = {}
+    for label in ("new", "old"):
+        first = runs[label][0]
+        us = [1e6 * r["cpu_s"] / r["events"] for r in runs[label]]
+        medians[label] = statistics.median(us)
+        print(f"{'this checkout' if label == 'new' else 'before (1ddbf07)':>16}: {first['requests']:,} requests, "
+              f"{first['events']:,} events ({first['events'] / first['requests']:.3f} per request): "
+              f"min {min(us):.3f} us/event, median {medians[label]:.3f} us/event "
+              f"(median {statistics.median(r['cpu_s'] for r in runs[label]):.2f} s CPU)")
+    print(f"ratio (median before / median now): {medians['old'] / medians['new']:.2f}x faster; target <= 2 us/event")
 
 
 def bench_trace() -> None:
+    """The Mooncake conversation trace with prefix caches, best of three (wall s)."""
+    import prfaas_plan as pp
+    from prfaas_plan.sim import simulate
+
     if not TRACE.is_file():
         print(f"Mooncake trace: skipped ({TRACE} not found)")
         return
@@ -36,38 +93,34 @@ def bench_trace() -> None:
         t0 = time.perf_counter()
         sim = simulate(sc, res, trace=trace, duration_s=None)
         walls.append(time.perf_counter() - t0)
-    n = len(sim.requests)
-    best = min(walls)
+    n, best = len(sim.requests), min(walls)
     print(f"Mooncake conversation trace, {n:,} requests, prefix caches on: best {best:.3f} s "
-          f"({n / best:,.0f} requests/s; {sim.info['events'] / best:,.0f} events/s), target < 2 s")
+          f"({n / best:,.0f} requests/s; {1e6 * best / sim.info['events']:.2f} us/event), target < 2 s")
 
 
-def bench_poisson(requests: int, profile: bool) -> None:
+def profile_poisson(requests: int) -> None:
+    """cProfile of one Poisson run of this checkout: the 15 functions with the most own time."""
+    import prfaas_plan as pp
+    from prfaas_plan.sim import simulate
+
     sc = pp.load_scenario("paper-case-study")
     res = pp.plan(sc)
     rate = 0.8 * res.lambda_max_rps
-    duration = requests / rate
-    t0 = time.perf_counter()
-    if profile:
-        prof = cProfile.Profile()
-        sim = prof.runcall(simulate, sc, res, rate_rps=rate, duration_s=duration, seed=0)
-    else:
-        sim = simulate(sc, res, rate_rps=rate, duration_s=duration, seed=0)
-    wall = time.perf_counter() - t0
-    n = sim.summary()["requests"]  # over a million requests the run keeps totals, not its records
-    print(f"Poisson, {n:,} requests ({duration:,.0f} simulated s at {rate:.2f} req/s): {wall:.2f} s "
-          f"({n / wall:,.0f} requests/s; {sim.info['events'] / wall:,.0f} events/s), target < 60 s")
-    if profile:
-        pstats.Stats(prof).sort_stats("tottime").print_stats(12)
+    prof = cProfile.Profile()
+    prof.runcall(simulate, sc, res, rate_rps=rate, duration_s=requests / rate, seed=0)
+    pstats.Stats(prof).sort_stats("tottime").print_stats(15)
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--requests", type=int, default=1_000_000, help="Poisson requests to simulate")
-    ap.add_argument("--profile", action="store_true", help="cProfile the Poisson run")
+    ap.add_argument("--repeats", type=int, default=3, help="runs of each implementation")
+    ap.add_argument("--profile", action="store_true", help="also cProfile one Poisson run of this checkout")
     args = ap.parse_args()
+    bench_poisson(args.requests, args.repeats)
     bench_trace()
-    bench_poisson(args.requests, args.profile)
+    if args.profile:
+        profile_poisson(args.requests)
 
 
 if __name__ == "__main__":

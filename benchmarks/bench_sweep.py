@@ -43,8 +43,8 @@ def sim_grid(cells: int, duration_s: float) -> dict:
 
 
 def timed(grid: dict, executor: str, workers: int) -> tuple[int, float, int, float, str | None]:
-    """(cells, wall seconds, failed cells, summed seconds inside the cells on the workers, the
-    first failed cell's error)."""
+    """(cells, wall seconds, cells that did not plan (error or infeasible), summed seconds inside the
+    cells on the workers, the first such cell's error)."""
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp) / "r.parquet"
         t0 = time.perf_counter()
@@ -52,7 +52,8 @@ def timed(grid: dict, executor: str, workers: int) -> tuple[int, float, int, flo
         dt = time.perf_counter() - t0
         busy = sum(r.get("elapsed_s") or 0.0 for r in read_sidecar(sidecar_dir(out)).values())
     errors = df["error"].dropna() if "error" in df else []
-    return len(df), dt, int(df.attrs["failed"]), busy, (errors.iloc[0] if len(errors) else None)
+    failed = int(df.attrs["failed"]) + int(df.attrs.get("infeasible", 0))  # neither planned
+    return len(df), dt, failed, busy, (errors.iloc[0] if len(errors) else None)
 
 
 def main() -> None:

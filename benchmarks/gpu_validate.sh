@@ -5,7 +5,7 @@
 #
 #   benchmarks/gpu_validate.sh                        # full CUDA harness (a few minutes on an H200)
 #   benchmarks/gpu_validate.sh --quick                # fewer shapes, lengths and repeats
-#   benchmarks/gpu_validate.sh --device cpu --quick   # dry run on a CPU (well under a minute)
+#   benchmarks/gpu_validate.sh --device cpu --quick   # dry run on a CPU (a few minutes)
 #   benchmarks/gpu_validate.sh --gpu h200             # force the datasheet entry used as the base
 #   benchmarks/gpu_validate.sh --nominal-gbps 400     # line rate the loopback Gbps is compared with
 #
@@ -34,7 +34,7 @@ while [[ $# -gt 0 ]]; do
     --quick) QUICK=(--quick); shift ;;
     --gpu) GPU_ARGS=(--gpu "$2"); shift 2 ;;
     --nominal-gbps) NOMINAL_ARGS=(--nominal-gbps "$2"); shift 2 ;;
-    -h|--help) sed -n '2,27p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,24p' "$0"; exit 0 ;;
     *) echo "gpu_validate.sh: unknown argument $1 (see --help)" >&2; exit 2 ;;
   esac
 done

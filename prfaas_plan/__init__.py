@@ -1,11 +1,13 @@
-"""prfaas-plan: capacity planning and cost model for Prefill-as-a-Service.
+"""prfaas-plan: capacity planning and cost model for Prefill-as-a-Service; the public names, imported lazily.
 
-The data flow, one module each: ``arch`` / ``hardware`` (model and GPU databases) ->
+The data flow, one part each: ``model`` / ``hardware`` (model and GPU databases) ->
 ``kvcache`` (cache bytes) -> ``perf`` (prefill and decode latency) -> ``bandwidth`` (Phi_kv,
-egress, ratios) -> ``workload`` (lengths, traces, prefix caches) -> ``scenario`` -> ``planner``
-(paper and exact modes, baselines, cost) and ``queueing`` (TTFT) -> ``sim`` (the simulator) -> ``report``.
+egress, ratios) -> ``workload`` (lengths, traces, prefix caches) -> ``scenario`` -> ``queueing``
+(TTFT) -> ``planner`` (paper and exact modes, baselines, cost) -> ``sim`` (the simulator) ->
+``sweeps`` -> ``report`` -> ``cli``.
 
-Names are imported lazily so that ``import prfaas_plan`` and the CLI start fast.
+Each name of :data:`_EXPORTS` is imported from its module on first use, so that ``import
+prfaas_plan`` loads nothing heavy and the CLI starts fast.
 """
 
 from __future__ import annotations
@@ -16,8 +18,8 @@ __version__ = "0.1.0"
 
 _EXPORTS = {
     "PlanError": "errors",
-    "load_model": "model.arch",
-    "ModelSpec": "model.arch",
+    "load_model": "model",
+    "ModelSpec": "model",
     "list_models": "catalog",
     "list_hardware": "catalog",
     "load_gpu": "hardware",
@@ -32,7 +34,7 @@ _EXPORTS = {
     "prefill_time_s": "perf.roofline",
     "decode_step_s": "perf.roofline",
     "decode_capacity": "perf.roofline",
-    "kv_throughput_gbps": "perf.roofline",
+    "kv_throughput_gbps": "bandwidth",
     "MeasuredProfile": "perf.roofline",
     "parse_tokens": "units",
     "cluster_egress_gbps": "bandwidth",
@@ -47,7 +49,7 @@ _EXPORTS = {
     "write_report": "report",
     "write_compare": "report",
     "sweep": "sweeps",
-    "sweep_report": "sweeps",
+    "sweep_report": "report",
     "simulate": "sim",
     "SimResult": "sim",
     "Policy": "sim",

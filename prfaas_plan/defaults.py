@@ -37,3 +37,9 @@ DEFAULT_COMPARE_MODELS: tuple[str, ...] = (
     "minimax-m2.5", "qwen3-235b-a22b", "qwen3.5-397b-a17b", "mimo-v2-flash", "ring-2.5-1t", "kimi-linear-1t",
 )
 """The paper's models: dense-attention MiniMax-M2.5 and Qwen3-235B beside the hybrids."""
+
+DEFAULT_INSTANCE_GPUS = 8
+"""GPUs per serving instance (one 8-GPU node), of scenario pools and of ``bandwidth``/``compare``."""
+
+DEFAULT_LINK_GBPS = 100.0
+"""Inter-DC line rate, Gbps (the paper's 100 Gbps VPC), of ``bandwidth`` and a quick ``plan``."""

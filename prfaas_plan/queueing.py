@@ -38,14 +38,17 @@ c = 8, rho = 0.5 (two moments cannot see the third). A quantile that falls exact
 two buckets (a jump of the TTFT distribution) is ill-conditioned in model and simulation alike.
 
 TTFT (:class:`TTFTDist`) is computed without Monte Carlo: its CDF is the mixture
-``P(TTFT <= x) = sum_b p_b F_W(x - S_b - e_b)`` and quantiles are solved with
-:func:`scipy.optimize.brentq`. Unstable load (``rho >= 1``) is not an error: the wait is infinite,
+``P(TTFT <= x) = sum_b p_b F_W(x - S_b - e_b)``; quantiles are solved together
+(:meth:`TTFTDist.quantiles`: between bucket shifts the CDF is a sum of exponentials, so Newton's
+method on its logarithm converges in a few steps; :func:`scipy.optimize.brentq` for exponential
+service parts), and :func:`max_rate_for_slo` finds the goodput under a TTFT percentile SLO. Unstable load (``rho >= 1``) is not an error: the wait is infinite,
 ``stable`` is False, and means and quantiles are ``inf``.
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -404,10 +407,33 @@ class TTFTDist:
 
     def quantile(self, q: float) -> float:
         """The smallest x (seconds) with P(TTFT <= x) >= q; inf when that mass is never reached."""
-        q = _check_q(q)
-        reachable = sum(c.weight for c in self.components if c.wait.stable)
-        if reachable < q or (reachable <= q and not self.stable):
-            return math.inf
+        return float(self.quantiles(np.array([q]))[0])
+
+    def quantiles(self, qs: np.ndarray) -> np.ndarray:
+        """:meth:`quantile` of each of ``qs`` (an array of probabilities), solved together, seconds.
+
+        Where every path's service buckets are deterministic (the planner's), the CDF between two
+        consecutive bucket shifts is ``A - sum_c C_c exp(-theta_c x)``: each quantile is located
+        between shifts (or on one, an atom) from the CDF at all shifts, then solved by Newton on
+        ``log(A - F(x))``, which is exact in one step for one path and converges monotonically for
+        several; to a relative 1e-15. Otherwise (exponential service parts) by brentq, one by one.
+        """
+        qs = np.array([_check_q(q) for q in np.atleast_1d(np.asarray(qs, dtype=float))])
+        out = np.full(qs.shape, math.inf)
+        stable = [c for c in self.components if c.wait.stable]
+        reachable = sum(c.weight for c in stable)
+        finite = ~((reachable < qs) | ((reachable <= qs) & (not self.stable)))
+        if not finite.any():
+            return out
+        if all(not c.exp_means_s.any() for c in stable):
+            out[finite] = _piecewise_quantiles([_SortedComponent.of(c) for c in stable], qs[finite])
+            finite &= np.isnan(out)  # degenerate corners (no waiting mass at q): brentq
+        if finite.any():
+            out[finite] = [self._brent_quantile(float(q)) for q in qs[finite]]
+        return out
+
+    def _brent_quantile(self, q: float) -> float:
+        """One reachable quantile by brentq on the mixture CDF, snapped to an atom it falls on."""
         cdf = lambda x: self.cdf(x) - q  # noqa: E731
         lo = min(float(c.shifts_s.min()) for c in self.components if c.wait.stable)
         if cdf(lo) >= 0:
@@ -436,12 +462,82 @@ class TTFTDist:
 
     def percentiles(self) -> dict[str, float]:
         """{"mean", "p50", "p90", "p99"} in seconds."""
-        return {
-            "mean": self.mean_s,
-            "p50": self.quantile(0.50),
-            "p90": self.quantile(0.90),
-            "p99": self.quantile(0.99),
-        }
+        p50, p90, p99 = self.quantiles(np.array([0.50, 0.90, 0.99]))
+        return {"mean": self.mean_s, "p50": float(p50), "p90": float(p90), "p99": float(p99)}
+
+
+NEWTON_MAX_STEPS = 60
+"""Newton steps per quantile at most (each gains at least the wait's decay; a handful are used)."""
+
+
+@dataclass(frozen=True, eq=False)
+class _SortedComponent:
+    """A stable component with deterministic buckets, its shifts sorted, in the sums the CDF needs:
+    ``F(x) = w sum_{s_b <= x} p_b (1 - P(W > 0) exp(-theta (x - s_b)))``, with the running
+    ``log sum_{j <= b} p_j exp(theta s_j)`` kept in logarithms (no overflow)."""
+
+    shifts_s: np.ndarray
+    mass: np.ndarray  # weight x cumulative probability, one longer than shifts_s (mass[0] = 0)
+    log_tail: np.ndarray  # log(weight P(W > 0) sum_{j <= b} p_j exp(theta s_j)), per sorted bucket
+    decay_per_s: float
+
+    @classmethod
+    def of(cls, comp: _Component) -> _SortedComponent:
+        order = np.argsort(comp.shifts_s, kind="stable")
+        shifts, probs = comp.shifts_s[order], comp.probs[order]
+        theta = comp.wait.decay_per_s
+        with np.errstate(divide="ignore"):
+            log_terms = np.log(probs) + theta * shifts
+            log_scale = np.log(comp.weight * comp.wait.prob_wait)
+        return cls(shifts, comp.weight * np.r_[0.0, np.cumsum(probs)],
+                   log_scale + np.logaddexp.accumulate(log_terms), theta)
+
+    def split(self, x: np.ndarray, side: str) -> tuple[np.ndarray, np.ndarray]:
+        """``(mass, log of the waiting term's coefficient)`` of the buckets with shift <= x
+        (``side="right"``) or < x (``"left"``): ``F = mass - exp(coef - theta x)``."""
+        k = np.searchsorted(self.shifts_s, x, side=side)
+        coef = np.where(k > 0, self.log_tail[np.maximum(k - 1, 0)], -np.inf)
+        return self.mass[k], coef
+
+
+def _cdf_parts(comps: list[_SortedComponent], x: np.ndarray, side: str) -> np.ndarray:
+    """The mixture CDF at ``x``: right-continuous values (``side="right"``) or left limits."""
+    total = np.zeros_like(x)
+    for c in comps:
+        mass, coef = c.split(x, side)
+        total += mass - np.exp(coef - c.decay_per_s * x)
+    return total
+
+
+def _piecewise_quantiles(comps: list[_SortedComponent], qs: np.ndarray) -> np.ndarray:
+    """Quantiles of a mixture of stable, deterministic-bucket components (see :meth:`TTFTDist.quantiles`)."""
+    shifts = np.unique(np.concatenate([c.shifts_s for c in comps]))
+    at = _cdf_parts(comps, shifts, "right")
+    below = _cdf_parts(comps, shifts, "left")
+    i = np.searchsorted(np.maximum.accumulate(at), qs, side="left")  # first shift where F >= q
+    on_atom = (i < shifts.size) & (below[np.minimum(i, shifts.size - 1)] < qs)
+    out = np.where(on_atom, shifts[np.minimum(i, shifts.size - 1)], np.nan)
+    inside = ~on_atom  # F(shift_i-1) < q <= F(shift_i-): the root lies between the two shifts
+    if inside.any():
+        q, start = qs[inside], shifts[i[inside] - 1]
+        parts = [c.split(start, "right") for c in comps]
+        gap = sum(m for m, _ in parts) - q  # A - q > 0
+        coefs = np.array([coef for _, coef in parts])
+        theta = np.array([c.decay_per_s for c in comps])[:, None]
+        x = start.copy()
+        for _ in range(NEWTON_MAX_STEPS):  # h(x) = log sum_c C_c exp(-theta_c x) - log(A - q): convex, falling
+            logs = coefs - theta * x
+            top = np.max(logs, axis=0)
+            terms = np.exp(logs - top)
+            h = top + np.log(terms.sum(axis=0)) - np.log(gap)
+            slope = -(theta * terms).sum(axis=0) / terms.sum(axis=0)
+            step = -h / slope
+            x = x + step
+            if np.all(np.abs(step) <= 1e-15 * np.abs(x)):
+                break
+        end = np.where(i[inside] < shifts.size, shifts[np.minimum(i[inside], shifts.size - 1)], np.inf)
+        out[inside] = np.clip(x, start, end)
+    return out
 
 
 def _shifts(service: ServiceMix, extra_s: np.ndarray | float, step_s: float | None) -> np.ndarray:
@@ -511,35 +607,35 @@ def mixed_ttft(parts: list[tuple[float, TTFTDist]]) -> TTFTDist:
 
 
 def max_rate_for_slo(
-    servers: int,
-    service: ServiceMix,
+    ttft_at_rate: Callable[[float], TTFTDist],
+    max_rate_rps: float,
     quantile: float,
     slo_s: float,
-    extra_s: np.ndarray | float = 0.0,
-    step_s: float | None = None,
 ) -> float:
-    """The largest arrival rate (requests/s) whose TTFT ``quantile`` (e.g. 0.9) is at most ``slo_s``.
+    """The largest Poisson arrival rate in ``[0, max_rate_rps]`` (requests/s) whose TTFT ``quantile``
+    (e.g. 0.9) is at most ``slo_s`` seconds: the goodput under that SLO.
 
-    Solves ``P(TTFT <= slo_s) = quantile`` for the rate with brentq on (0, c / E[S]); that CDF falls
-    strictly with the rate, so the root is the goodput of the path under this SLO. Returns 0.0 when even
-    an empty system misses the SLO (the SLO binds); never returns an unstable rate.
+    ``ttft_at_rate(rate)`` is the TTFT distribution at a rate: one path's
+    (``lambda r: ttft_distribution(r, c, service)``, with ``max_rate_rps`` below ``c / E[S]``) or a
+    whole plan's (:func:`prfaas_plan.planner.ttft.slo_rate`). ``P(TTFT <= slo_s)`` falls with the rate,
+    so the answer is the root of ``P(TTFT <= slo_s) = quantile``, solved by brentq to a relative 1e-12
+    and then stepped onto the side that meets the SLO. Returns 0.0 when even an empty system misses
+    the SLO, and ``max_rate_rps`` when the SLO holds all the way up to it.
     """
     q = _check_q(quantile)
     slo = float(slo_s)
     if not math.isfinite(slo) or slo <= 0:
         raise InvalidInput(f"slo_s: {slo_s!r} must be a positive number of seconds")
-    c = _check_servers(servers)
-    if not isinstance(service, ServiceMix):
-        raise InvalidInput("service: give a ServiceMix (bucket prefill times and probabilities)")
-    _shifts(service, extra_s, step_s)  # validate once
+    hi = float(max_rate_rps)
+    if not math.isfinite(hi) or hi < 0:
+        raise InvalidInput(f"max_rate_rps: {max_rate_rps!r} must be a finite rate >= 0 requests/s")
 
     def slack(rate: float) -> float:
-        return ttft_distribution(rate, c, service, extra_s, step_s).cdf(slo) - q
+        return float(ttft_at_rate(rate).cdf(slo)) - q
 
-    if slack(0.0) <= 0.0:
+    if hi == 0.0 or slack(0.0) <= 0.0:
         return 0.0
-    hi = c / service.mean_s * (1.0 - 1e-12)
-    if slack(hi) >= 0.0:  # pragma: no cover - only for absurdly loose SLOs
+    if slack(hi) >= 0.0:
         return hi
     xtol = 1e-12 * hi
     rate = float(brentq(slack, 0.0, hi, xtol=xtol, rtol=4 * np.finfo(float).eps, maxiter=500))

@@ -11,18 +11,30 @@ from __future__ import annotations
 from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
-from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, NonNegativeFloat, PositiveFloat, PositiveInt, model_validator
 
 from prfaas_plan.data import builtin_dir, find_entry, is_dir, is_file, read_yaml, validate
-from prfaas_plan.defaults import DEFAULT_LINK_EFFICIENCY
+from prfaas_plan.defaults import (
+    DEFAULT_INSTANCE_GPUS,
+    DEFAULT_LINK_EFFICIENCY,
+    PAPER_MAX_TOKENS,
+    PAPER_MIN_TOKENS,
+    PAPER_MU_LOG_TOKENS,
+    PAPER_OUTPUT_TOKENS,
+    PAPER_SIGMA_LOG_TOKENS,
+    PREFIX_BLOCK_TOKENS,
+)
 from prfaas_plan.errors import InvalidInput, shown
 from prfaas_plan.hardware import MAX_INSTANCE_GPUS, MAX_POOL_GPUS, Instance, instance
-from prfaas_plan.kvcache import CacheSettings, Engine
-from prfaas_plan.model.arch import ModelSpec, load_model
+from prfaas_plan.kvcache import CacheSettings
+from prfaas_plan.model import ModelSpec, load_model
 from prfaas_plan.perf.roofline import ENGINE_RESERVE_GIB_PER_GPU, MeasuredProfile
 from prfaas_plan.units import MIB_BYTES
+from prfaas_plan.vocab import LengthKind, TraceFormat
+
+QUICK_ORIGIN = "command-line flags"
+"""The origin of a :meth:`Scenario.quick` (a model and two pools given on the command line, no file)."""
 
 
 class _Strict(BaseModel):
@@ -47,7 +59,7 @@ class PoolSpec(_Strict):
 
     gpu: str
     gpus: int = Field(ge=0, le=MAX_POOL_GPUS)
-    gpus_per_instance: PositiveInt = Field(default=8, le=MAX_INSTANCE_GPUS)
+    gpus_per_instance: PositiveInt = Field(default=DEFAULT_INSTANCE_GPUS, le=MAX_INSTANCE_GPUS)
     profile: ProfileSpec | None = None
 
     @model_validator(mode="after")
@@ -74,16 +86,16 @@ class LinkSpec(_Strict):
 class WorkloadSpec(_Strict):
     """Input lengths (the paper's truncated log-normal, or a trace) and output lengths."""
 
-    kind: Literal["lognormal", "trace"] = "lognormal"
-    mu: float = 9.90
-    sigma: PositiveFloat = 1.00
-    min_tokens: PositiveInt = 128
-    max_tokens: PositiveInt = 131072
-    output_tokens: PositiveFloat | None = 1024
+    kind: LengthKind = "lognormal"
+    mu: float = PAPER_MU_LOG_TOKENS
+    sigma: PositiveFloat = PAPER_SIGMA_LOG_TOKENS
+    min_tokens: PositiveInt = PAPER_MIN_TOKENS
+    max_tokens: PositiveInt = PAPER_MAX_TOKENS
+    output_tokens: PositiveFloat | None = PAPER_OUTPUT_TOKENS
     trace: str | None = None
-    trace_format: Literal["auto", "mooncake", "azure", "csv"] = "auto"
-    prefix_cache_blocks: int | None = Field(default=0, ge=0,
-                                            description="LRU prefix cache size in 512-token blocks; 0 = off, null = unlimited")
+    trace_format: TraceFormat = "auto"
+    prefix_cache_blocks: int | None = Field(default=0, ge=0, description=f"LRU prefix cache size in "
+                                            f"{PREFIX_BLOCK_TOKENS}-token blocks; 0 = off, null = unlimited")
 
     @model_validator(mode="after")
     def _check(self) -> WorkloadSpec:
@@ -112,12 +124,6 @@ class DecodeSpec(_Strict):
     reserve_gib_per_gpu: NonNegativeFloat = ENGINE_RESERVE_GIB_PER_GPU
 
 
-class CacheSpec(_Strict):
-    kv_dtype: Literal["bf16", "fp8", "fp32"] = "bf16"
-    engine: Engine = "vllm"
-    state_dtype: Literal["bf16", "fp32"] | None = None
-
-
 class ScenarioSpec(_Strict):
     """A whole planning scenario (the YAML file)."""
 
@@ -125,7 +131,7 @@ class ScenarioSpec(_Strict):
     name: str
     description: str | None = None
     model: str
-    cache: CacheSpec = CacheSpec()
+    cache: CacheSettings = CacheSettings()
     prfaas: PoolSpec
     local: PoolSpec
     baseline_gpus: int | None = Field(default=None, ge=0, le=2 * MAX_POOL_GPUS, description="homogeneous-PD GPUs of the local type (default: both pools' GPU count)")
@@ -159,8 +165,7 @@ class Scenario:
 
     @property
     def cache(self) -> CacheSettings:
-        c = self.spec.cache
-        return CacheSettings(kv_dtype=c.kv_dtype, engine=c.engine, state_dtype=c.state_dtype)
+        return self.spec.cache
 
     @property
     def prfaas_profile(self) -> MeasuredProfile | None:
@@ -205,12 +210,24 @@ class Scenario:
                                     "workload.output_tokens": None,
                                     "workload.prefix_cache_blocks": prefix_cache_blocks})
 
+    @classmethod
+    def quick(cls, model: str, prfaas: tuple[str, int], local: tuple[str, int], link_gbps: float,
+              trace: str | Path | None = None, prefix_cache_blocks: int | None = None) -> Scenario:
+        """A scenario without a file: ``model`` (an id or path), the PrfaaS and local pools as
+        (GPU id, GPU count), a link of ``link_gbps`` Gbps, every other field its default; with a
+        ``trace``, its workload as :meth:`with_trace` makes it. Validated as a file would be."""
+        data = {"id": "quick", "name": f"{model} quick plan", "model": model,
+                "prfaas": {"gpu": prfaas[0], "gpus": prfaas[1]}, "local": {"gpu": local[0], "gpus": local[1]},
+                "link": {"gbps": link_gbps}}
+        sc = cls(validate(ScenarioSpec, data, QUICK_ORIGIN), QUICK_ORIGIN)
+        return sc.with_trace(trace, prefix_cache_blocks) if trace is not None else sc
+
     @property
     def origin_label(self) -> str:
         """Where the scenario came from, for reports: ``built-in`` for the package's own
         scenarios (so that a report does not depend on where the package is installed), else
         the path as given."""
-        if self.origin != "command-line flags" and Path(self.origin).parent == builtin_dir("prfaas_plan.data.scenarios"):
+        if self.origin != QUICK_ORIGIN and Path(self.origin).parent == builtin_dir("prfaas_plan.data.scenarios"):
             return "built-in"
         return self.origin
 
@@ -228,9 +245,7 @@ def load_scenario(ref: str | Path, extra_model_dirs: tuple[Path, ...] = ()) -> S
     path = find_entry(ref, "prfaas_plan.data.scenarios", "scenario")
     spec = validate(ScenarioSpec, read_yaml(path), str(path))
     sc = Scenario(spec, str(path), tuple(Path(d) for d in extra_model_dirs))
-    sc.model  # resolve now so that an unknown model is reported at load time
-    sc.prfaas_instance
-    sc.local_instance
+    _ = sc.model, sc.prfaas_instance, sc.local_instance  # resolved now: an unknown model or GPU is reported here
     return sc
 
 
@@ -275,6 +290,4 @@ def build_workload(sc: Scenario) -> ResolvedWorkload:
     wl = workload_from_trace(trace, w.prefix_cache_blocks)
     if w.output_tokens is not None:
         wl = Workload(wl.lengths, float(w.output_tokens), wl.rate_rps, wl.name)
-    cached = w.prefix_cache_blocks != 0
-    return ResolvedWorkload(wl, float(trace["input_tokens"].mean()), trace if cached else None,
-                            w.prefix_cache_blocks)
+    return ResolvedWorkload(wl, float(trace["input_tokens"].mean()), trace, w.prefix_cache_blocks)

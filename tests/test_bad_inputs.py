@@ -17,6 +17,8 @@ import mpmath
 import pytest
 from scipy.stats import norm
 
+import prfaas_plan as pp
+
 ROOT = Path(__file__).resolve().parents[1]
 HF = ROOT / "tests" / "fixtures" / "hf"
 BINARY = bytes(range(256)) * 4  # not UTF-8
@@ -188,7 +190,9 @@ def test_plan_table_fits_with_readable_headers(width):
     headers = [h for block in table_headers(table) for h in block if h != "plan"]
     assert headers == ["t (tokens)", "PrfaaS", "PD-P", "PD-D", "Lambda_max (req/s)", "PrfaaS-PD / this (x)",
                        "egress (Gbps)", "cost ($/M tokens)", "P90 TTFT (s)", "binding"]
-    for value in ("22,051", "3.346", "1.596", "11.822"):  # values are whole: t, Lambda_max, ratio, egress
+    res = pp.plan(pp.load_scenario("paper-case-study"), mode="paper")
+    for value in (f"{res.threshold_tokens:,.0f}", f"{res.lambda_max_rps:.3f}", f"{res.ratio('homogeneous-pd'):.3f}",
+                  f"{res.egress_gbps:.3f}"):  # values are whole: t, Lambda_max, ratio, egress
         assert value in table
 
 

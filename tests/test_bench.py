@@ -1,22 +1,26 @@
 """The microbenchmark harness (prfaas_plan.bench): scaled-down models, their real KV tensors, the
 chunked linear-attention kernel, loopback transfer, calibration and held-out validation.
 
-Units: seconds, bytes, tokens, Gbps = 1e9 bit/s. The end-to-end test (marked ``slow``, run by
-default; deselect with ``-m "not slow"``) runs the CPU quick harness, calibrates on its
-calibration cases and asserts the median absolute error of predicted prefill latency on the
-held-out cases.
+Units: seconds, bytes, tokens, Gbps = 1e9 bit/s. One CPU harness run (``bench run --quick`` on
+:data:`TEST_PROFILE`, the quick profile with fewer shapes, lengths and repeats) is shared by the
+tests that read a results file; the end-to-end test (marked ``slow``, run by default; deselect
+with ``-m "not slow"``) calibrates on its calibration cases and asserts the median absolute error
+of predicted prefill latency on the held-out cases. Torch runs on one thread (as the CPU profiles
+do): on a busy 2-core machine a second OpenMP worker only adds stalls.
 """
 
 from __future__ import annotations
 
 import json
 import math
+import statistics
 import subprocess
 import sys
-import time
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
+import yaml
 
 torch = pytest.importorskip("torch")
 
@@ -26,7 +30,7 @@ from prfaas_plan.hardware import load_gpu  # noqa: E402
 from prfaas_plan.kvcache import CacheSettings, kv_bytes, recurrent_dtype  # noqa: E402
 from prfaas_plan.model.arch import list_model_specs  # noqa: E402
 from prfaas_plan.perf.roofline import layer_costs  # noqa: E402
-from prfaas_plan.units import DTYPE_BYTES  # noqa: E402
+from prfaas_plan.units import DTYPE_BYTES, MIB_BYTES  # noqa: E402
 
 PAPER_OBSERVATIONS = Path(__file__).resolve().parents[1] / "bench_results" / "prfaas-paper-h200.yaml"
 THREE_MIXES = ("llama-3.1-70b", "kimi-linear-48b-a3b", "mimo-v2-flash")
@@ -40,8 +44,13 @@ harness itself checks the cache bytes of every CPU-quick-scale case, see the slo
 MAX_MEDIAN_ABS_ERROR_PCT = 30.0
 """Acceptance bound on the median |predicted / measured - 1| over held-out cases."""
 
-QUICK_BUDGET_S = 120.0
-"""run + calibrate + validate of the CPU quick harness must finish within this (2 minutes)."""
+TEST_PROFILE = replace(
+    bench.PROFILES["cpu-quick"], name="cpu-test", repeats=3,
+    gemm_shapes=((512, 512, 512), (1024, 1024, 1024), (1024, 256, 1024), (1024, 256, 768), (512, 1024, 256)),
+    attention_lengths_tokens=(256, 512), swa_lengths_tokens=(512,), linear_lengths_tokens=(512,),
+    copy_sizes_mib=(16, 64), calibration_lengths_tokens=(128, 256, 512), holdout_lengths_tokens=(384,),
+    validation_lengths_tokens=(256, 512), transfer_connections=(1, 3), transfer_bytes_per_setting=8 * MIB_BYTES)
+"""The CPU quick profile at the same model scale, with fewer shapes, lengths (to 512 tokens) and repeats."""
 
 SETTINGS = {
     "vllm-bf16": CacheSettings(),
@@ -58,6 +67,25 @@ def _cli(*argv: str) -> None:
     with pytest.raises(SystemExit) as exc:
         main(list(argv))
     assert exc.value.code in (0, None), argv
+
+
+@pytest.fixture(scope="module", autouse=True)
+def one_torch_thread():
+    """Torch on one thread for this module (restored after)."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+@pytest.fixture(scope="module")
+def harness_results(tmp_path_factory, one_torch_thread) -> Path:
+    """The results file of one ``bench run --device cpu --quick`` on :data:`TEST_PROFILE`."""
+    path = tmp_path_factory.mktemp("bench") / "results.json"
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr("prfaas_plan.bench.harness.profile_for", lambda device, quick: TEST_PROFILE)
+        _cli("bench", "run", "--device", "cpu", "--quick", "-o", str(path), "--no-progress", "-f", "json")
+    return path
 
 
 @pytest.fixture(scope="module")
@@ -96,11 +124,14 @@ def test_kimi_linear_pattern_matches_the_real_period(scaled):
 
 
 def test_torch_weights_are_exactly_the_roofline_weights(scaled):
-    """The torch layers hold exactly the GEMM weights perf.layer_costs counts (so the roofline's
-    FLOPs are the benchmarked model's FLOPs), and total_params counts every parameter."""
+    """The torch layers hold exactly the weights perf.layer_costs reads (so the roofline's bytes
+    and FLOPs are the benchmarked model's), its GEMMs are every weight but the per-head vectors,
+    and total_params counts every parameter."""
     for model_id, (_, _, small, model) in scaled.items():
         costs = layer_costs(small)
-        assert model.gemm_params() * DTYPE_BYTES["fp32"] == costs.weight_bytes, model_id
+        counts = small.param_counts()
+        assert model.total_params() * DTYPE_BYTES["fp32"] == costs.weight_bytes, model_id
+        assert model.gemm_params() == counts.total - counts.attention_vector, model_id
         assert model.total_params() == small.total_params, model_id
 
 
@@ -198,11 +229,27 @@ def test_loopback_transfer_delivers_the_serialised_cache(scaled):
 
 def test_calibrate_observations_reproduces_the_h200_entry():
     """bench calibrate on the paper's observations gives the factors hardware_db/h200.yaml cites."""
-    fitted, table = bench.calibrate_observations(PAPER_OBSERVATIONS, "h200")
+    fit = bench.calibrate_observations(PAPER_OBSERVATIONS, "h200")
     h200 = load_gpu("h200").efficiency
     for name in bench.OBSERVATION_FIT_PARAMS:
-        assert getattr(fitted.efficiency, name) == pytest.approx(getattr(h200, name), abs=2e-3), name
-    assert len(table) == 8 and table["error_pct"].abs().max() < 25
+        assert getattr(fit.gpu.efficiency, name) == pytest.approx(getattr(h200, name), abs=2e-3), name
+    assert len(fit.residuals) == 8 and fit.residuals["error_pct"].abs().max() < 25
+    table = fit.parameter_table()
+    assert table.set_index("parameter")["fitted"].to_dict() == {k: k in bench.OBSERVATION_FIT_PARAMS
+                                                                 for k in bench.TABLE_FACTORS}
+
+
+def test_observation_fit_yaml_is_the_fitted_entry_renamed(tmp_path):
+    """The YAML ``bench calibrate obs.yaml --gpu h200 -o my.yaml`` writes loads back as the fitted
+    entry under the new id (a comment line naming the base entry and the observations file)."""
+    fit = bench.calibrate_observations(PAPER_OBSERVATIONS, "h200", ("gemm",))
+    text = fit.yaml_text("my-h200")
+    assert text.startswith(f"# my-h200: h200 with efficiency fitted by `prfaas-plan bench calibrate {PAPER_OBSERVATIONS}`\n")
+    path = tmp_path / "my-h200.yaml"
+    path.write_text(text)
+    loaded = load_gpu(path)
+    assert loaded == fit.gpu.model_copy(update={"id": "my-h200"})
+    assert loaded.efficiency.attention == load_gpu("h200").efficiency.attention  # not fitted: unchanged
 
 
 def test_link_efficiency_is_measured_over_nominal():
@@ -237,40 +284,94 @@ def test_bad_inputs_are_one_line_errors(tmp_path, capsys):
         assert exc.value.code == 2 and "no CUDA device" in capsys.readouterr().err
 
 
+def test_time_call_times_each_repeat_after_timer_warmup():
+    """time_call makes TIMER_WARMUP_CALLS untimed calls before each of ``repeats`` timed ones, in
+    torch's current thread count (torch's Timer would otherwise run on one thread)."""
+    threads_seen = []
+    before = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        rec = bench.time_call(lambda: threads_seen.append(torch.get_num_threads()), 4)
+    finally:
+        torch.set_num_threads(before)
+    assert len(threads_seen) == 4 * (1 + bench.TIMER_WARMUP_CALLS) and set(threads_seen) == {2}
+    assert rec["repeats"] == len(rec["times_s"]) == 4 and rec["warmup"] == bench.TIMER_WARMUP_CALLS
+    assert rec["min_s"] == min(rec["times_s"]) and rec["median_s"] == statistics.median(rec["times_s"])
+    assert all(t > 0 for t in rec["times_s"])
+
+
+def test_results_file_records_every_case_and_repeat(harness_results):
+    """The shared run: every shape and length of the profile measured, ``repeats`` times each;
+    KV bytes exact in every model case; the transfer intact over every connection count."""
+    results = bench.load_results(harness_results)
+    assert results["device"]["kind"] == "cpu" and results["device"]["torch"] == torch.__version__
+    assert results["profile"]["name"] == TEST_PROFILE.name and results["settings"]["timing"] == bench.TIMING_METHOD
+    assert [(g["m"], g["k"], g["n"]) for g in results["gemm"]] == list(TEST_PROFILE.gemm_shapes)
+    assert [c["size_mib"] for c in results["memory"]] == list(TEST_PROFILE.copy_sizes_mib)
+    assert [(a["tokens"], a["flavour"]) for a in results["linear_attention"]] == \
+        [(l, f) for l in TEST_PROFILE.linear_lengths_tokens for f in bench.LINEAR_FLAVOURS]
+    records = [r for k in ("gemm", "attention", "swa", "linear_attention", "memory", "models") for r in results[k]]
+    for r in records:
+        assert len(r["times_s"]) == r["repeats"] == TEST_PROFILE.repeats
+        assert r["min_s"] == min(r["times_s"]) and r["median_s"] == statistics.median(r["times_s"]) > 0
+    assert all(c["kv_match"] and c["kv_bytes_measured"] == c["kv_bytes_model"] for c in results["models"])
+    expected_cases = {bench.model_case_name(m, l) for m in TEST_PROFILE.calibration_models
+                      for l in TEST_PROFILE.calibration_lengths_tokens + TEST_PROFILE.holdout_lengths_tokens}
+    expected_cases |= {bench.model_case_name(m, l) for m in TEST_PROFILE.validation_models
+                       for l in TEST_PROFILE.validation_lengths_tokens}
+    assert {c["case"] for c in results["models"]} == expected_cases
+    rows = results["transfer"]["rows"]
+    assert [r["connections"] for r in rows] == list(TEST_PROFILE.transfer_connections)
+    assert results["transfer"]["integrity_ok"] and all(r["gbps"] > 0 for r in rows)
+    assert len(bench.micro_table(results)) == len(records) - len(results["models"])
+    assert bench.model_case_table(results)["case"].tolist() == [c["case"] for c in results["models"]]
+
+
 @pytest.mark.slow
-def test_quick_cpu_harness_calibrates_and_predicts_held_out_prefill(tmp_path, capsys):
-    """run + calibrate + validate on the CPU (quick): held-out median |error| < 30%, KV bytes
-    exact in every case, transfer Gbps per connection count turned into a link efficiency."""
-    results_path = tmp_path / "results.json"
+def test_quick_cpu_harness_calibrates_and_predicts_held_out_prefill(harness_results, tmp_path, capsys):
+    """calibrate + validate of the shared run: held-out median |error| < 30%, validation mixes
+    never in the fit, provenance naming the results file, the link block from the transfer rows."""
     hw_path = tmp_path / "measured" / "cpu-quick.yaml"
     link_path = tmp_path / "link.yaml"
-    started = time.perf_counter()
-    _cli("bench", "run", "--device", "cpu", "--quick", "-o", str(results_path), "--no-progress", "-f", "json")
-    _cli("bench", "calibrate", str(results_path), "-o", str(hw_path), "--nominal-gbps", "100",
+    _cli("bench", "calibrate", str(harness_results), "-o", str(hw_path), "--nominal-gbps", "100",
          "--link-yaml", str(link_path), "-f", "json")
     capsys.readouterr()
-    _cli("bench", "validate", str(results_path), "--hardware", str(hw_path), "-f", "json")
+    _cli("bench", "validate", str(harness_results), "--hardware", str(hw_path), "-f", "json")
     table = json.loads(capsys.readouterr().out)
-    elapsed_s = time.perf_counter() - started
 
-    results = bench.load_results(results_path)
-    assert results["device"]["kind"] == "cpu" and results["device"]["torch"] == torch.__version__
-    assert all(c["kv_match"] and c["kv_bytes_measured"] == c["kv_bytes_model"] for c in results["models"])
+    results = bench.load_results(harness_results)
     held_out_models = {row["case"].split("@")[0] for row in table if row["held_out"] == "model"}
     assert held_out_models == set(THREE_MIXES)
     calibration_models = {c["source_model"] for c in results["models"] if c["role"] == "calibration"}
     assert not calibration_models & held_out_models  # validation mixes never enter the fit
-    errors = sorted(abs(row["error_pct"]) for row in table)
-    median = errors[len(errors) // 2] if len(errors) % 2 else sum(errors[len(errors) // 2 - 1: len(errors) // 2 + 1]) / 2
-    print(f"median |error| {median:.1f}% over {len(errors)} held-out cases")
+    median = statistics.median(abs(row["error_pct"]) for row in table)
+    print(f"median |error| {median:.1f}% over {len(table)} held-out cases")
     assert median < MAX_MEDIAN_ABS_ERROR_PCT
 
     gpu = load_gpu(hw_path)
     assert gpu.id == "cpu-quick" and "calibration prefills" in gpu.efficiency.provenance
-    assert str(results_path) in hw_path.read_text()  # provenance: which results file
-    rows = results["transfer"]["rows"]
-    assert [r["connections"] for r in rows] == list(bench.PROFILES["cpu-quick"].transfer_connections)
-    assert results["transfer"]["integrity_ok"] and all(r["gbps"] > 0 for r in rows)
-    best = max(min(1.0, r["gbps"] / 100.0) for r in rows)
-    assert f"efficiency: {round(best, 4)}" in link_path.read_text()
-    assert elapsed_s < QUICK_BUDGET_S
+    assert str(harness_results) in hw_path.read_text()  # provenance: which results file
+    best = max(min(1.0, r["gbps"] / 100.0) for r in results["transfer"]["rows"])
+    link = yaml.safe_load(link_path.read_text())
+    assert link == {"link": {"gbps": 100.0, "efficiency": round(best, 4)}}
+    assert link_path.read_text().startswith(f"# measured by prfaas-plan bench ({harness_results}): best of 2 "
+                                            "connection counts")
+
+
+def test_calibration_tables_and_yaml_match_the_entry(harness_results):
+    """The parameter table lists the entry's own values; the YAML loads back as the entry (floats
+    to YAML_SIGNIFICANT_DIGITS digits) under its provenance header."""
+    results = bench.load_results(harness_results)
+    cal = bench.calibrate_results(results, "cpu-test", harness_results, params=("gemm", "attention"))
+    table = cal.parameter_table().set_index("parameter")
+    for k in bench.TABLE_FACTORS:
+        assert table.loc[k, "value"] == getattr(cal.gpu.efficiency, k)
+        assert bool(table.loc[k, "fitted"]) == (k in ("gemm", "attention"))
+    assert table.loc["peak_tflops_per_s", "value"] == cal.gpu.bf16_dense_tflops
+    text = cal.yaml_text()
+    assert text.splitlines()[: len(cal.header)] == [f"# {line}" for line in cal.header]
+    body = yaml.safe_load(text)
+    assert body["id"] == "cpu-test" and body["efficiency"]["provenance"] == cal.gpu.efficiency.provenance
+    assert body["efficiency"]["gemm"] == pytest.approx(cal.gpu.efficiency.gemm, rel=1e-4)
+    no_link = bench.calibrate_results({**results, "transfer": {}}, "cpu-test")
+    assert no_link.link_efficiency is None and no_link.link_yaml_text("x.json") is None

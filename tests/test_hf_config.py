@@ -17,7 +17,7 @@ import pytest
 
 from prfaas_plan.errors import PlanError
 from prfaas_plan.kvcache import CacheSettings
-from prfaas_plan.model.arch import load_model
+from prfaas_plan.model import load_model
 from prfaas_plan.model.hf_config import SUPPORTED_MODEL_TYPES, count_params, load_hf_config
 from prfaas_plan.perf.roofline import layer_costs
 
@@ -51,7 +51,7 @@ def test_every_fixture_is_mapped():
 
 @pytest.mark.parametrize("fixture, db_id", sorted(FIXTURES.items()))
 def test_fixture_matches_model_db(fixture, db_id):
-    hf = load_model(HF_DIR / fixture)  # arch.load_model dispatches .json to load_hf_config
+    hf = load_model(HF_DIR / fixture)  # prfaas_plan.model.load_model dispatches .json to load_hf_config
     db = load_model(db_id)
     assert hf.id == Path(fixture).stem
     assert hf.layer_kinds == db.layer_kinds

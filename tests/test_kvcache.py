@@ -8,13 +8,14 @@ unless the checkpoint says otherwise.
 
 from __future__ import annotations
 
-import math
-
+import numpy as np
 import pytest
 import sympy
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from prfaas_plan.bandwidth import kv_throughput_gbps
+from prfaas_plan.hardware import instance
 from prfaas_plan.kvcache import (
     CacheSettings,
     kv_bytes,
@@ -23,8 +24,9 @@ from prfaas_plan.kvcache import (
     linear_state_bytes,
     per_gpu_kv_bytes,
 )
-from prfaas_plan.model.arch import list_model_specs, load_model
-from prfaas_plan.units import MIB_BYTES, bytes_per_s_to_gbps
+from prfaas_plan.model import list_model_specs, load_model
+from prfaas_plan.perf.roofline import MeasuredProfile
+from prfaas_plan.units import MIB_BYTES
 
 SGLANG = CacheSettings(engine="sglang")
 L32K_TOKENS = 32768
@@ -162,17 +164,36 @@ def test_kimi_linear_1t_matches_table5_within_2_percent(tokens, s_kv_mib, _t_s, 
     assert m.kv_bytes(tokens) / MIB_BYTES == pytest.approx(s_kv_mib, rel=0.02)
 
 
-@pytest.mark.parametrize("tokens, s_kv_mib, t_s, phi_gbps", TABLE5)
-def test_eq1_reproduces_table5_throughput(tokens, s_kv_mib, t_s, phi_gbps):
-    # Eq. 1: Phi_kv = S_kv / T_prefill, with MiB = 2**20 B and Gbps = 1e9 bit/s.
-    phi = bytes_per_s_to_gbps(s_kv_mib * MIB_BYTES / t_s)
-    # T_prefill is printed with 2 decimals (+-0.005 s) and Phi with 2 decimals (+-0.005 Gbps):
-    # the paper's Phi must lie in the interval that rounding allows. At 1K this is what makes
-    # 190.8 MiB / 0.44 s = 3.64 Gbps consistent with the printed 3.61 (T ~ 0.443 s).
-    lo = bytes_per_s_to_gbps(s_kv_mib * MIB_BYTES / (t_s + 0.005)) - 0.005
-    hi = bytes_per_s_to_gbps(s_kv_mib * MIB_BYTES / (t_s - 0.005)) + 0.005
-    assert lo <= phi_gbps <= hi
-    if tokens >= 8192:  # T has three significant digits: S_kv / T itself agrees within 0.01
-        assert phi == pytest.approx(phi_gbps, abs=0.01)
-    else:
-        assert math.isclose(phi, 3.6376, abs_tol=1e-3)  # 190.8 * 2**20 * 8 / 0.44 / 1e9
+def test_eq1_on_table5_profile_reproduces_its_throughput_column():
+    # bandwidth.kv_throughput_gbps (Eq. 1) fed Table 5's own T_prefill and S_kv as a measured
+    # profile must print Table 5's Phi_kv column. T is printed with 2 decimals (+-0.005 s) and Phi
+    # with 2 (+-0.005 Gbps): the paper's Phi must lie in the interval that rounding allows (at 1K
+    # this is what makes 190.8 MiB / 0.44 s = 3.64 Gbps consistent with the printed 3.61).
+    model, inst = load_model("kimi-linear-1t"), instance("h200", 8)
+    tokens = [row[0] for row in TABLE5]
+    for dt_s in (-0.005, 0.005):
+        profile = MeasuredProfile(tuple(tokens), tuple(row[2] + dt_s for row in TABLE5),
+                                  tuple(row[1] * MIB_BYTES for row in TABLE5))
+        phi = np.asarray(kv_throughput_gbps(model, inst, tokens, profile=profile))
+        printed = np.array([row[3] for row in TABLE5])
+        assert np.all(phi + 0.005 >= printed) if dt_s < 0 else np.all(phi - 0.005 <= printed)
+    profile = MeasuredProfile(tuple(tokens), tuple(row[2] for row in TABLE5), tuple(row[1] * MIB_BYTES for row in TABLE5))
+    phi = kv_throughput_gbps(model, inst, tokens, profile=profile)
+    assert phi[1:] == pytest.approx([3.59, 3.19, 2.62], abs=0.01)  # T has three significant digits
+    assert phi[0] == pytest.approx(190.8 * 2**20 * 8 / 0.44 / 1e9, rel=1e-12)  # 3.6376 Gbps
+
+
+def test_a_scenario_cache_block_sets_block_tokens(tmp_path):
+    # The scenario's cache: block is CacheSettings itself, so a YAML can page the cache: 1,000
+    # tokens in 4,096-token pages hold 4,096 tokens of kimi-linear-1t's MLA latent
+    from prfaas_plan.data import builtin_dir
+    from prfaas_plan.scenario import load_scenario
+
+    text = (builtin_dir("prfaas_plan.data.scenarios") / "paper-case-study.yaml").read_text()
+    path = tmp_path / "paged.yaml"
+    assert "cache: {kv_dtype: bf16, engine: vllm}" in text
+    path.write_text(text.replace("cache: {kv_dtype: bf16, engine: vllm}", "cache: {kv_dtype: bf16, engine: vllm, block_tokens: 4096}"))
+    cache = load_scenario(path).spec.cache
+    assert isinstance(cache, CacheSettings) and cache.block_tokens == 4096
+    m = load_model("kimi-linear-1t")
+    assert kv_bytes(m, 1000, cache) - kv_bytes(m, 1000) == 15 * 1152 * (4096 - 1000)

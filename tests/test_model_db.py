@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from prfaas_plan.errors import PlanError
-from prfaas_plan.model.arch import list_model_specs, load_model
+from prfaas_plan.model import list_model_specs, load_model
 from prfaas_plan.model.hf_config import count_params
 
 MODEL_DB = Path(__file__).parent.parent / "prfaas_plan" / "data" / "model_db"

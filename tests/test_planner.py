@@ -9,6 +9,7 @@ import pytest
 
 import prfaas_plan as pp
 from prfaas_plan import planner as P
+from prfaas_plan.errors import Infeasible, InvalidInput
 
 TRACE = Path(__file__).resolve().parents[2] / "shared" / "traces" / "mooncake_conversation.jsonl"
 
@@ -46,14 +47,23 @@ def test_paper_mode_vs_naive_headline(paper):
     assert paper.inputs.decode_source.startswith("performance model (memory-bound;")
 
 
-@pytest.mark.parametrize("reserve_gib", [10.4, 11.4])
+@pytest.mark.parametrize("reserve_gib", [10.5, 12.2])
 def test_paper_headlines_hold_around_the_derived_engine_reserve(sc, reserve_gib):
-    # The engine reserve (10.9 GiB per GPU) is derived from one public vLLM log; half a GiB either
-    # way moves the decode batch by one request and the headlines stay inside the paper's bands.
+    # The engine reserve (10.9 GiB per GPU) is derived from one public vLLM log. From 10.5 to
+    # 12.2 GiB (decode batches 13 down to 10) the headlines stay inside the paper's bands, as the
+    # README says.
     res = pp.plan(sc.with_updates(**{"decode.reserve_gib_per_gpu": reserve_gib}), mode="paper")
     assert res.ratio("homogeneous-pd") == pytest.approx(1.54, abs=0.10)
     assert res.ratio("naive-heterogeneous") == pytest.approx(1.32, abs=0.08)
     assert res.egress_gbps == pytest.approx(13.0, abs=3.0)
+
+
+def test_a_smaller_engine_reserve_leaves_the_homogeneous_band(sc):
+    # ...and at 10.4 GiB one more request fits per decode instance (14), which lifts homogeneous
+    # PD more than PrfaaS-PD: the ratio falls below the paper's band, as the README says.
+    res = pp.plan(sc.with_updates(**{"decode.reserve_gib_per_gpu": 10.4}), mode="paper")
+    assert res.inputs.decode_batch_max == 14
+    assert res.ratio("homogeneous-pd") < 1.54 - 0.10
 
 
 def test_paper_mode_is_eqs_3_to_6_by_hand(sc, paper):
@@ -124,14 +134,70 @@ def test_cost_per_million_tokens(paper):
 
 def test_unmeetable_ttft_slo_names_the_constraint(sc):
     bad = sc.with_updates(**{"link.gbps": 0.1, "slo.ttft_s": 0.5})
-    with pytest.raises(pp.PlanError, match="slo.ttft_s"):
+    with pytest.raises(Infeasible, match="slo.ttft_s"):
         pp.plan(bad, mode="exact")
+
+
+@pytest.mark.parametrize("mode", ["exact", "paper"])
+def test_slo_rate_is_the_rate_where_the_ttft_percentile_meets_the_slo(sc, mode):
+    # a P90 TTFT SLO of 6 s binds below Lambda_max: at the reported rate P90 TTFT over all
+    # requests is 6 s, and a little more load breaks it; a loose SLO allows (almost) Lambda_max itself
+    res = pp.plan(sc.with_updates(**{"slo.ttft_s": 6.0}), mode=mode)
+    assert res.slo_rps["prfaas-pd"] > 0
+    for name, p in res.plans.items():
+        rate = res.slo_rps[name]
+        b = res.buckets_for(name)
+        if rate == 0:  # this plan misses the SLO even when empty
+            assert P.ttft_at(res.inputs, p, b, 0.0)["all"].quantile(0.9) > 6.0
+            continue
+        assert rate < 0.99 * p.lambda_max_rps
+        assert P.ttft_at(res.inputs, p, b, rate)["all"].quantile(0.9) == pytest.approx(6.0, rel=1e-9)
+        assert P.ttft_at(res.inputs, p, b, rate * (1 + 1e-6))["all"].quantile(0.9) > 6.0
+    if mode == "exact":  # (paper mode's T(E[L]) rates overstate what the bucketed queues sustain)
+        loose = pp.plan(sc.with_updates(**{"slo.ttft_s": 1e8}), mode=mode)  # holds up to rho = 1 - 1e-6
+        assert loose.slo_rps["prfaas-pd"] == pytest.approx(loose.lambda_max_rps, rel=2e-6)
+
+
+def test_ttft_table_percentiles_invert_the_distribution(exact):
+    # every reported P50/P90/P99 is the smallest TTFT whose CDF reaches the percentile
+    inp = exact.inputs
+    for _, row in exact.ttft.iterrows():
+        p = exact.plans[row.plan]
+        dist = P.ttft_at(inp, p, exact.buckets_for(row.plan), row.rate_rps)[row.path]
+        for q, col in ((0.5, "p50_s"), (0.9, "p90_s"), (0.99, "p99_s")):
+            x = row[col]
+            assert dist.cdf(x) >= q - 1e-12
+            assert dist.cdf(x * (1 - 1e-9)) < q
 
 
 def test_zero_local_gpus_names_decode(sc):
     bad = sc.with_updates(**{"local.gpus": 0, "baseline_gpus": 0})
-    with pytest.raises(pp.PlanError, match="local.gpus"):
+    with pytest.raises(InvalidInput, match="local.gpus"):
         pp.plan(bad)
+
+
+def test_bad_mode_and_load_are_invalid_input(sc):
+    with pytest.raises(InvalidInput, match="--mode"):
+        pp.plan(sc, mode="fast")
+    with pytest.raises(InvalidInput, match="--load"):
+        pp.plan(sc, load=1.2)
+
+
+def test_json_dict_is_the_plan_json(exact):
+    import json
+
+    doc = exact.json_dict()
+    assert set(doc) == {"scenario", "mode", "plans", "ttft", "decode", "ratios"}
+    assert doc["plans"] == json.loads(exact.to_frame().to_json(orient="records"))
+    assert doc["ttft"] == json.loads(exact.ttft.to_json(orient="records"))
+    assert doc["decode"]["batch_max"] == exact.inputs.decode_batch_max
+    assert doc["ratios"]["homogeneous-pd"] == exact.ratio("homogeneous-pd")
+    assert json.loads(json.dumps(doc)) == doc  # all of it JSON
+
+
+def test_common_rate_is_load_times_the_smallest_lambda_max(exact):
+    smallest = min(p.lambda_max_rps for p in exact.plans.values())
+    assert exact.common_rate_rps == pytest.approx(exact.scenario.spec.load * smallest, rel=1e-12)
 
 
 def test_tiny_link_binds(sc):

@@ -1,7 +1,8 @@
-"""Exact mode checks its own answer: CBC's MILP against HiGHS's LP at every fixed P:D split.
+"""Exact mode checks its own answer: HiGHS's MILP against an LP at fixed P:D splits, CBC as the fallback.
 
 The grid is benchmarks/bench_sweep.py's 200-cell plan grid (paper case study over link.gbps x
 prfaas.gpus x workload.mu), where CBC used to call every workload.mu = 10.7 cell infeasible.
+benchmarks/bench_plan_solvers.py compares HiGHS with CBC on all of it.
 """
 
 from __future__ import annotations
@@ -15,6 +16,8 @@ import pytest
 
 import prfaas_plan as pp
 from prfaas_plan import planner as P
+from prfaas_plan.errors import Infeasible
+from prfaas_plan.planner import milp as M
 
 BENCH = Path(__file__).resolve().parents[1] / "benchmarks" / "bench_sweep.py"
 HEADROOM_REL = 1e-6  # the MILP's tie-break stage may give up this much Lambda for headroom
@@ -60,13 +63,14 @@ def test_grid_is_the_benchmarks_200_cells():
 
 
 def test_example_cell_plans_the_best_fixed_count_lp(sc):
-    # the issue's cell: CBC said "Optimal" with Lambda = 0; its own LP at N_p = 3, N_d = 5 serves 2.394 req/s
+    # the issue's cell: CBC said "Optimal" with Lambda = 0; its own LP at N_p = 3, N_d = 5 serves a
+    # positive rate (2.394 req/s when the issue was filed; 2.456 since the KDA gate became low-rank)
     inp, b = _inputs(sc, EXAMPLE)
     lp = P.best_fixed_count_lp(inp, b, inp.n_prfaas, inp.n_local)
     assert (lp.n_p, lp.n_d) == (3, 5)
-    assert lp.lambda_rps == pytest.approx(2.394414, rel=1e-6)
+    assert lp.lambda_rps > 2.0
     milp = P.solve_exact(inp, b, inp.n_prfaas, inp.n_local)
-    assert milp.solver == "cbc"  # the MILP itself, not the fallback
+    assert milp.solver == "highs"  # the MILP itself, verified, not a fallback
     assert (milp.n_p, milp.n_d) == (3, 5)
     assert milp.lambda_rps == pytest.approx(lp.lambda_rps, rel=2 * HEADROOM_REL)
     res = pp.plan(sc.with_updates(**EXAMPLE))
@@ -79,13 +83,17 @@ def test_milp_matches_fixed_count_lp_on_a_sample_of_the_grid(sc, cell):
     inp, b = _inputs(sc, cell)
     milp = P.solve_exact(inp, b, inp.n_prfaas, inp.n_local)
     lp = P.best_fixed_count_lp(inp, b, inp.n_prfaas, inp.n_local)
-    assert milp.solver == "cbc" and lp.lambda_rps > 0
+    assert milp.solver == "highs" and lp.lambda_rps > 0
     assert lp.lambda_rps * (1 - 1.5 * HEADROOM_REL) <= milp.lambda_rps <= lp.lambda_rps * (1 + 1e-7)
     # the MILP's rates are a feasible point of the model written the plain way
     assert np.allclose(milp.y_rps + milp.z_rps, milp.lambda_rps * b.probs, rtol=1e-6, atol=1e-12)
     assert np.dot(milp.y_rps, b.t_remote_s) <= inp.n_prfaas * (1 + 1e-6)
     assert np.dot(milp.z_rps, b.t_local_s) <= milp.n_p * (1 + 1e-6)
     assert np.dot(milp.y_rps, 8 * b.kv_bytes) <= inp.link_bits_per_s * (1 + 1e-6)
+    # the fallback solver agrees: same split, Lambda within 1e-6 req/s
+    cbc = M.cbc_solution(inp, b, M.Pools(inp.n_prfaas, inp.n_local))
+    assert (cbc.n_p, cbc.n_d) == (milp.n_p, milp.n_d)
+    assert abs(cbc.lambda_rps - milp.lambda_rps) <= 1e-6
 
 
 def test_baselines_match_fixed_count_lp(sc):
@@ -96,25 +104,79 @@ def test_baselines_match_fixed_count_lp(sc):
     naive_lp = P.best_fixed_count_lp(inp, b, inp.n_prfaas, inp.n_local, allow_local_prefill=False,
                                      min_decode=inp.n_local)
     for milp, lp in ((homog, homog_lp), (naive, naive_lp)):
-        assert milp.solver == "cbc" and lp.lambda_rps > 0
+        assert milp.solver == "highs" and lp.lambda_rps > 0
         assert milp.lambda_rps == pytest.approx(lp.lambda_rps, rel=2 * HEADROOM_REL)
     # naive: every request on the PrfaaS pool, all 8 local instances decode
     assert naive.n_d == 8 and naive.z_rps.sum() == pytest.approx(0.0, abs=1e-12)
 
 
-@pytest.mark.parametrize("cbc_answer", ["zero", "no optimum"])
-def test_a_wrong_milp_zero_is_overruled_by_the_check(sc, monkeypatch, cbc_answer):
-    # what CBC 2.10's preprocessing did: "Optimal", Lambda = 0, on a feasible cell
+def _fake(nb: int, lam: float, n_p: int = 3, n_d: int = 5) -> P.ExactSolution:
+    return P.ExactSolution(lam, np.zeros(nb), np.full(nb, lam) / nb, n_p, n_d)
+
+
+@pytest.mark.parametrize("highs_answer", ["zero", "no optimum", "too high", "too low"])
+def test_a_wrong_highs_answer_goes_to_cbc(sc, monkeypatch, highs_answer):
+    # what a solver may get wrong: "Optimal" with Lambda = 0, no optimum, or a rate its own split
+    # cannot serve (or could serve more of); the check catches each and CBC solves instead
     inp, b = _inputs(sc, EXAMPLE)
     nb = len(b.tokens)
-    fake = P.ExactSolution(0.0, np.zeros(nb), np.zeros(nb), 0, 1) if cbc_answer == "zero" else None
-    monkeypatch.setattr(P, "_solve_exact", lambda *a, **k: fake)
+    fake = {"zero": _fake(nb, 0.0), "no optimum": None, "too high": _fake(nb, 2.5), "too low": _fake(nb, 2.3)}
+    lp = P.best_fixed_count_lp(inp, b, inp.n_prfaas, inp.n_local)
+    monkeypatch.setattr(M, "highs_solution", lambda *a, **k: fake[highs_answer])
     sol = P.solve_exact(inp, b, inp.n_prfaas, inp.n_local)
-    assert sol.solver == "highs" and (sol.n_p, sol.n_d) == (3, 5)
-    assert sol.lambda_rps == pytest.approx(2.394414, rel=1e-6)
+    assert sol.solver == "cbc" and (sol.n_p, sol.n_d) == (lp.n_p, lp.n_d)
+    assert sol.lambda_rps == pytest.approx(lp.lambda_rps, rel=2 * HEADROOM_REL)
+
+
+def test_a_good_highs_answer_passes_the_check_only_at_its_own_rate(sc):
+    inp, b = _inputs(sc, EXAMPLE)
+    pools = M.Pools(inp.n_prfaas, inp.n_local)
+    sol = M.highs_solution(inp, b, pools)
+    assert M.verified(inp, b, pools, sol)
+    for scale in (1 + 1e-5, 1 - 1e-5):  # a Lambda 1e-5 off, with rates scaled to stay balanced
+        off = P.ExactSolution(sol.lambda_rps * scale, sol.y_rps * scale, sol.z_rps * scale, sol.n_p, sol.n_d)
+        assert not M.verified(inp, b, pools, off)
+
+
+@pytest.mark.parametrize("cbc_answer", ["zero", "no optimum"])
+def test_a_wrong_milp_zero_is_overruled_by_the_check(sc, monkeypatch, cbc_answer):
+    # what CBC 2.10's preprocessing did: "Optimal", Lambda = 0, on a feasible cell (both solvers here)
+    inp, b = _inputs(sc, EXAMPLE)
+    lp = P.best_fixed_count_lp(inp, b, inp.n_prfaas, inp.n_local)
+    fake = _fake(len(b.tokens), 0.0, 0, 1) if cbc_answer == "zero" else None
+    monkeypatch.setattr(M, "highs_solution", lambda *a, **k: fake)
+    monkeypatch.setattr(M, "cbc_solution", lambda *a, **k: fake)
+    sol = P.solve_exact(inp, b, inp.n_prfaas, inp.n_local)
+    assert lp.lambda_rps > 0 and sol.solver == "lp" and (sol.n_p, sol.n_d) == (lp.n_p, lp.n_d)
+    assert sol.lambda_rps == lp.lambda_rps
     res = pp.plan(sc.with_updates(**EXAMPLE))  # the user sees the plan, not "infeasible"
-    assert res.lambda_max_rps == pytest.approx(2.394414, rel=1e-6)
-    assert res.instances == {"prfaas": 5, "pd_p": 3, "pd_d": 5}
+    assert res.lambda_max_rps == pytest.approx(lp.lambda_rps, rel=1e-9)
+    assert res.instances == {"prfaas": 5, "pd_p": lp.n_p, "pd_d": lp.n_d}
+
+
+def test_fixed_count_lp_is_eq_6_when_routing_is_forced(sc):
+    # all local (no PrfaaS pool) or all remote: Lambda = min(capacities), in closed form
+    inp, b = _inputs(sc, EXAMPLE)
+    dec = inp.decode_rps_per_instance
+    local = M.fixed_count_lp(inp, b, M.Pools(0, 8, allow_remote=False), 3)
+    assert local.lambda_rps == pytest.approx(min(3 / np.dot(b.probs, b.t_local_s), 5 * dec), rel=1e-9)
+    remote = M.fixed_count_lp(inp, b, M.Pools(5, 8, allow_local_prefill=False, min_decode=8), 0)
+    caps = (5 / np.dot(b.probs, b.t_remote_s), inp.link_bits_per_s / np.dot(b.probs, 8 * b.kv_bytes), 8 * dec)
+    assert remote.lambda_rps == pytest.approx(min(caps), rel=1e-9)
+
+
+def test_solving_prints_nothing_and_leaves_pulp_unimported(sc, capfd):
+    import subprocess
+    import sys
+
+    inp, b = _inputs(sc, EXAMPLE)
+    P.solve_exact(inp, b, inp.n_prfaas, inp.n_local)
+    out, err = capfd.readouterr()
+    assert out == "" and err == ""
+    code = ("import sys, prfaas_plan as pp; pp.plan(pp.load_scenario('paper-case-study')); "
+            "print('pulp' in sys.modules)")
+    ran = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert ran.stdout.strip() == "False"
 
 
 def test_really_infeasible_is_reported_after_the_check_agrees(sc, monkeypatch):
@@ -122,16 +184,16 @@ def test_really_infeasible_is_reported_after_the_check_agrees(sc, monkeypatch):
     bad = {"local.gpus": 8, "link.gbps": 0.0}
     inp, b = _inputs(sc, bad)
     calls = []
-    check = P.best_fixed_count_lp
-    monkeypatch.setattr(P, "best_fixed_count_lp", lambda *a, **k: calls.append(a) or check(*a, **k))
+    check = M.best_fixed_count_lp
+    monkeypatch.setattr(M, "best_fixed_count_lp", lambda *a, **k: calls.append(a) or check(*a, **k))
     sol = P.solve_exact(inp, b, inp.n_prfaas, inp.n_local)
-    assert calls and sol.solver == "highs" and sol.lambda_rps == 0.0
-    with pytest.raises(pp.PlanError, match="infeasible: no request rate can be served; binding constraint: "
+    assert calls and sol.solver == "lp" and sol.lambda_rps == 0.0
+    with pytest.raises(Infeasible, match="infeasible: no request rate can be served; binding constraint: "
                                            r"inter-DC link bandwidth and local prefill \(PD-P\)"):
         pp.plan(sc.with_updates(**bad))
 
 
 def test_no_prfaas_pool_and_one_local_instance_names_both_prefill_paths(sc):
     # used to say "decode (PD-D)": decode has capacity, nothing can prefill
-    with pytest.raises(pp.PlanError, match=r"binding constraint: PrfaaS prefill \(compute\) and local prefill"):
+    with pytest.raises(Infeasible, match=r"binding constraint: PrfaaS prefill \(compute\) and local prefill"):
         pp.plan(sc.with_updates(**{"prfaas.gpus": 0, "local.gpus": 8}))

@@ -114,8 +114,11 @@ def test_service_mix_rejects_bad_input(times, probs):
         ServiceMix(np.array(times), np.array(probs))
 
 
-def test_service_mix_accepts_rounding_in_probs():
-    ServiceMix(np.array([1.0, 2.0, 3.0]), np.array([0.1, 0.2, 0.7 + 5e-10]))
+def test_service_mix_accepts_rounding_in_probs_up_to_1e_9():
+    mix = ServiceMix(np.array([1.0, 2.0, 3.0]), np.array([0.1, 0.2, 0.7 + 5e-10]))
+    assert mix.mean_s == pytest.approx(0.1 * 1.0 + 0.2 * 2.0 + (0.7 + 5e-10) * 3.0, rel=EXACT)
+    with pytest.raises(PlanError, match="sum to 1"):
+        ServiceMix(np.array([1.0, 2.0, 3.0]), np.array([0.1, 0.2, 0.7 + 2e-9]))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -302,7 +305,7 @@ def test_exponential_service_sojourn_matches_convolution(lam):
     pw, th = w.prob_wait, w.decay_per_s
     for x in (0.5, 2.0, 6.0):
         y = x - 0.1
-        waited = quad(lambda u: pw * th * math.exp(-th * u) * -math.expm1(-(y - u)), 0, y, epsabs=1e-14)[0]
+        waited = quad(lambda u, y=y: pw * th * math.exp(-th * u) * -math.expm1(-(y - u)), 0, y, epsabs=1e-14)[0]
         assert t.cdf(x) == pytest.approx((1 - pw) * -math.expm1(-y) + waited, rel=1e-10)
 
 
@@ -351,6 +354,12 @@ def test_mixture_with_overloaded_path_has_infinite_upper_quantiles():
 # ---------------------------------------------------------------------------------------------
 
 
+def _path_goodput(c, q, slo, extra=0.0):
+    """max_rate_for_slo of one path: c servers with the TWO_POINT mix, up to (just below) c / E[S]."""
+    return max_rate_for_slo(lambda r: ttft_distribution(r, c, TWO_POINT, extra_s=extra),
+                            c / TWO_POINT.mean_s * (1 - 1e-12), q, slo)
+
+
 @pytest.mark.parametrize(
     "c, q, slo, extra",
     [
@@ -361,7 +370,7 @@ def test_mixture_with_overloaded_path_has_infinite_upper_quantiles():
     ],
 )
 def test_max_rate_for_slo_is_tight(c, q, slo, extra):
-    rate = max_rate_for_slo(c, TWO_POINT, q, slo, extra_s=extra)
+    rate = _path_goodput(c, q, slo, extra)
     assert 0.0 < rate < c / TWO_POINT.mean_s
     at = ttft_distribution(rate, c, TWO_POINT, extra_s=extra).quantile(q)
     assert at <= slo + 1e-12
@@ -370,18 +379,78 @@ def test_max_rate_for_slo_is_tight(c, q, slo, extra):
     assert above > slo
 
 
+def test_max_rate_for_slo_of_mm1_is_the_closed_form():
+    # M/M/1, sojourn W + S ~ Exp(mu - lam): P90 = ln(10) / (mu - lam) = slo  =>  lam = mu - ln(10) / slo
+    mu, slo = 2.0, 3.0
+    rate = max_rate_for_slo(lambda r: ttft_distribution(r, 1, ServiceMix.exponential(1 / mu)), mu * (1 - 1e-12),
+                            0.9, slo)
+    assert rate == pytest.approx(mu - math.log(10) / slo, rel=1e-9)
+
+
 def test_max_rate_for_slo_zero_when_slo_below_service():
-    assert max_rate_for_slo(4, TWO_POINT, 0.9, 0.2) == 0.0  # below the smallest service time
+    assert _path_goodput(4, 0.9, 0.2) == 0.0  # below the smallest service time
     # 3.0 s requests are 40% of the traffic: a P90 SLO of 2.9 s fails even with no queue.
-    assert max_rate_for_slo(4, TWO_POINT, 0.9, 2.9) == 0.0
-    assert max_rate_for_slo(4, TWO_POINT, 0.9, 1.0, extra_s=np.array([0.8, 0.0])) == 0.0
+    assert _path_goodput(4, 0.9, 2.9) == 0.0
+    assert _path_goodput(4, 0.9, 1.0, extra=np.array([0.8, 0.0])) == 0.0
+
+
+def test_max_rate_for_slo_is_the_cap_when_the_slo_holds_up_to_it():
+    assert max_rate_for_slo(lambda r: ttft_distribution(r, 4, TWO_POINT), 0.5, 0.9, 30.0) == 0.5
 
 
 def test_max_rate_for_slo_grows_with_slo_and_servers():
-    r1 = max_rate_for_slo(4, TWO_POINT, 0.9, 4.0)
-    r2 = max_rate_for_slo(4, TWO_POINT, 0.9, 8.0)
-    r3 = max_rate_for_slo(8, TWO_POINT, 0.9, 8.0)
+    r1 = _path_goodput(4, 0.9, 4.0)
+    r2 = _path_goodput(4, 0.9, 8.0)
+    r3 = _path_goodput(8, 0.9, 8.0)
     assert 0 < r1 < r2 < r3 < 8 / TWO_POINT.mean_s
+
+
+# ---------------------------------------------------------------------------------------------
+# Quantiles solved together (the deterministic-bucket fast path) against brentq and closed forms
+# ---------------------------------------------------------------------------------------------
+
+QS = np.array([0.01, 0.3, 0.5, 0.6, 0.6000001, 0.9, 0.99, 0.999])
+
+
+def _brent(dist, q):
+    return dist._brent_quantile(float(q))
+
+
+@pytest.mark.parametrize("lam, c", [(0.0, 4), (0.5, 1), (2.0, 4), (2.8, 4), (5.0, 8)])
+def test_quantiles_match_brentq_on_the_cdf(lam, c):
+    a = ttft_distribution(lam, c, TWO_POINT, extra_s=np.array([0.1, 0.05]))
+    b = ttft_distribution(1.0, 3, ServiceMix(np.array([0.2, 0.5, 0.9]), np.array([0.5, 0.3, 0.2])), step_s=0.02)
+    for dist in (a, mixed_ttft([(0.4, a), (0.6, b)])):
+        fast = dist.quantiles(QS)
+        assert fast == pytest.approx([_brent(dist, q) for q in QS], rel=1e-12, abs=1e-13)
+
+
+def test_quantiles_of_md1_sit_on_the_atom_and_follow_the_exponential_tail():
+    # M/D/1 with the module's exponential tail: P(TTFT > x) = rho exp(-theta (x - s)) beyond s
+    t = ttft_distribution(0.5, 1, ServiceMix.deterministic(1.0))
+    rho, theta = t.components[0].wait.prob_wait, t.components[0].wait.decay_per_s
+    p30, p60, p90 = t.quantiles(np.array([0.3, 1 - rho, 0.9]))
+    assert p30 == 1.0 and p60 == 1.0  # on the atom: the requests that do not wait
+    assert p90 == pytest.approx(1.0 + math.log(rho / 0.1) / theta, rel=1e-13)
+
+
+def test_quantiles_of_a_mixture_invert_its_cdf_across_many_buckets():
+    rng = np.random.default_rng(3)
+    times = np.sort(rng.uniform(0.1, 9.0, 300))
+    probs = rng.dirichlet(np.ones(300))
+    a = ttft_distribution(0.3, 4, ServiceMix(times, probs), extra_s=rng.uniform(0, 0.3, 300))
+    b = ttft_distribution(2.0, 6, ServiceMix(times / 3, probs[::-1]))
+    m = mixed_ttft([(0.45, a), (0.55, b)])
+    qs = np.linspace(0.001, 0.999, 41)
+    xs = m.quantiles(qs)
+    assert np.all(np.diff(xs) >= 0)
+    cdf = m.cdf(xs)
+    assert np.all(cdf >= qs - 1e-12)
+    # just below each quantile the CDF is below q (the smallest such x), unless x is an atom
+    below = m.cdf(xs * (1 - 1e-9))
+    atoms = np.isin(xs, np.concatenate([c.atoms() for c in m.components]))
+    assert np.all((below < qs) | atoms)
+    assert np.all(np.abs(cdf - qs)[~atoms] < 1e-9)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -419,4 +488,4 @@ def test_bad_input_raises_plan_error():
         with pytest.raises(PlanError):
             t.quantile(q)
     with pytest.raises(PlanError):
-        max_rate_for_slo(4, TWO_POINT, 0.9, -1.0)
+        _path_goodput(4, 0.9, -1.0)

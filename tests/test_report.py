@@ -109,6 +109,13 @@ def paper():
 
 
 @pytest.fixture(scope="module")
+def paper_report(paper):
+    """The case study's plan report (exact-mode layout of the paper-mode result), built once, no simulation."""
+    sc, res = paper
+    return rpt.build_report(sc, result=res, simulate=False)
+
+
+@pytest.fixture(scope="module")
 def paper_page(paper, tmp_path_factory):
     sc, res = paper
     path = tmp_path_factory.mktemp("report") / "paper.html"
@@ -193,11 +200,11 @@ def test_figure5_sweeps_are_the_planners(paper, paper_page):
         assert same(num(got[str(int(r.n_pd_p))]["lambda_max_rps"]), r.lambda_max_rps)
 
 
-def test_analytic_ttft_cdf_matches_queueing_model(paper):
+def test_analytic_ttft_cdf_matches_queueing_model(paper, paper_report):
     from prfaas_plan.planner import ttft_at
 
     sc, res = paper
-    rep = rpt.build_report(sc, result=res, simulate=False)
+    rep = paper_report
     data = rep.tables["ttft-cdf-common-rate-data"].df
     for plan_name, grp in data.groupby("plan"):
         rate = float(grp.rate_rps.iloc[0])
@@ -244,6 +251,50 @@ def test_javascript_inlined_once(paper_page, compare_page):
         assert int(page.body["data-chart-count"]) >= 6
 
 
+def test_every_chart_spec_is_valid_vega_lite(paper_report):
+    """Pages skip altair's schema validation when they are written (0.1 s a page): it runs here, once."""
+    for rep in (paper_report, rpt.build_compare(None)):
+        for f in rep.figures:
+            assert f.spec(validate=True) == f.spec(), f.name
+
+
+def _sympy_formula(per: int, windows: tuple, fixed: int):
+    import sympy
+
+    l = sympy.Symbol("l", positive=True, integer=True)
+    return sympy.sympify(per * l + sum(b * sympy.Piecewise((l, l <= w), (w, True)) for b, w in windows) + fixed)
+
+
+@pytest.mark.parametrize("terms", [
+    (23040, ((199680, 128),), 5000), (0, ((7, 128), (199680, 4096)), 0), (23040, ((3, 1024), (5, 131072)), 12),
+    (0, ((5, 8),), 12), (0, (), 0), (0, (), 12), (1, (), 0), (1, ((1, 128),), 0), (0, ((1, 128),), 7),
+])
+def test_formula_text_is_what_sympy_prints(terms):
+    """S_kv(l) is written without sympy (a second to import and print): the same text, every shape of term."""
+    import sympy
+
+    from prfaas_plan.analysis import KvFormula
+    from prfaas_plan.report.formulas import kv_latex, kv_pretty
+
+    f, expr = KvFormula(*terms), _sympy_formula(*terms)
+    assert kv_pretty(f) == sympy.pretty(expr, use_unicode=True)
+    assert kv_latex(f) == sympy.latex(expr)
+
+
+def test_every_models_formula_is_kvcache_kv_bytes_expr():
+    import sympy
+
+    from prfaas_plan.analysis import kv_formula
+    from prfaas_plan.kvcache import kv_bytes_expr
+    from prfaas_plan.report.formulas import kv_latex, kv_pretty
+
+    for mid in pp.list_models()["id"]:
+        m = pp.load_model(mid)
+        f = kv_formula(m)
+        assert kv_pretty(f) == sympy.pretty(kv_bytes_expr(m), use_unicode=True), mid
+        assert kv_latex(f) == sympy.latex(kv_bytes_expr(m)), mid
+
+
 def test_formulas_assumptions_and_provenance(paper, paper_page):
     import html
 
@@ -255,6 +306,7 @@ def test_formulas_assumptions_and_provenance(paper, paper_page):
     _, _, text = paper_page
     plain = html.unescape(text)
     assert sympy.pretty(kv_bytes_expr(sc.model, sc.cache), use_unicode=True) in plain
+    assert sympy.latex(kv_bytes_expr(sc.model, sc.cache)) in plain
     for eq in ("Eq. 1", "Eq. 2", "Eq. 3", "Eq. 4", "Eq. 5", "Eq. 6"):
         assert eq in plain
     for a in sc.spec.assumptions:
@@ -266,9 +318,8 @@ def test_formulas_assumptions_and_provenance(paper, paper_page):
     assert "measured" in plain and "modelled" in plain
 
 
-def test_without_simulation_the_page_says_so(paper):
-    sc, res = paper
-    rep = rpt.build_report(sc, result=res, simulate=False)
+def test_without_simulation_the_page_says_so(paper_report):
+    rep = paper_report
     names = {f.name for f in rep.figures}
     assert "egress-timeseries" not in names
     html_text = rep.to_html()
@@ -298,6 +349,8 @@ def test_with_simulator_time_series_and_simulated_cdf(paper):
     assert sim is not None and len(sim.requests) > 0
     spec = rep.specs()["ttft-cdf-own-load"]
     assert "simulated" in json.dumps(spec)
+    for f in rep.figures:  # the time series too (the other pages' charts: test_every_chart_spec_is_valid_vega_lite)
+        f.spec(validate=True)
 
 
 def test_mooncake_trace_report(tmp_path):
@@ -313,10 +366,28 @@ def test_mooncake_trace_report(tmp_path):
     assert "unlimited prefix cache" in path.read_text(encoding="utf-8")
 
 
+def test_per_length_table_is_eq1_of_the_scenarios_profile(paper, paper_page):
+    """S_kv, T_prefill and Phi_kv at a few lengths: the measured profile's, and Eq. 1 from bandwidth."""
+    from prfaas_plan.bandwidth import kv_throughput_gbps
+    from prfaas_plan.units import MIB_BYTES
+
+    sc, _ = paper
+    _, page, _ = paper_page
+    rows = page.tables["per-length"]
+    assert list(rows) == ["1024", "4096", "8192", "32768", "131072"]
+    prof = sc.prfaas_profile
+    for tokens, r in rows.items():
+        l = float(tokens)
+        assert num(r["t_remote_s"]) == prof.prefill_time_s(l)
+        assert num(r["kv_mib"]) == prof.kv_bytes_at(l) / MIB_BYTES
+        assert num(r["phi_gbps"]) == float(kv_throughput_gbps(sc.model, sc.prfaas_instance, l, settings=sc.cache,
+                                                                profile=prof))
+
+
 # ----------------------------------------------------------------------------- comparison
 def test_compare_numbers_equal_library(compare_page):
+    from prfaas_plan.bandwidth import kv_throughput_gbps
     from prfaas_plan.kvcache import fixed_state_bytes, kv_bytes, kv_bytes_per_token
-    from prfaas_plan.perf.roofline import kv_throughput_gbps
     from prfaas_plan.units import MIB_BYTES
 
     _, page, _ = compare_page
@@ -338,11 +409,13 @@ def test_compare_numbers_equal_library(compare_page):
 
 
 def test_compare_curves_stop_at_max_context(compare_page):
+    from prfaas_plan.analysis import short_name
+
     _, page, _ = compare_page
     rows = page.table_rows["curves"]
     for mid in rpt.DEFAULT_COMPARE_MODELS:
         m = pp.load_model(mid)
-        toks = [int(r["tokens"]) for r in rows if r["name"] == rpt.compare._short_name(m)]
+        toks = [int(r["tokens"]) for r in rows if r["name"] == short_name(m)]
         assert min(toks) == 1024 and max(toks) == min(m.max_context_tokens, 2 ** 20)
     specs = json.loads(page.script_text["report-specs"])
     assert len(specs) == 6 == int(page.body["data-chart-count"])
@@ -472,7 +545,7 @@ def test_cli_bad_input_exit_2_and_no_file(tmp_path, capsys):
 ])
 def test_compare_headline_pairs_the_models_given(models, tmp_path):
     """Without minimax-m2.5 the page used to die with KeyError: the headline pairs the lowest and the
-    highest Phi_kv of the models given, at 32K on 8xH200 (independently: perf.kv_throughput_gbps)."""
+    highest Phi_kv of the models given, at 32K on 8xH200 (independently: bandwidth.kv_throughput_gbps)."""
     from typer.testing import CliRunner
 
     from prfaas_plan.cli import app

@@ -12,7 +12,7 @@ import numpy as np
 import pandas as pd
 
 import prfaas_plan as pp
-from prfaas_plan.cli import _quick_scenario
+from prfaas_plan.scenario import Scenario
 
 TRACE = Path(__file__).parent / "fixtures" / "traces" / "mooncake_conversation_rows4183-4212.jsonl"
 
@@ -52,7 +52,7 @@ def test_report_plans_the_trace_like_plan_does():
 
 
 def _quick_plan(link_gbps: float):
-    return pp.plan(_quick_scenario("mimo-v2-flash", "h200:32", "h20:64", link_gbps, None, None))
+    return pp.plan(Scenario.quick("mimo-v2-flash", ("h200", 32), ("h20", 64), link_gbps))
 
 
 def test_per_bucket_routing_is_described_not_called_a_threshold():
@@ -81,7 +81,7 @@ def test_a_dead_link_offloads_nothing_in_both_modes():
         assert cli.returncode == 0, cli.stderr
         assert "no offload" in cli.stdout and "t = 0" not in cli.stdout
     # paper mode's all-local plan is Eq. 6 with p = 0: min(N_p / T_local(E[L]), N_d * decode rate)
-    res = pp.plan(_quick_scenario("mimo-v2-flash", "h200:32", "h20:64", 0.0, None, None), mode="paper")
+    res = pp.plan(Scenario.quick("mimo-v2-flash", ("h200", 32), ("h20", 64), 0.0), mode="paper")
     inp = res.inputs
     n = inp.n_local
     best = max(min(n_p / float(inp.t_local(inp.mean_tokens)), (n - n_p) * inp.decode_rps_per_instance)

@@ -22,9 +22,13 @@ import pandas as pd
 import pytest
 
 import prfaas_plan as pp
-import prfaas_plan.sim as sim
+import prfaas_plan.sim.arrivals
+import prfaas_plan.sim.outputs
 from prfaas_plan.errors import PlanError
-from prfaas_plan.sim import Bursty, simulate, write_outputs
+from prfaas_plan.sim import Bursty, Policy, Setup, run_engine, simulate, write_outputs
+from prfaas_plan.sim.arrivals import source_for
+from prfaas_plan.sim.outputs import Sink
+from prfaas_plan.sim.result import Totals
 from prfaas_plan.workload import EmpiricalLengths, TruncatedLogNormal
 
 OUTPUTS = ["manifest.json", "requests.parquet", "summary.json", "timeseries.parquet"]
@@ -42,8 +46,8 @@ def case():
 
 @pytest.fixture
 def tiny_chunks(monkeypatch):
-    monkeypatch.setattr(sim, "CHUNK_REQUESTS", 64)
-    monkeypatch.setattr(sim, "TIMESERIES_CHUNK_ROWS", 50)
+    monkeypatch.setattr(prfaas_plan.sim.arrivals, "CHUNK_REQUESTS", 64)
+    monkeypatch.setattr(prfaas_plan.sim.outputs, "TIMESERIES_CHUNK_ROWS", 50)
 
 
 RUNS = {
@@ -98,14 +102,14 @@ def test_memory_follows_the_requests_in_flight_not_the_run(case, tiny_chunks):
     never needs more than 4 chunks of 64; a run that kept nothing gives a one-line error for
     its records, and reads them back when it wrote them."""
     sc, res = case
-    setup = sim._Setup.from_plan(res, sc)
-    source = sim._arrivals(setup, sc, res, None, 0.5, 1800.0, None, 1.0, None, np.random.default_rng(0))
-    sink = sim._Sink(sim._Totals(0.0, source.horizon_s, exact=False))
-    eng = sim._run(setup, source, sim.Policy(), (), source.horizon_s, None, sink=sink)
+    setup = Setup.from_plan(res, sc)
+    source = source_for(setup, sc, res, None, 0.5, 1800.0, None, 1.0, None, np.random.default_rng(0))
+    sink = Sink(Totals(0.0, source.horizon_s, exact=False))
+    eng = run_engine(setup, source, Policy(), (), source.horizon_s, None, sink=sink)
     assert source.n > 40 * 64 and eng.ring.cap <= 4 * 64 and eng.frames is None and sink.totals.n == source.n
     lean = simulate(sc, res, load=0.5, duration_s=300, max_rows_in_memory=10)
     with pytest.raises(PlanError, match="kept only its totals; pass out_dir="):
-        lean.requests
+        _ = lean.requests
 
 
 @pytest.mark.parametrize("dist", [TruncatedLogNormal(mu=9.5, sigma=1.2, min_tokens=100, max_tokens=128_000),
@@ -173,7 +177,7 @@ def test_a_failed_streamed_run_leaves_the_previous_output(case, tiny_chunks, tmp
     out = tmp_path / "run"
     simulate(sc, res, load=0.5, duration_s=300, seed=0, out_dir=out, max_rows_in_memory=0)
     before = {p.name: p.read_bytes() for p in out.iterdir()}
-    write = sim._Sink._write
+    write = Sink.write_file
     calls = []
 
     def full_disk(self, kind, frame):
@@ -182,7 +186,7 @@ def test_a_failed_streamed_run_leaves_the_previous_output(case, tiny_chunks, tmp
             raise OSError(28, "No space left on device")
         write(self, kind, frame)
 
-    monkeypatch.setattr(sim._Sink, "_write", full_disk)
+    monkeypatch.setattr(Sink, "write_file", full_disk)
     with pytest.raises(PlanError, match="--out: .*No space left on device"):
         simulate(sc, res, load=0.5, duration_s=300, seed=1, out_dir=out, max_rows_in_memory=0)
     assert {p.name: p.read_bytes() for p in out.iterdir()} == before  # no staged file left either

@@ -23,16 +23,16 @@ from prfaas_plan.errors import PlanError
 from prfaas_plan.planner import Buckets, ttft_at, unhidden_transfer_s
 from prfaas_plan.queueing import erlang_c
 from prfaas_plan.sim import (
+    Arrivals,
     Bursty,
     Policy,
+    Routing,
+    Setup,
     SimResult,
-    _Arrivals,
-    _poisson_times,
-    _Routing,
-    _run,
-    _Setup,
     parse_link_drop,
+    poisson_times,
     read_link_trace,
+    run_engine,
     simulate,
     write_outputs,
 )
@@ -58,17 +58,19 @@ def _pooled(sc, res, seeds, start_s, **kw) -> pd.DataFrame:
 # ----------------------------------------------------------------------------- the analytic layer
 @pytest.mark.parametrize("load", [0.5, 0.7, 0.85])
 def test_ttft_agrees_with_the_queueing_model(case, load):
-    """Poisson arrivals on the paper case study: simulated mean and P90 TTFT within 10% of
-    planner.ttft_at (M/G/c model). 3 x 12,000 s per load: ~100k requests, so the sampling error
-    of the mean and the P90 is about 1% (seed-to-seed spread measured while sizing the test)."""
+    """Poisson arrivals on the paper case study: simulated mean and P90 TTFT within 2% of
+    planner.ttft_at (M/G/c model), the agreement README.md states. 3 x 12,000 s per load: 60k-100k
+    requests. Measured here: mean +0.02..+0.3%, P90 -1.9% (load 0.5), -0.9% (0.7), +0.7% (0.85);
+    over 10 x 24,000 s the P90 at load 0.5 is again -1.9% (the model's, not sampling error) and the
+    mean +0.1..+1.2%."""
     sc, res = case
     rate = load * res.lambda_max_rps
     model = ttft_at(res.inputs, res.plan, res.buckets, rate)["all"]
     req = _pooled(sc, res, seeds=(1, 2, 3), start_s=300.0, rate_rps=rate, duration_s=12_000)
     ttft = req.ttft_s.to_numpy()
     assert np.isfinite(ttft).all()
-    assert ttft.mean() == pytest.approx(model.mean_s, rel=0.10)
-    assert np.quantile(ttft, 0.9) == pytest.approx(model.quantile(0.9), rel=0.10)
+    assert ttft.mean() == pytest.approx(model.mean_s, rel=0.02)
+    assert np.quantile(ttft, 0.9) == pytest.approx(model.quantile(0.9), rel=0.02)
     # the routing and the egress are the plan's
     assert (req.path == "prfaas").mean() == pytest.approx(res.plan.offload_fraction, abs=0.01)
 
@@ -84,11 +86,12 @@ def test_egress_and_offload_match_the_plan(case):
 
 def test_saturation_throughput_is_lambda_max(case):
     """Offered 1.3 x Lambda_max: completions per second over a long window match the planner's
-    exact-mode Lambda_max within 5% (both prefill stages saturate together at the optimum)."""
+    exact-mode Lambda_max within 0.1%, as README.md states (both prefill stages saturate together
+    at the optimum). Measured: -0.06% here (2 x 3,000 s), -0.006% over 8 x 18,000 s."""
     sc, res = case
     sims = [simulate(sc, res, load=1.3, duration_s=4_000, seed=s) for s in (0, 1)]
     thr = np.mean([sim.summary(1_000, 4_000)["throughput_rps"] for sim in sims])
-    assert thr == pytest.approx(res.lambda_max_rps, rel=0.05)
+    assert thr == pytest.approx(res.lambda_max_rps, rel=0.001)
     assert sims[0].summary(1_000, 4_000)["offered_rps"] > 1.2 * res.lambda_max_rps
 
 
@@ -126,17 +129,17 @@ class _Constant:
 def _queue_wait(lengths, servers: int, rho: float, customers: int, seed: int) -> float:
     """Mean prefill wait of the simulator's engine configured as a bare M/G/c queue: one local
     pool, service = tokens / 1e6 s (mean 1 s), no remote pool, a zero-time decode step."""
-    setup = _Setup(
+    setup = Setup(
         n_prfaas=0, n_pd_p=servers, n_pd_d=1, decode_batch_max=1, decode_step_s=0.0, n_layers=1, rtt_s=0.0,
         link_bits_per_s=1e9, link_efficiency=1.0, t_remote=lambda l: np.asarray(l, float) / 1e6,
         t_local=lambda l: np.asarray(l, float) / 1e6, kv_bytes=lambda l: np.zeros_like(np.asarray(l, float)),
-        routing=_Routing.threshold(1e18), lengths=lengths, output_tokens=0,
+        routing=Routing.threshold(1e18), lengths=lengths, output_tokens=0,
     )
     rng = np.random.default_rng(seed)
     duration = customers / (rho * servers)
-    t = _poisson_times(rho * servers, 0.0, duration, rng)
-    arr = _Arrivals(t, lengths.sample(len(t), rng), np.zeros(len(t), dtype=np.int64))
-    eng = _run(setup, arr, Policy(period_s=1e6), (), duration, rng)
+    t = poisson_times(rho * servers, 0.0, duration, rng)
+    arr = Arrivals(t, lengths.sample(len(t), rng), np.zeros(len(t), dtype=np.int64))
+    eng = run_engine(setup, arr, Policy(period_s=1e6), (), duration, rng)
     return float(eng.frames[0].wait_s.to_numpy()[len(t) // 50:].mean())
 
 
@@ -162,18 +165,18 @@ def test_link_is_processor_sharing_mg1_ps_sojourn():
     same for deterministic sizes (PS means are insensitive to the size distribution)."""
     link_bps, rho, n = 1e9, 0.6, 300_000
     for lengths in (_Exponential(1e6), _Constant(10**6)):
-        setup = _Setup(
+        setup = Setup(
             n_prfaas=1, n_pd_p=0, n_pd_d=1, decode_batch_max=1, decode_step_s=0.0, n_layers=10**9, rtt_s=0.0,
             link_bits_per_s=link_bps, link_efficiency=1.0, t_remote=lambda l: np.asarray(l, float) * 1e-15,
             t_local=lambda l: np.asarray(l, float), kv_bytes=lambda l: np.asarray(l, float) / BITS_PER_BYTE,
-            routing=_Routing.threshold(0.0), lengths=lengths, output_tokens=0,
+            routing=Routing.threshold(0.0), lengths=lengths, output_tokens=0,
         )
         mean_x = 1e6 / link_bps  # seconds per transfer on an idle link
         rate = rho / mean_x
         rng = np.random.default_rng(21)
-        t = _poisson_times(rate, 0.0, n / rate, rng)
-        arr = _Arrivals(t, lengths.sample(len(t), rng), np.zeros(len(t), dtype=np.int64))
-        eng = _run(setup, arr, Policy(period_s=1e6), (), n / rate, rng)
+        t = poisson_times(rate, 0.0, n / rate, rng)
+        arr = Arrivals(t, lengths.sample(len(t), rng), np.zeros(len(t), dtype=np.int64))
+        eng = run_engine(setup, arr, Policy(period_s=1e6), (), n / rate, rng)
         r = eng.frames[0]
         assert (r.path == "prfaas").all()
         assert r.transfer_s.to_numpy()[len(t) // 50:].mean() == pytest.approx(mean_x / (1 - rho), rel=0.03)
@@ -262,18 +265,19 @@ def _shift_trace(phases, seed: int = 0) -> pd.DataFrame:
 
 
 def test_traffic_shift_rebalancer_moves_instances_and_recovers_throughput(case):
-    """Short prompts (ln-mean 8.0, 4.4 req/s) for 30 min, then long prompts (ln-mean 10.6,
-    2.0 req/s, 86% of the planner's Lambda_max for that mix). With the plan's PD-D instances the
-    short phase is decode-bound at their decode rate; the rebalancer turns PD-P into PD-D, serves
-    the offered rate, then moves instances back to prefill and re-plans t when prompts get long."""
+    """Short prompts (ln-mean 8.0, 1.35 x the plan's decode rate) for 30 min, then long prompts
+    (ln-mean 10.6, 2.0 req/s). With the plan's PD-D
+    instances the short phase is decode-bound at their decode rate; the rebalancer turns PD-P into
+    PD-D, serves the offered rate, then moves instances back to prefill and re-plans t when
+    prompts get long."""
     sc, res = case
-    tr = _shift_trace([(8.0, 4.4, 1800), (10.6, 2.0, 1800)])
+    decode_cap = res.instances["pd_d"] * res.inputs.decode_rps_per_instance
+    tr = _shift_trace([(8.0, 1.35 * decode_cap, 1800), (10.6, 2.0, 1800)])
     fixed = simulate(sc, res, trace=tr, duration_s=None, policy="fixed")
     dual = simulate(sc, res, trace=tr, duration_s=None, policy="dual")
-    decode_cap = res.instances["pd_d"] * res.inputs.decode_rps_per_instance
     f_a, d_a = fixed.summary(600, 1800), dual.summary(600, 1800)
     assert f_a["throughput_rps"] == pytest.approx(decode_cap, rel=0.03)
-    assert d_a["offered_rps"] > 1.25 * decode_cap
+    assert d_a["offered_rps"] > 1.25 * decode_cap  # the draws' rate, a few % off 1.35 x
     assert d_a["throughput_rps"] == pytest.approx(d_a["offered_rps"], rel=0.05)
     ts = dual.timeseries
     phase_a, phase_b = ts[(ts.time_s > 600) & (ts.time_s <= 1800)], ts[ts.time_s > 2400]
@@ -288,7 +292,7 @@ def test_traffic_shift_rebalancer_moves_instances_and_recovers_throughput(case):
 
 
 # ----------------------------------------------------------------------------- API details
-def test_same_seed_same_run_other_seed_other_run(case):
+def test_same_seed_same_run_other_seed_otherrun_engine(case):
     sc, res = case
     a = simulate(sc, res, load=0.8, duration_s=300, seed=7, policy="short")
     b = simulate(sc, res, load=0.8, duration_s=300, seed=7, policy="short")

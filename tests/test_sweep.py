@@ -19,10 +19,11 @@ import pandas as pd
 import pytest
 import yaml
 
-from prfaas_plan import sweeps as sweep_mod
 from prfaas_plan.cli import main
-from prfaas_plan.errors import PlanError
-from prfaas_plan.sweeps import expand_grid, read_results, read_sidecar, sidecar_dir, sweep, sweep_report
+from prfaas_plan.errors import Infeasible, InvalidInput, PlanError
+from prfaas_plan.report import sweep_report
+from prfaas_plan.sweeps import cells as cell_mod
+from prfaas_plan.sweeps import expand_grid, read_results, read_sidecar, run_cell, sidecar_dir, sweep
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -33,8 +34,6 @@ PLAN_GRID = {
     "axes": {"link.gbps": [10, 100], "prfaas.gpus": [16, 32], "slo.ttft_s": [None, 1.0]},
 }
 """8 plan cells; the 4 with a 1 s P90 TTFT SLO are infeasible (PlanError) and must be recorded."""
-
-
 
 SIM_GRID = {
     "name": "tiny-sim",
@@ -87,10 +86,11 @@ def test_failed_cells_are_recorded_and_do_not_stop_the_sweep(local_tables):
     df = local_tables["plan"]
     bad = df[df["slo.ttft_s"] == 1.0]
     good = df[df["slo.ttft_s"].isna()]
-    assert (bad["status"] == "error").all() and bad["error"].str.contains("slo.ttft_s").all()
+    # an unmeetable SLO is a valid request no deployment serves: infeasible, not an error
+    assert (bad["status"] == "infeasible").all() and bad["error"].str.contains("slo.ttft_s").all()
     assert bad["lambda_max_rps"].isna().all()
     assert (good["status"] == "ok").all() and good["error"].isna().all()
-    assert df.attrs["failed"] == 4
+    assert (df.attrs["failed"], df.attrs["infeasible"]) == (0, 4)
     # more PrfaaS GPUs and a faster link never lower throughput
     g = good.set_index(["link.gbps", "prfaas.gpus"])["lambda_max_rps"]
     assert g[(100, 32)] >= g[(10, 32)] >= g[(10, 16)] - 1e-9
@@ -114,7 +114,7 @@ def test_serial_executor_matches_too(local_tables):
 ])
 def test_bad_axis_fails_before_any_cell_runs(axes, needles, tmp_path, monkeypatch):
     calls = []
-    monkeypatch.setattr(sweep_mod, "run_cell", lambda cell: calls.append(cell))
+    monkeypatch.setattr(cell_mod, "run_cell", lambda cell, plans=None: calls.append(cell))
     out = tmp_path / "r.parquet"
     with pytest.raises(PlanError) as err:
         sweep({"scenario": "paper-case-study", "axes": axes}, executor="serial", out=out)
@@ -164,16 +164,16 @@ def test_example_grid_file_expands():
 # ----------------------------------------------------------------------------- resume
 def test_interrupted_sweep_resumes_with_only_the_missing_cells(tmp_path, monkeypatch):
     out = tmp_path / "r.parquet"
-    real = sweep_mod.run_cell
+    real = cell_mod.run_cell
     calls = []
 
-    def interrupted(cell):
+    def interrupted(cell, plans=None):
         if len(calls) == 3:
             raise KeyboardInterrupt
         calls.append(cell.cell_id)
-        return real(cell)
+        return real(cell, plans)
 
-    monkeypatch.setattr(sweep_mod, "run_cell", interrupted)
+    monkeypatch.setattr(cell_mod, "run_cell", interrupted)
     with pytest.raises(KeyboardInterrupt):
         sweep(PLAN_GRID, executor="serial", out=out)
     assert not out.exists()  # the parquet is only assembled at the end
@@ -181,7 +181,7 @@ def test_interrupted_sweep_resumes_with_only_the_missing_cells(tmp_path, monkeyp
     assert set(saved) == set(calls) and len(saved) == 3
 
     again = []
-    monkeypatch.setattr(sweep_mod, "run_cell", lambda cell: again.append(cell.cell_id) or real(cell))
+    monkeypatch.setattr(cell_mod, "run_cell", lambda cell, plans=None: again.append(cell.cell_id) or real(cell, plans))
     df = sweep(PLAN_GRID, executor="serial", out=out)
     assert len(again) == 5 and not set(again) & set(calls)
     assert df.attrs["computed"] == 5 and df.attrs["reused"] == 3
@@ -225,6 +225,44 @@ def test_killed_cli_sweep_resumes_with_only_the_missing_cells(tmp_path):
     assert len(read_results(out)) == 10 and (df["status"] == "ok").all()
 
 
+@pytest.mark.parametrize("error, status, saved", [
+    (Infeasible("infeasible: the link binds"), "infeasible", True),
+    (InvalidInput("workload.mu: bad"), "error", True),
+    (ZeroDivisionError("a bug"), "error", False),
+])
+def test_cell_status_follows_the_exception_type(error, status, saved, monkeypatch):
+    """Infeasible is the cell's answer, InvalidInput a bad cell, anything else a crash (not saved:
+    retried on resume); the status comes from the exception's type, not its message."""
+    import prfaas_plan.planner
+
+    def plan(*a, **k):
+        raise error
+
+    monkeypatch.setattr(prfaas_plan.planner, "plan", plan)
+    _, _, cells = expand_grid(PLAN_GRID)
+    rec = run_cell(cells[0])
+    assert (rec["status"], rec["save"], rec["outputs"]) == (status, saved, {})
+    assert str(error) in rec["error"]
+
+
+def test_infeasible_and_error_cells_get_their_own_status_in_the_table(monkeypatch):
+    import prfaas_plan.planner
+
+    real = prfaas_plan.planner.plan
+
+    def plan(sc, **k):
+        if sc.spec.link.gbps == 10:
+            raise Infeasible("infeasible: no rate")
+        if sc.spec.prfaas.gpus == 16:
+            raise InvalidInput("prfaas.gpus: bad")
+        return real(sc, **k)
+
+    monkeypatch.setattr(prfaas_plan.planner, "plan", plan)
+    df = sweep({**PLAN_GRID, "axes": {"link.gbps": [10, 100], "prfaas.gpus": [16, 32]}}, executor="serial")
+    assert df["status"].tolist() == ["infeasible", "infeasible", "error", "ok"]
+    assert (df.attrs["infeasible"], df.attrs["failed"]) == (2, 1)
+
+
 # ----------------------------------------------------------------------------- report
 def test_report_is_offline_html_with_heatmaps(local_tables, tmp_path):
     df = local_tables["plan"]
@@ -252,7 +290,7 @@ def test_cli_sweep_writes_parquet_and_report(tmp_path, capsys):
     assert exc.value.code == 0
     cap = capsys.readouterr()
     rows = json.loads(cap.out)
-    assert len(rows) == 2 and rows[1]["link.gbps"] == 100 and "2 rows (2 computed, 0 reused, 0 failed)" in cap.err
+    assert len(rows) == 2 and rows[1]["link.gbps"] == 100 and "2 rows (2 computed, 0 reused, 0 infeasible, 0 failed)" in cap.err
     assert len(pd.read_parquet(out)) == 2 and page.is_file()
 
 

@@ -35,10 +35,14 @@ The package, one idea per module (every public name is re-exported here, so ``be
   and recurrent linear attention, and their FLOP counts;
 * :mod:`.model`: the torch layers, :class:`ScaledModel` and :func:`cache_nbytes`;
 * :mod:`.transfer`: :func:`serialise_cache` / :func:`deserialise_cache` and :func:`loopback_transfer`;
-* :mod:`.micro`: timing helpers (:func:`time_call`, :func:`summarize`) and the microbenchmarks;
+* :mod:`.micro`: timing on torch's ``Timer`` (:func:`time_call`, :func:`clock_s`, :func:`summarize`)
+  and the microbenchmarks;
 * :mod:`.harness`: device info, :func:`run_harness`, :func:`write_results` / :func:`load_results`;
 * :mod:`.calibrate`: :func:`calibrate_results`, :func:`calibrate_observations`,
-  :func:`validate_results`, :func:`median_abs_error_pct` and their result types (no torch).
+  :func:`validate_results`, :func:`median_abs_error_pct` and their result types, which write
+  their own YAML (no torch);
+* :mod:`.tables`: what ``bench run`` prints (:func:`micro_table`, :func:`model_case_table`,
+  :func:`transfer_table`; no torch).
 """
 
 from __future__ import annotations
@@ -57,8 +61,11 @@ from prfaas_plan.bench.calibrate import (
                     RESULTS_FIT_PARAMS,
                     SHA_SHORT_CHARS,
                     STATISTICS,
+                    TABLE_FACTORS,
                     YAML_SIGNIFICANT_DIGITS,
+                    YAML_WIDTH_CHARS,
                     Calibration,
+                    ObservationFit,
                     calibrate_observations,
                     calibrate_results,
                     case_seconds,
@@ -69,7 +76,10 @@ from prfaas_plan.bench.calibrate import (
                     validate_results,
 )
 from prfaas_plan.bench.harness import (
+                    LINEAR_FLAVOURS,
                     RESULTS_SCHEMA,
+                    RESULTS_SECTIONS,
+                    TIMING_METHOD,
                     device_info,
                     load_results,
                     model_case_name,
@@ -93,10 +103,12 @@ from prfaas_plan.bench.micro import (
                     FLOPS_PER_TFLOP,
                     MICRO_LOG_DECAY_MAX,
                     MS_PER_S,
+                    TIMER_WARMUP_CALLS,
                     bench_attention,
                     bench_copy,
                     bench_gemm,
                     bench_linear_attention,
+                    clock_s,
                     summarize,
                     time_call,
 )
@@ -105,7 +117,6 @@ from prfaas_plan.bench.model import (
                     GATE_A_LOG_RANGE,
                     GATE_DT_BIAS_RANGE,
                     LIGHTNING_SLOPE_EXPONENT,
-                    LINEAR_CONV_KERNEL_FALLBACK,
                     ROPE_BASE,
                     DenseFFN,
                     GDNLayer,
@@ -132,6 +143,7 @@ from prfaas_plan.bench.scale import (
                     scale_model,
                     scaled_layer_counts,
 )
+from prfaas_plan.bench.tables import micro_table, model_case_table, transfer_table
 from prfaas_plan.bench.transfer import (
                     LOOPBACK_HOST,
                     TRANSFER_BUFFER_BYTES,
@@ -144,7 +156,7 @@ from prfaas_plan.bench.transfer import (
 
 __all__ = [
     "RESULTS_SCHEMA", "LOOPBACK_HOST", "DIM_ALIGN", "LINEAR_LOG_DECAY_FLOOR",
-    "SWA_QUERY_BLOCK_FRACTION", "ROPE_BASE", "LINEAR_CONV_KERNEL_FALLBACK",
+    "SWA_QUERY_BLOCK_FRACTION", "ROPE_BASE",
     "MEMORY_STREAM_EFFICIENCY_MEASURED", "DEFAULT_COMM_EFFICIENCY", "DEFAULT_DECODE_STEP_OVERHEAD_S",
     "DEFAULT_NOMINAL_LINE_GBPS", "CPU_PLACEHOLDER_TDP_W", "CPU_PLACEHOLDER_PRICE_USD_PER_HOUR",
     "MEASURED_SOURCE_URL", "TRANSFER_BUFFER_BYTES", "TRANSFER_TIMEOUT_S", "TRANSFER_HEADER",
@@ -161,5 +173,7 @@ __all__ = [
     "bench_linear_attention", "bench_copy", "resolve_device", "device_info", "model_case_name",
     "run_harness", "write_results", "load_results", "case_seconds", "Calibration",
     "match_datasheet_gpu", "link_table", "calibrate_results", "re_id", "calibrate_observations",
-    "validate_results", "median_abs_error_pct",
+    "validate_results", "median_abs_error_pct", "TABLE_FACTORS", "YAML_WIDTH_CHARS", "ObservationFit",
+    "LINEAR_FLAVOURS", "RESULTS_SECTIONS", "TIMING_METHOD", "TIMER_WARMUP_CALLS", "clock_s", "micro_table",
+    "model_case_table", "transfer_table",
 ]

@@ -11,28 +11,49 @@ import os
 import platform
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from prfaas_plan.bench.kernels import LINEAR_LOG_DECAY_FLOOR, SWA_QUERY_BLOCK_FRACTION, _torch
-from prfaas_plan.bench.micro import _sync, bench_attention, bench_copy, bench_gemm, bench_linear_attention, summarize
+from prfaas_plan.bench.micro import (
+    TIMER_WARMUP_CALLS,
+    bench_attention,
+    bench_copy,
+    bench_gemm,
+    bench_linear_attention,
+    clock_s,
+    summarize,
+)
 from prfaas_plan.bench.model import ScaledModel, cache_nbytes
 from prfaas_plan.bench.scale import Profile, layer_mix, profile_for, scale_model
 from prfaas_plan.bench.transfer import LOOPBACK_HOST, deserialise_cache, loopback_transfer, serialise_cache
 from prfaas_plan.data import atomic_write, read_text
 from prfaas_plan.errors import InvalidInput
 from prfaas_plan.kvcache import CacheSettings, kv_bytes
-from prfaas_plan.model.arch import ModelSpec, load_model
+from prfaas_plan.model import ModelSpec, load_model
 from prfaas_plan.perf.roofline import LINEAR_ATTN_CHUNK_TOKENS
+from prfaas_plan.vocab import BENCH_DEVICES
 
 RESULTS_SCHEMA = "prfaas-plan-bench/1"
+"""Identifier written into every results file (bumped when the layout changes)."""
+
 RESULTS_SECTIONS = {"device": dict, "settings": dict, "gemm": list, "attention": list, "swa": list,
                     "linear_attention": list, "memory": list, "models": list, "transfer": dict}
 """The top-level fields of a results file that calibrate and validate read, with their JSON types."""
-"""Identifier written into every results file (bumped when the layout changes)."""
+
+LINEAR_FLAVOURS = ("gdn", "kda", "lightning")
+"""The chunked linear-attention forwards the microbenchmarks time (see :func:`bench_linear_attention`)."""
+
+TIMING_METHOD = (f"microbenchmarks: torch.utils.benchmark.Timer.timeit(number=1) per repeat ({TIMER_WARMUP_CALLS} "
+                 "untimed calls before each, device synchronised); model prefills: one call per repeat on "
+                 "torch.utils.benchmark.timer (device synchronised), cases round-robin")
+"""How a results file's times were taken (written into its settings)."""
 
 
 # --------------------------------------------------------------------------------------------
@@ -43,8 +64,8 @@ RESULTS_SECTIONS = {"device": dict, "settings": dict, "gemm": list, "attention":
 def resolve_device(device: str) -> str:
     """'auto' -> 'cuda' when torch sees a GPU, else 'cpu'; 'cuda' without a GPU is an error."""
     torch = _torch()
-    if device not in ("auto", "cpu", "cuda"):
-        raise InvalidInput(f"--device: {device!r} is not one of auto, cpu, cuda")
+    if device not in BENCH_DEVICES:
+        raise InvalidInput(f"--device: {device!r} is not one of {', '.join(BENCH_DEVICES)}")
     if device == "auto":
         return "cuda" if torch.cuda.is_available() else "cpu"
     if device == "cuda" and not torch.cuda.is_available():
@@ -53,6 +74,7 @@ def resolve_device(device: str) -> str:
 
 
 def _cpu_name() -> str:
+    """The CPU's model name (from /proc/cpuinfo where there is one)."""
     try:
         for line in Path("/proc/cpuinfo").read_text().splitlines():
             if line.startswith("model name"):
@@ -81,7 +103,7 @@ def device_info(device: str) -> dict:
     return info
 
 
-@dataclass
+@dataclass(frozen=True)
 class _Step:
     """One unit of work of the harness (the progress bar advances once per step)."""
 
@@ -90,6 +112,7 @@ class _Step:
 
 
 def model_case_name(model_id: str, tokens: int) -> str:
+    """The name of a model case: ``model@tokens``."""
     return f"{model_id}@{tokens}"
 
 
@@ -108,48 +131,49 @@ def run_harness(device: str = "auto", quick: bool = False, threads: int | None =
     if threads:
         torch.set_num_threads(int(threads))
     try:
-        return _run_profile(torch, dev, quick, prof, progress, seed)
+        return _run_profile(dev, quick, prof, progress, seed)
     finally:
         torch.set_num_threads(threads_before)
 
 
-def _run_profile(torch, dev: str, quick: bool, prof: Profile, progress: bool, seed: int) -> dict:
-    """The body of :func:`run_harness` (threads already set)."""
-    dtype = prof.dtype
-    settings = CacheSettings(**prof.kv_settings)
-    results: dict[str, Any] = {
+def _new_results(dev: str, quick: bool, prof: Profile, settings: CacheSettings, seed: int) -> dict[str, Any]:
+    """The results dict before any measurement: schema, device, profile and settings, empty sections."""
+    return {
         "schema": RESULTS_SCHEMA, "created_utc": _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds"),
         "device": device_info(dev), "quick": quick, "profile": asdict(prof),
-        "settings": {"dtype": dtype, "warmup": prof.warmup, "repeats": prof.repeats, "seed": seed,
-                     "cache_settings": asdict(settings), "linear_chunk_tokens": LINEAR_ATTN_CHUNK_TOKENS,
+        "settings": {"dtype": prof.dtype, "warmup": prof.warmup, "repeats": prof.repeats, "seed": seed,
+                     "cache_settings": settings.model_dump(), "linear_chunk_tokens": LINEAR_ATTN_CHUNK_TOKENS,
                      "linear_log_decay_floor": LINEAR_LOG_DECAY_FLOOR,
-                     "swa_query_block_fraction": SWA_QUERY_BLOCK_FRACTION,
-                     "timing": "wall clock around each call, device synchronised; model cases round-robin"},
+                     "swa_query_block_fraction": SWA_QUERY_BLOCK_FRACTION, "timing": TIMING_METHOD},
         "gemm": [], "attention": [], "swa": [], "linear_attention": [], "memory": [], "models": [], "transfer": {},
     }
-    w, r = prof.warmup, prof.repeats
-    steps: list[_Step] = []
-    for m, k, n in prof.gemm_shapes:
-        steps.append(_Step(f"gemm {m}x{k}x{n}", lambda m=m, k=k, n=n: results["gemm"].append(
-            bench_gemm(m, k, n, dev, dtype, w, r))))
-    for l in prof.attention_lengths_tokens:
-        steps.append(_Step(f"attention {l}", lambda l=l: results["attention"].append(
-            bench_attention(l, prof.attention_heads, prof.attention_head_dim, dev, dtype, w, r))))
-    for l in prof.swa_lengths_tokens:
-        steps.append(_Step(f"swa {l}", lambda l=l: results["swa"].append(
-            bench_attention(l, prof.attention_heads, prof.attention_head_dim, dev, dtype, w, r, prof.swa_window_tokens))))
-    for l in prof.linear_lengths_tokens:
-        for flavour in ("gdn", "kda", "lightning"):
-            steps.append(_Step(f"linear {flavour} {l}", lambda l=l, f=flavour: results["linear_attention"].append(
-                bench_linear_attention(l, prof.attention_heads, prof.attention_head_dim, f, dev, dtype, w, r))))
-    for size in prof.copy_sizes_mib:
-        steps.append(_Step(f"copy {size} MiB", lambda s=size: results["memory"].append(bench_copy(s, dev, w, r))))
 
-    # scaled-down models: build once, warm up, then time round-robin
+
+def _micro_steps(results: dict, prof: Profile, dev: str) -> list[_Step]:
+    """One step per microbenchmark, each appending its record to its section of ``results``."""
+    dt, r, heads, head_dim = prof.dtype, prof.repeats, prof.attention_heads, prof.attention_head_dim
+
+    def step(label: str, section: str, bench: Callable[[], dict]) -> _Step:
+        """A step running ``bench`` and appending its record to ``results[section]``."""
+        return _Step(label, lambda: results[section].append(bench()))
+
+    steps = [step(f"gemm {m}x{k}x{n}", "gemm", partial(bench_gemm, m, k, n, dev, dt, r)) for m, k, n in prof.gemm_shapes]
+    steps += [step(f"attention {l}", "attention", partial(bench_attention, l, heads, head_dim, dev, dt, r))
+              for l in prof.attention_lengths_tokens]
+    steps += [step(f"swa {l}", "swa", partial(bench_attention, l, heads, head_dim, dev, dt, r, prof.swa_window_tokens))
+              for l in prof.swa_lengths_tokens]
+    steps += [step(f"linear {f} {l}", "linear_attention", partial(bench_linear_attention, l, heads, head_dim, f, dev, dt, r))
+              for l in prof.linear_lengths_tokens for f in LINEAR_FLAVOURS]
+    steps += [step(f"copy {size} MiB", "memory", partial(bench_copy, size, dev, r)) for size in prof.copy_sizes_mib]
+    return steps
+
+
+def _model_cases(prof: Profile) -> list[dict]:
+    """The model cases of a profile, sorted by length per model: calibration lengths and held-out
+    lengths of the calibration models, validation lengths of the held-out models."""
     cases: list[dict] = []
-    models: dict[str, ScaledModel] = {}
     for model_id in (*prof.calibration_models, *prof.validation_models):
-        spec = scale_model(load_model(model_id), prof.scale, dtype)
+        spec = scale_model(load_model(model_id), prof.scale, prof.dtype)
         calibration_model = model_id in prof.calibration_models
         if calibration_model:
             plan = [(l, "calibration") for l in prof.calibration_lengths_tokens] + \
@@ -157,71 +181,101 @@ def _run_profile(torch, dev: str, quick: bool, prof: Profile, progress: bool, se
         else:
             plan = [(l, "validation") for l in prof.validation_lengths_tokens]
         for l, role in sorted(plan):
+            held_out = "" if role == "calibration" else ("length" if calibration_model else "model")
             cases.append({"case": model_case_name(model_id, l), "source_model": model_id, "layer_mix": layer_mix(spec),
-                          "held_out": "length" if (calibration_model and role == "validation") else
-                          ("model" if role == "validation" else ""),
-                          "role": role, "tokens": l, "spec": spec.model_dump(mode="json"), "_times": []})
+                          "held_out": held_out, "role": role, "tokens": l, "spec": spec.model_dump(mode="json"),
+                          "_times": []})
+    return cases
 
-    def build(model_id: str, spec_dump: dict) -> None:
-        spec = ModelSpec.model_validate(spec_dump)
-        models[model_id] = ScaledModel(spec, dev, dtype, seed)
 
-    def warm_and_check(case: dict) -> None:
-        model = models[case["source_model"]]
-        ids = model.token_ids(case["tokens"], seed)
-        case["_ids"] = ids
-        for _ in range(w):
-            _, cache = model.prefill(ids, settings)
-        if not w:
-            _, cache = model.prefill(ids, settings)
+@dataclass
+class _ModelBench:
+    """The scaled-down models of one run and the steps that build, warm up and time them.
+
+    ``transfer_cache``: the cache the transfer test sends (the first validation model at its
+    longest validation length), kept by its warm-up.
+    """
+
+    prof: Profile
+    dev: str
+    settings: CacheSettings
+    seed: int
+    models: dict[str, ScaledModel] = field(default_factory=dict)
+    transfer_cache: list[dict] | None = None
+
+    def build(self, model_id: str, spec_dump: dict) -> None:
+        """Build the torch model of ``model_id`` from its scaled spec."""
+        self.models[model_id] = ScaledModel(ModelSpec.model_validate(spec_dump), self.dev, self.prof.dtype, self.seed)
+
+    def warm_and_check(self, case: dict) -> None:
+        """Warm-up prefills of one case (at least one), then its measured vs modelled KV bytes."""
+        model = self.models[case["source_model"]]
+        case["_ids"] = model.token_ids(case["tokens"], self.seed)
+        for _ in range(max(1, self.prof.warmup)):
+            _, cache = model.prefill(case["_ids"], self.settings)
         measured = cache_nbytes(cache)
-        predicted = int(kv_bytes(model.spec, case["tokens"], settings))
+        predicted = int(kv_bytes(model.spec, case["tokens"], self.settings))
         case.update(kv_bytes_measured=measured, kv_bytes_model=predicted, kv_match=measured == predicted,
                     gemm_params=model.gemm_params(), total_params=model.total_params())
-        if case["source_model"] == prof.validation_models[0] and case["tokens"] == max(prof.validation_lengths_tokens):
-            results["_transfer_cache"] = cache
+        if case["source_model"] == self.prof.validation_models[0] and \
+                case["tokens"] == max(self.prof.validation_lengths_tokens):
+            self.transfer_cache = cache
 
-    sync = _sync(dev)
+    def timed_round(self, case: dict) -> None:
+        """One timed prefill of one case (one repeat of one round), on torch's synchronising clock."""
+        model = self.models[case["source_model"]]
+        t0 = clock_s()
+        model.prefill(case["_ids"], self.settings)
+        case["_times"].append(clock_s() - t0)
 
-    def timed_round(case: dict) -> None:
-        model = models[case["source_model"]]
-        sync()
-        t0 = time.perf_counter()
-        model.prefill(case["_ids"], settings)
-        sync()
-        case["_times"].append(time.perf_counter() - t0)
+    def steps(self, cases: list[dict]) -> list[_Step]:
+        """Build every model, warm up every case, then ``repeats`` rounds over all cases."""
+        steps = []
+        for model_id in dict.fromkeys(c["source_model"] for c in cases):
+            dump = next(c["spec"] for c in cases if c["source_model"] == model_id)
+            steps.append(_Step(f"build {model_id}", partial(self.build, model_id, dump)))
+        steps += [_Step(f"warm-up {c['case']}", partial(self.warm_and_check, c)) for c in cases]
+        r = self.prof.repeats
+        steps += [_Step(f"round {rep + 1}/{r} {c['case']}", partial(self.timed_round, c))
+                  for rep in range(r) for c in cases]
+        return steps
 
-    for model_id in dict.fromkeys(c["source_model"] for c in cases):
-        dump = next(c["spec"] for c in cases if c["source_model"] == model_id)
-        steps.append(_Step(f"build {model_id}", lambda m=model_id, d=dump: build(m, d)))
-    for case in cases:
-        steps.append(_Step(f"warm-up {case['case']}", lambda c=case: warm_and_check(c)))
-    for rep in range(r):
-        for case in cases:
-            steps.append(_Step(f"round {rep + 1}/{r} {case['case']}", lambda c=case: timed_round(c)))
 
-    def transfer() -> None:
-        cache = results.pop("_transfer_cache")
-        t0 = time.perf_counter()
-        payload = serialise_cache(cache)
-        serialise_s = time.perf_counter() - t0
-        check = loopback_transfer(payload, 1, len(payload), keep_received=True)
-        intact = check["received"][0] == payload
-        restored = deserialise_cache(check["received"][0])
-        intact = intact and all(torch.equal(restored[i][n], cache[i][n].cpu()) for i in range(len(cache)) for n in cache[i])
-        rows = [loopback_transfer(payload, c, prof.transfer_bytes_per_setting) for c in prof.transfer_connections]
-        results["transfer"] = {
-            "host": LOOPBACK_HOST, "payload": f"KV cache of {prof.validation_models[0]} (scaled) at "
+def _transfer(cache: list[dict], prof: Profile) -> dict:
+    """The transfer test: serialise ``cache``, check one loopback round trip restores it exactly,
+    then time every connection count of the profile."""
+    torch = _torch()
+    t0 = clock_s()
+    payload = serialise_cache(cache)
+    serialise_s = clock_s() - t0
+    check = loopback_transfer(payload, 1, len(payload), keep_received=True)
+    restored = deserialise_cache(check["received"][0])
+    intact = check["received"][0] == payload and all(
+        torch.equal(restored[i][n], cache[i][n].cpu()) for i in range(len(cache)) for n in cache[i])
+    rows = [loopback_transfer(payload, c, prof.transfer_bytes_per_setting) for c in prof.transfer_connections]
+    return {"host": LOOPBACK_HOST, "payload": f"KV cache of {prof.validation_models[0]} (scaled) at "
                                               f"{max(prof.validation_lengths_tokens)} tokens, serialised",
             "payload_bytes": len(payload), "cache_bytes": cache_nbytes(cache), "serialise_s": serialise_s,
             "integrity_ok": bool(intact), "bytes_per_setting": prof.transfer_bytes_per_setting, "rows": rows}
 
-    steps.append(_Step("transfer", transfer))
+
+def _run_profile(dev: str, quick: bool, prof: Profile, progress: bool, seed: int) -> dict:
+    """The body of :func:`run_harness` (threads already set): every step, then the model records."""
+    settings = CacheSettings(**prof.kv_settings)
+    results = _new_results(dev, quick, prof, settings, seed)
+    cases = _model_cases(prof)
+    models = _ModelBench(prof, dev, settings, seed)
+
+    def transfer() -> None:
+        """The transfer test, on the cache the warm-ups kept."""
+        results["transfer"] = _transfer(models.transfer_cache, prof)
+
+    steps = [*_micro_steps(results, prof, dev), *models.steps(cases), _Step("transfer", transfer)]
     t_start = time.perf_counter()
     _run_steps(steps, progress)
     for case in cases:
         case.pop("_ids", None)
-        case.update(summarize(case.pop("_times"), w))
+        case.update(summarize(case.pop("_times"), prof.warmup))
         results["models"].append(case)
     results["elapsed_s"] = time.perf_counter() - t_start
     return results
@@ -233,9 +287,6 @@ def _run_steps(steps: list[_Step], progress: bool) -> None:
         for s in steps:
             s.run()
         return
-    from rich.console import Console
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-
     with Progress(TextColumn("[bold]bench[/]"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                   TextColumn("{task.description}"), console=Console(stderr=True)) as bar:
         task = bar.add_task("", total=len(steps))
@@ -250,7 +301,8 @@ def write_results(results: dict, path: str | Path) -> Path:
     return atomic_write(path, json.dumps(results, indent=1, default=_json_default))
 
 
-def _json_default(obj):
+def _json_default(obj: Any) -> int | float:
+    """numpy scalars as Python numbers for ``json.dumps``; anything else is an error."""
     if isinstance(obj, (np.floating, np.integer)):
         return obj.item()
     raise TypeError(f"not JSON-serialisable: {type(obj).__name__}")

@@ -18,13 +18,11 @@ from prfaas_plan.bench.kernels import (
 )
 from prfaas_plan.kvcache import DEFAULT_SETTINGS, CacheSettings, recurrent_dtype
 from prfaas_plan.model.arch import FFN, ModelSpec
+from prfaas_plan.model.kinds import GDN, GQA, KDA, MLA, Attention, Lightning
 
 ROPE_BASE = 10000.0
 """Rotary embedding base (the benchmark's layers use RoPE like the real models; the value only
 changes the numbers, not the cost)."""
-
-LINEAR_CONV_KERNEL_FALLBACK = 4
-"""Short-convolution width used only if a spec lacks one (all model_db entries give it)."""
 
 GATE_A_LOG_RANGE = (-1.0, 0.5)
 """Uniform range of the Gated DeltaNet / KDA ``A_log`` parameters (decay rate = exp(A_log))."""
@@ -146,12 +144,24 @@ def _l2norm(x, factor: float = 1.0):
     return _rms(x) * (factor / math.sqrt(x.shape[-1]))
 
 
+_VECTOR_INIT = {"a_log": GATE_A_LOG_RANGE, "dt_bias": GATE_DT_BIAS_RANGE}
+
+
 class _Layer:
-    """Base of the benchmark layers: ``gemm`` holds the GEMM weights (what the roofline counts),
-    ``extra`` the other parameters."""
+    """Base of the benchmark layers: ``gemm`` holds the GEMM weights, ``extra`` the other
+    parameters (what the roofline counts, :meth:`ModelSpec.param_counts`)."""
 
     gemm: dict
     extra: dict
+
+    def _build(self, attn: Attention, hidden: int, init: _Init) -> None:
+        """Weights of the kind's own shapes (:meth:`~prfaas_plan.model.kinds.GQA.gemm_shapes` and
+        ``vector_shapes``): GEMMs with std ``1 / sqrt(fan_in)``, conv filters likewise over their
+        taps, decay parameters uniform in their ranges."""
+        self.attn = attn
+        self.gemm = {n: init.weight(shape[0], *shape) for n, shape in attn.gemm_shapes(hidden).items()}
+        self.extra = {n: init.uniform(*_VECTOR_INIT[n], *shape) if n in _VECTOR_INIT else init.weight(shape[-1], *shape)
+                      for n, shape in attn.vector_shapes(hidden).items()}
 
     def parameters(self) -> list:
         return [*self.gemm.values(), *self.extra.values()]
@@ -163,12 +173,8 @@ class _Layer:
 class GQALayer(_Layer):
     """Full causal (or sliding-window, for an SWA spec) attention with RoPE; caches K and V."""
 
-    def __init__(self, attn, hidden: int, init: _Init) -> None:
-        h, nh, nkv, dk, dv = hidden, attn.num_heads, attn.num_kv_heads, attn.head_dim_k, attn.head_dim_v
-        self.attn = attn
-        self.gemm = {"wq": init.weight(h, h, nh * dk), "wk": init.weight(h, h, nkv * dk),
-                     "wv": init.weight(h, h, nkv * dv), "wo": init.weight(nh * dv, nh * dv, h)}
-        self.extra = {}
+    def __init__(self, attn: GQA, hidden: int, init: _Init) -> None:
+        self._build(attn, hidden, init)
 
     def forward(self, x, rope: RopeTable, settings: CacheSettings):
         a, t = self.attn, x.shape[0]
@@ -180,7 +186,10 @@ class GQALayer(_Layer):
         scale = 1.0 / math.sqrt(a.head_dim_k)
         window = getattr(a, "window_tokens", None)
         o = causal_attention(q, k, v, scale) if window is None else sliding_window_attention(q, k, v, window, scale)
-        y = o.transpose(0, 1).reshape(t, a.num_heads * a.head_dim_v) @ self.gemm["wo"]
+        o = o.transpose(0, 1).reshape(t, a.num_heads * a.head_dim_v)
+        if a.output_gate:
+            o = o * _torch().sigmoid(x @ self.gemm["wg"])
+        y = o @ self.gemm["wo"]
         cache = {"k": _cache_tokens(k.transpose(0, 1), settings, window),
                  "v": _cache_tokens(v.transpose(0, 1), settings, window)}
         return y, cache
@@ -191,19 +200,8 @@ class MLALayer(_Layer):
     caches the normalised latent and the roped shared key, ``kv_lora_rank + qk_rope_head_dim``
     elements per token."""
 
-    def __init__(self, attn, hidden: int, init: _Init) -> None:
-        h, a = hidden, attn
-        qk = a.qk_nope_head_dim + a.qk_rope_head_dim
-        self.attn = a
-        if a.q_lora_rank:
-            self.gemm = {"wq_a": init.weight(h, h, a.q_lora_rank), "wq_b": init.weight(a.q_lora_rank, a.q_lora_rank, a.num_heads * qk)}
-        else:
-            self.gemm = {"wq": init.weight(h, h, a.num_heads * qk)}
-        self.gemm.update({
-            "wkv_a": init.weight(h, h, a.kv_lora_rank + a.qk_rope_head_dim),
-            "wkv_b": init.weight(a.kv_lora_rank, a.kv_lora_rank, a.num_heads * (a.qk_nope_head_dim + a.v_head_dim)),
-            "wo": init.weight(a.num_heads * a.v_head_dim, a.num_heads * a.v_head_dim, h)})
-        self.extra = {}
+    def __init__(self, attn: MLA, hidden: int, init: _Init) -> None:
+        self._build(attn, hidden, init)
 
     def forward(self, x, rope: RopeTable, settings: CacheSettings):
         torch = _torch()
@@ -237,16 +235,9 @@ class GDNLayer(_Layer):
     """Gated DeltaNet: q/k/v short convs, L2-normalised q/k, scalar decay and beta per v-head,
     gated RMS-normed output; caches the conv state and the ``num_v_heads x dk x dv`` state."""
 
-    def __init__(self, attn, hidden: int, init: _Init) -> None:
-        a, h = attn, hidden
-        self.attn = a
-        qkvz = 2 * a.num_qk_heads * a.head_dim_k + 2 * a.num_v_heads * a.head_dim_v
-        self.channels = 2 * a.num_qk_heads * a.head_dim_k + a.num_v_heads * a.head_dim_v
-        self.gemm = {"w_qkvz": init.weight(h, h, qkvz), "w_ba": init.weight(h, h, 2 * a.num_v_heads),
-                     "wo": init.weight(a.num_v_heads * a.head_dim_v, a.num_v_heads * a.head_dim_v, h)}
-        self.extra = {"conv": init.weight(a.conv_kernel, self.channels, a.conv_kernel),
-                      "a_log": init.uniform(*GATE_A_LOG_RANGE, a.num_v_heads),
-                      "dt_bias": init.uniform(*GATE_DT_BIAS_RANGE, a.num_v_heads)}
+    def __init__(self, attn: GDN, hidden: int, init: _Init) -> None:
+        self._build(attn, hidden, init)
+        self.channels = attn.conv_channels
 
     def forward(self, x, rope: RopeTable, settings: CacheSettings):
         torch = _torch()
@@ -276,18 +267,10 @@ class GDNLayer(_Layer):
 
 class KDALayer(_Layer):
     """Kimi Delta Attention: like Gated DeltaNet with a per-channel decay from a low-rank gate,
-    separate q/k/v convs, sigmoid output gate; caches conv states and ``H x d x d`` states."""
+    separate q/k/v convs, low-rank sigmoid output gate; caches conv states and ``H x d x d`` states."""
 
-    def __init__(self, attn, hidden: int, init: _Init) -> None:
-        a, h = attn, hidden
-        self.attn = a
-        inner = a.num_heads * a.head_dim
-        self.gemm = {"w_qkv": init.weight(h, h, 3 * inner), "w_g": init.weight(h, h, inner),
-                     "wo": init.weight(inner, inner, h), "w_f_a": init.weight(h, h, a.head_dim),
-                     "w_f_b": init.weight(a.head_dim, a.head_dim, inner), "w_beta": init.weight(h, h, a.num_heads)}
-        self.extra = {"conv": init.weight(a.conv_kernel, 3 * inner, a.conv_kernel),
-                      "a_log": init.uniform(*GATE_A_LOG_RANGE, a.num_heads),
-                      "dt_bias": init.uniform(*GATE_DT_BIAS_RANGE, inner)}
+    def __init__(self, attn: KDA, hidden: int, init: _Init) -> None:
+        self._build(attn, hidden, init)
 
     def forward(self, x, rope: RopeTable, settings: CacheSettings):
         torch = _torch()
@@ -304,7 +287,8 @@ class KDALayer(_Layer):
         g = (_bounded_log_decay(f).view(t, nh, d) * self.extra["a_log"].exp()[:, None]).clamp(min=LINEAR_LOG_DECAY_FLOOR)
         beta = torch.sigmoid(x @ self.gemm["w_beta"]).t()
         o, state = chunked_linear_attention(q, k, v, g.transpose(0, 1), beta)
-        o = _rms(o.transpose(0, 1)).reshape(t, inner) * torch.sigmoid(x @ self.gemm["w_g"])
+        gate = (x @ self.gemm["w_g_a"]) @ self.gemm["w_g_b"]  # low-rank, as in the checkpoint
+        o = _rms(o.transpose(0, 1)).reshape(t, inner) * torch.sigmoid(gate)
         cache = {"conv": conv_state, "recurrent": state.to(torch_dtype(recurrent_dtype(a, settings))).contiguous()}
         return o @ self.gemm["wo"], cache
 
@@ -313,13 +297,8 @@ class LightningLayer(_Layer):
     """Lightning attention: linear attention with a fixed per-head decay (ALiBi-style slopes),
     no delta rule and no conv; caches the ``H x d x d`` state."""
 
-    def __init__(self, attn, hidden: int, init: _Init) -> None:
-        a, h = attn, hidden
-        self.attn = a
-        inner = a.num_heads * a.head_dim
-        self.gemm = {"w_qkv": init.weight(h, h, 3 * inner), "w_g": init.weight(h, h, inner),
-                     "wo": init.weight(inner, inner, h)}
-        self.extra = {}
+    def __init__(self, attn: Lightning, hidden: int, init: _Init) -> None:
+        self._build(attn, hidden, init)
 
     def forward(self, x, rope: RopeTable, settings: CacheSettings):
         torch = _torch()
@@ -404,8 +383,8 @@ class ScaledModel:
     """A runnable model for a (scaled-down) :class:`ModelSpec`: embeddings, one attention layer of
     the spec's kind per layer, dense or MoE SwiGLU FFNs, pre-norms, an LM head on the last token.
 
-    Its GEMM weights are exactly the ones :func:`prfaas_plan.perf.layer_costs` counts (tested), so
-    the roofline's FLOPs are this model's FLOPs; elementwise work (norms, RoPE, gates) is what the
+    Its weights are built from the layer kinds' own shapes, so they are exactly what
+    :meth:`ModelSpec.param_counts` and the roofline count (tested): the roofline's FLOPs are this model's FLOPs; elementwise work (norms, RoPE, gates) is what the
     fitted efficiency factors absorb.
     """
 

@@ -14,8 +14,8 @@ from typing import Any
 
 from prfaas_plan.errors import InvalidInput
 from prfaas_plan.model.arch import FFN, Layers, ModelSpec
-from prfaas_plan.perf.roofline import layer_costs
-from prfaas_plan.units import DTYPE_BYTES, MIB_BYTES
+from prfaas_plan.model.kinds import Attention
+from prfaas_plan.units import MIB_BYTES
 
 DIM_ALIGN = 8
 """Scaled head dims, ranks and intermediate sizes are rounded to multiples of this many elements
@@ -205,32 +205,9 @@ def _scaled_pattern(model: ModelSpec, layers: int) -> Layers:
     return Layers(count=layers, default=default, at=at)
 
 
-def _scale_attention(attn, head_factor: float, dim_scale: float):
+def _scale_attention(attn: Attention, head_factor: float, dim_scale: float) -> Attention:
     """One attention config with scaled head counts (``head_factor``) and dims (``dim_scale``)."""
-    d = lambda v: _align(v * dim_scale)  # noqa: E731 - a one-line helper
-    if attn.kind in ("gqa", "swa"):
-        kvh = _count(attn.num_kv_heads * head_factor)
-        heads = kvh * _count(attn.num_heads * head_factor / kvh)
-        return attn.model_copy(update={"num_heads": heads, "num_kv_heads": kvh,
-                                       "head_dim_k": d(attn.head_dim_k), "head_dim_v": d(attn.head_dim_v)})
-    if attn.kind == "mla":
-        return attn.model_copy(update={
-            "num_heads": _count(attn.num_heads * head_factor), "kv_lora_rank": d(attn.kv_lora_rank),
-            "q_lora_rank": d(attn.q_lora_rank) if attn.q_lora_rank else None,
-            "qk_nope_head_dim": d(attn.qk_nope_head_dim), "qk_rope_head_dim": d(attn.qk_rope_head_dim),
-            "v_head_dim": d(attn.v_head_dim)})
-    if attn.kind == "gdn":
-        qk = _count(attn.num_qk_heads * head_factor)
-        ratio = max(1, attn.num_v_heads // attn.num_qk_heads)
-        return attn.model_copy(update={"num_qk_heads": qk, "num_v_heads": qk * ratio,
-                                       "head_dim_k": d(attn.head_dim_k), "head_dim_v": d(attn.head_dim_v)})
-    if attn.kind == "kda":
-        if attn.num_k_heads not in (None, attn.num_heads) or attn.head_dim_k not in (None, attn.head_dim):
-            raise InvalidInput("scale: KDA with separate key heads or dims is not supported by the bench layers")
-        return attn.model_copy(update={"num_heads": _count(attn.num_heads * head_factor),
-                                       "head_dim": d(attn.head_dim)})
-    return attn.model_copy(update={"num_heads": _count(attn.num_heads * head_factor),
-                                   "head_dim": d(attn.head_dim)})
+    return attn.scaled(lambda n: _count(n * head_factor), lambda v: _align(v * dim_scale))
 
 
 def _scale_ffn(ffn: FFN, ratio: float, layers_orig: int, layers: int, spec: ScaleSpec) -> FFN:
@@ -250,16 +227,10 @@ def _scale_ffn(ffn: FFN, ratio: float, layers_orig: int, layers: int, spec: Scal
     return ffn.model_copy(update=upd)
 
 
-def extra_params(attn, hidden: int) -> int:
-    """Parameters of an attention layer that are not GEMM weights (short-conv filters, decay and
-    gate biases): counted in ``total_params`` but not in the roofline's weight bytes."""
-    if attn.kind == "gdn":
-        channels = 2 * attn.num_qk_heads * attn.head_dim_k + attn.num_v_heads * attn.head_dim_v
-        return channels * attn.conv_kernel + 2 * attn.num_v_heads  # conv, A_log, dt_bias
-    if attn.kind == "kda":
-        inner = attn.num_heads * attn.head_dim
-        return 3 * inner * attn.conv_kernel + attn.num_heads + inner  # q/k/v convs, A_log, dt_bias
-    return 0
+def extra_params(attn: Attention, hidden: int) -> int:
+    """Parameters of an attention layer that are not GEMM weights (short-conv filters, decay
+    parameters): the kind's :meth:`~prfaas_plan.model.kinds.GQA.vector_params`."""
+    return attn.vector_params(hidden)
 
 
 def scale_model(model: ModelSpec, spec: ScaleSpec, weight_dtype: str = "fp32") -> ModelSpec:
@@ -290,14 +261,9 @@ def scale_model(model: ModelSpec, spec: ScaleSpec, weight_dtype: str = "fp32") -
                  f"layers {model.layers.count}->{spec.layers}, dims x{spec.dim_scale}",
     })
     draft = ModelSpec.model_validate(draft.model_dump())
-    gemm_params = layer_costs(draft).weight_bytes / DTYPE_BYTES[weight_dtype]
-    extra = sum(extra_params(draft.attention[k], draft.hidden_size) for k in draft.layer_kinds)
-    f = draft.ffn
-    moe_layers = sum(draft.is_moe_layer(i) for i in range(draft.layers.count))
-    inactive = moe_layers * (f.num_experts - f.experts_per_token) * 3 * draft.hidden_size * f.expert_intermediate
-    total = float(round(gemm_params) + extra)
-    return ModelSpec.model_validate({**draft.model_dump(), "total_params": total,
-                                     "active_params": total - inactive})
+    counts = draft.param_counts()
+    return ModelSpec.model_validate({**draft.model_dump(), "total_params": float(counts.total),
+                                     "active_params": float(counts.active)})
 
 
 def layer_mix(model: ModelSpec) -> str:

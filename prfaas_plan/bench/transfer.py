@@ -10,6 +10,7 @@ import socket
 import struct
 import threading
 import time
+from dataclasses import dataclass, field
 
 from prfaas_plan.bench.kernels import _torch
 from prfaas_plan.errors import InvalidInput
@@ -71,6 +72,100 @@ def deserialise_cache(data: bytes) -> list[dict]:
 # --------------------------------------------------------------------------------------------
 
 
+def _shares(total_bytes: int, connections: int) -> list[int]:
+    """``total_bytes`` split over ``connections`` as evenly as whole bytes allow (first ones larger)."""
+    return [total_bytes // connections + (1 if i < total_bytes % connections else 0) for i in range(connections)]
+
+
+@dataclass
+class _Loopback:
+    """The shared state of one loopback test: what each receiver got, errors, the two barriers
+    (all connections open; all shares read) the clock starts and stops at."""
+
+    payload: bytes
+    connections: int
+    timeout_s: float
+    keep_received: bool
+    port: int = 0
+    received: list[int] = field(default_factory=list)
+    kept: list[bytearray] = field(default_factory=list)
+    errors: list[BaseException] = field(default_factory=list)
+    ready: threading.Barrier = field(init=False)
+    done: threading.Barrier = field(init=False)
+
+    def __post_init__(self) -> None:
+        """One slot and one kept buffer per connection; both barriers for the senders and this thread."""
+        self.received = [0] * self.connections
+        self.kept = [bytearray() for _ in range(self.connections)]
+        self.ready = threading.Barrier(self.connections + 1, timeout=self.timeout_s)
+        self.done = threading.Barrier(self.connections + 1, timeout=self.timeout_s)
+
+    def _read_header(self, conn: socket.socket) -> int:
+        """The byte count a sender announces (uint64) at the start of its connection."""
+        head = b""
+        while len(head) < TRANSFER_HEADER.size:
+            chunk = conn.recv(TRANSFER_HEADER.size - len(head))
+            if not chunk:
+                raise ConnectionError("closed before the header")
+            head += chunk
+        return TRANSFER_HEADER.unpack(head)[0]
+
+    def receive(self, conn: socket.socket, slot: int) -> None:
+        """Read one connection's share into a :data:`TRANSFER_BUFFER_BYTES` buffer (kept when
+        asked), then wait at the ``done`` barrier; errors are recorded, not raised."""
+        try:
+            conn.settimeout(self.timeout_s)
+            expected = self._read_header(conn)
+            view = memoryview(bytearray(TRANSFER_BUFFER_BYTES))
+            got = 0
+            while got < expected:
+                n = conn.recv_into(view, min(len(view), expected - got))
+                if n == 0:
+                    raise ConnectionError("closed early")
+                if self.keep_received:
+                    self.kept[slot] += view[:n]
+                got += n
+            self.received[slot] = got
+        except BaseException as exc:  # noqa: BLE001 - reported to the caller by loopback_transfer
+            self.errors.append(exc)
+        finally:
+            conn.close()
+        self.done.wait()
+
+    def send(self, share: int) -> None:
+        """Open a connection, wait for all others at the ``ready`` barrier, send the byte count
+        and ``share`` bytes of the repeated payload."""
+        try:
+            sock = socket.create_connection((LOOPBACK_HOST, self.port), timeout=self.timeout_s)
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            self.ready.wait()
+            sock.sendall(TRANSFER_HEADER.pack(share))
+            view = memoryview(self.payload)
+            left = share
+            while left > 0:
+                n = min(left, len(view))
+                sock.sendall(view[:n])
+                left -= n
+            sock.close()
+        except BaseException as exc:  # noqa: BLE001 - reported to the caller by loopback_transfer
+            self.errors.append(exc)
+            self.ready.abort()
+
+
+def _timed_accept(server: socket.socket, link: _Loopback) -> tuple[float, list[threading.Thread]]:
+    """Accept every connection (a receiver thread each) and time from all open to all read, s."""
+    receivers = []
+    for slot in range(link.connections):
+        conn, _ = server.accept()
+        th = threading.Thread(target=link.receive, args=(conn, slot), daemon=True)
+        th.start()
+        receivers.append(th)
+    link.ready.wait()
+    t0 = time.perf_counter()
+    link.done.wait()
+    return time.perf_counter() - t0, receivers
+
+
 def loopback_transfer(payload: bytes, connections: int, total_bytes: int, timeout_s: float = TRANSFER_TIMEOUT_S,
                       keep_received: bool = False) -> dict:
     """Send ``total_bytes`` (``payload`` repeated; split evenly over ``connections`` parallel TCP
@@ -83,86 +178,27 @@ def loopback_transfer(payload: bytes, connections: int, total_bytes: int, timeou
     """
     if connections < 1 or total_bytes < 1 or not payload:
         raise InvalidInput("transfer: connections and bytes must be positive and the payload non-empty")
-    shares = [total_bytes // connections + (1 if i < total_bytes % connections else 0) for i in range(connections)]
     server = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     server.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     server.bind((LOOPBACK_HOST, 0))
     server.listen(connections)
     server.settimeout(timeout_s)
-    port = server.getsockname()[1]
-    received = [0] * connections
-    kept: list[bytearray] = [bytearray() for _ in range(connections)]
-    errors: list[BaseException] = []
-    ready = threading.Barrier(connections + 1, timeout=timeout_s)
-    done = threading.Barrier(connections + 1, timeout=timeout_s)
-
-    def receive(conn: socket.socket, slot: int) -> None:
-        try:
-            conn.settimeout(timeout_s)
-            head = b""
-            while len(head) < TRANSFER_HEADER.size:
-                chunk = conn.recv(TRANSFER_HEADER.size - len(head))
-                if not chunk:
-                    raise ConnectionError("closed before the header")
-                head += chunk
-            (expected,) = TRANSFER_HEADER.unpack(head)
-            buf = bytearray(TRANSFER_BUFFER_BYTES)
-            view = memoryview(buf)
-            got = 0
-            while got < expected:
-                n = conn.recv_into(view, min(len(buf), expected - got))
-                if n == 0:
-                    raise ConnectionError("closed early")
-                if keep_received:
-                    kept[slot] += view[:n]
-                got += n
-            received[slot] = got
-        except BaseException as exc:  # noqa: BLE001 - reported to the caller below
-            errors.append(exc)
-        finally:
-            conn.close()
-
-    def send(share: int) -> None:
-        try:
-            sock = socket.create_connection((LOOPBACK_HOST, port), timeout=timeout_s)
-            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-            ready.wait()
-            sock.sendall(TRANSFER_HEADER.pack(share))
-            view = memoryview(payload)
-            left = share
-            while left > 0:
-                n = min(left, len(view))
-                sock.sendall(view[:n])
-                left -= n
-            sock.close()
-        except BaseException as exc:  # noqa: BLE001
-            errors.append(exc)
-            ready.abort()
-
-    senders = [threading.Thread(target=send, args=(s,), daemon=True) for s in shares]
+    link = _Loopback(payload, connections, timeout_s, keep_received, port=server.getsockname()[1])
+    senders = [threading.Thread(target=link.send, args=(s,), daemon=True) for s in _shares(total_bytes, connections)]
     for th in senders:
         th.start()
-    receivers = []
     try:
-        for slot in range(connections):
-            conn, _ = server.accept()
-            th = threading.Thread(target=lambda c=conn, s=slot: (receive(c, s), done.wait()), daemon=True)
-            th.start()
-            receivers.append(th)
-        ready.wait()
-        t0 = time.perf_counter()
-        done.wait()
-        elapsed = time.perf_counter() - t0
+        elapsed, receivers = _timed_accept(server, link)
     except (threading.BrokenBarrierError, OSError) as exc:
-        raise InvalidInput(f"transfer: loopback test failed ({errors[0] if errors else exc})") from None
+        raise InvalidInput(f"transfer: loopback test failed ({link.errors[0] if link.errors else exc})") from None
     finally:
         server.close()
     for th in (*senders, *receivers):
         th.join(timeout_s)
-    if errors or sum(received) != total_bytes:
-        raise InvalidInput(f"transfer: loopback test failed ({errors[0] if errors else 'short read'})")
+    if link.errors or sum(link.received) != total_bytes:
+        raise InvalidInput(f"transfer: loopback test failed ({link.errors[0] if link.errors else 'short read'})")
     out = {"connections": connections, "bytes": total_bytes, "seconds": elapsed,
            "gbps": total_bytes * BITS_PER_BYTE / elapsed / GBPS_BITS_PER_S}
     if keep_received:
-        out["received"] = [bytes(k) for k in kept]
+        out["received"] = [bytes(k) for k in link.kept]
     return out

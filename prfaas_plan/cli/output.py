@@ -2,29 +2,41 @@
 
 from __future__ import annotations
 
+import numbers
 import re
-from enum import Enum
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import Annotated, Any, Optional
 
 import typer
 
+from prfaas_plan.defaults import DEFAULT_INSTANCE_GPUS, DEFAULT_LINK_GBPS, PREFIX_BLOCK_TOKENS
 from prfaas_plan.errors import InvalidInput, shown
+from prfaas_plan.vocab import Engine, KvDtype, PlanMode, TableFormat
 
-
-class Format(str, Enum):
-    table = "table"
-    json = "json"
-    csv = "csv"
-
-
-FormatOpt = Annotated[Format, typer.Option("--format", "-f", help="table (human), json or csv")]
+FormatOpt = Annotated[TableFormat, typer.Option("--format", "-f", help="table (human), json or csv")]
 ModelDbOpt = Annotated[Optional[list[Path]], typer.Option("--model-db", help="extra folder of model YAML files")]
 HardwareDbOpt = Annotated[Optional[list[Path]], typer.Option("--hardware-db", help="extra folder of hardware YAML files")]
 ContextOpt = Annotated[str, typer.Option("--context", "-c", help="comma-separated token counts, K = 1024 (e.g. 1K,8K,32K,128K)")]
+KvDtypeOpt = Annotated[KvDtype, typer.Option(help="element type of the KV cache")]
+EngineOpt = Annotated[Engine, typer.Option(help="whose state-dtype rules to use")]
+ScenarioArg = Annotated[str, typer.Argument(help="scenario id (paper-case-study) or YAML path")]
+ModeOpt = Annotated[PlanMode, typer.Option(help="exact (MILP over length buckets) or paper (Eqs. 3-8, grid search)")]
+TraceOpt = Annotated[Optional[Path], typer.Option(help="workload from a trace (Mooncake JSONL, Azure CSV)")]
+PrefixCacheOpt = Annotated[Optional[int], typer.Option(
+    help=f"with --trace: LRU prefix cache in {PREFIX_BLOCK_TOKENS}-token blocks (0 = off; omit = unlimited)")]
+CONTEXTS = "1K,8K,32K,128K"
+"""The context lengths ``kv``, ``bandwidth`` and ``profile`` tabulate by default."""
+PREFILL_GPU = "h200"
+"""The prefill GPU of ``bandwidth`` and ``compare``."""
+INSTANCE_GPUS = DEFAULT_INSTANCE_GPUS
+LINK_GBPS = DEFAULT_LINK_GBPS
+
+Records = list[dict[str, Any]]
+"""A table the CLI builds itself, one dict per row (printed without importing pandas)."""
 
 
-def _dirs(paths: Optional[list[Path]]) -> tuple[Path, ...]:
+def db_dirs(paths: Optional[list[Path]]) -> tuple[Path, ...]:
+    """The extra database folders of ``--model-db``/``--hardware-db``, each checked to be a folder."""
     from prfaas_plan.data import is_dir
 
     for p in paths or []:
@@ -33,18 +45,20 @@ def _dirs(paths: Optional[list[Path]]) -> tuple[Path, ...]:
     return tuple(paths or ())
 
 
-def _check_count(value: int, flag: str, most: int, what: str) -> int:
+def check_count(value: int, flag: str, most: int, what: str) -> int:
     """A count option within 1..``most`` (``what`` it counts, for the message)."""
     if not 1 <= value <= most:
         raise InvalidInput(f"{flag}: {value:,} {what} is out of range; give 1 to {most:,}")
     return value
 
 
-def _check_positive(value: float, flag: str, unit: str) -> float:
+def check_positive(value: float, flag: str, unit: str) -> float:
     """A float option that must be positive and finite (``unit`` for the message)."""
     if not 0 < value < float("inf"):  # rejects NaN too
         raise InvalidInput(f"{flag}: {value!r} is not a positive, finite number of {unit}")
     return value
+
+
 
 
 HEADERS: dict[str, str] = {
@@ -82,6 +96,29 @@ def _cell(v, ffmt: str) -> str:
     return str(v)
 
 
+def _record_column(values: list[object]) -> tuple[list[object], bool]:
+    """One column of records as a DataFrame would hold it, and whether it is numeric: whole numbers
+    stay ``int``; numbers with a fraction or a gap (None) are all ``float`` (NaN for the gap)."""
+    def number(v: object) -> bool:
+        return isinstance(v, numbers.Real) and not isinstance(v, bool)
+
+    if values and all(number(v) and isinstance(v, numbers.Integral) for v in values):
+        return [int(v) for v in values], True
+    if any(number(v) for v in values) and all(v is None or number(v) for v in values):
+        return [float("nan") if v is None else float(v) for v in values], True
+    return values, False
+
+
+def _columns(table) -> tuple[list[str], list[list[object]], list[bool]]:
+    """Column names, rows and which columns are numeric (right-aligned) of a DataFrame or of records."""
+    if isinstance(table, list):
+        names = list(dict.fromkeys(key for row in table for key in row))
+        columns = [_record_column([row.get(n) for row in table]) for n in names]
+        return names, [list(row) for row in zip(*(values for values, _ in columns))], [num for _, num in columns]
+    numeric = [kind in "iuf" for kind in (dtype.kind for dtype in table.dtypes)]
+    return [str(c) for c in table.columns], [list(row) for row in table.itertuples(index=False)], numeric
+
+
 def _column_blocks(widths: list[int], room: int) -> list[list[int]]:
     """Split columns (their narrowest widths, in cells) into blocks that each fit ``room`` cells;
     every block repeats column 0, the row's name (as pandas wraps a wide frame)."""
@@ -112,37 +149,46 @@ def _fit_widths(narrowest: list[int], wanted: list[list[int]], room: int) -> lis
     return widths
 
 
-def emit(df, fmt: Format, title: str = "", floats: str = "{:,.3f}", col_floats: dict[str, str] | None = None) -> None:
-    """Print a DataFrame as a rich table, JSON records or CSV (``col_floats``: a float format per
-    column of the table, e.g. whole tokens). The table fits the terminal: headers wrap at spaces,
-    values are never cut, and columns that do not fit go to a further block."""
-    if fmt is Format.json:
-        typer.echo(df.to_json(orient="records", indent=2))
+def emit(table, fmt: TableFormat, title: str = "", floats: str = "{:,.3f}",
+         col_floats: dict[str, str] | None = None) -> None:
+    """Print a table (a DataFrame, or :data:`Records`) as a rich table, JSON records or CSV
+    (``col_floats``: a float format per column of the table, e.g. whole tokens). The table fits
+    the terminal: headers wrap at spaces, values are never cut, and columns that do not fit go to
+    a further block. JSON and CSV are pandas' own (records are made a DataFrame first)."""
+    if fmt != "table":
+        if isinstance(table, list):
+            import pandas as pd
+
+            table = pd.DataFrame(table)
+        typer.echo(table.to_json(orient="records", indent=2) if fmt == "json" else table.to_csv(index=False),
+                   nl=fmt == "json")
         return
-    if fmt is Format.csv:
-        typer.echo(df.to_csv(index=False), nl=False)
-        return
+    _print_table(*_columns(table), title, floats, col_floats or {})
+
+
+def _print_table(names: list[str], values: list[list[object]], numeric: list[bool], title: str, floats: str,
+                 col_floats: dict[str, str]) -> None:
+    """The rich table(s) of :func:`emit`: cells formatted, columns fitted to the terminal's width."""
     from rich.cells import cell_len
     from rich.console import Console
     from rich.table import Table
 
     console = Console()
-    headers = [table_header(str(c)) for c in df.columns]
-    col_fmts = [(col_floats or {}).get(str(c), floats) for c in df.columns]
-    rows = [[_cell(v, ffmt) for v, ffmt in zip(row, col_fmts)] for row in df.itertuples(index=False)]
+    headers = [table_header(c) for c in names]
+    col_fmts = [col_floats.get(c, floats) for c in names]
+    rows = [[_cell(v, ffmt) for v, ffmt in zip(row, col_fmts)] for row in values]
     texts = [(h, *(r[i] for r in rows)) for i, h in enumerate(headers)]
     narrowest = [max(cell_len(word) for text in column for word in text.split() or [""]) for column in texts]
-    values = [max([cell_len(text) for text in column[1:]] or [0]) for column in texts]
+    widest = [max([cell_len(text) for text in column[1:]] or [0]) for column in texts]
     if texts:  # the row names (column 0, repeated in every block) stay on one line
-        narrowest[0] = max(narrowest[0], min(values[0], console.width // 3))
-    whole = [max(v, cell_len(h)) for v, h in zip(values, headers)]
+        narrowest[0] = max(narrowest[0], min(widest[0], console.width // 3))
+    whole = [max(v, cell_len(h)) for v, h in zip(widest, headers)]
     for n, block in enumerate(_column_blocks(narrowest, console.width) if headers else [[]]):
-        widths = _fit_widths([narrowest[i] for i in block], [[max(values[i], narrowest[i]) for i in block],
+        widths = _fit_widths([narrowest[i] for i in block], [[max(widest[i], narrowest[i]) for i in block],
                                                              [whole[i] for i in block]], console.width)
         table = Table(title=(title if n == 0 else "(continued)") or None, header_style="bold", title_justify="left")
         for i, w in zip(block, widths):
-            table.add_column(headers[i], justify="right" if df.dtypes.iloc[i].kind in "iuf" else "left",
-                             width=w, overflow="fold")
+            table.add_column(headers[i], justify="right" if numeric[i] else "left", width=w, overflow="fold")
         for r in rows:
             table.add_row(*(r[i] for i in block))
         console.print(table)

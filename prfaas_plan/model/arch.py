@@ -1,151 +1,32 @@
-"""Model architectures: the validated ``model_db`` schema and what each layer kind caches.
+"""Model architectures: the validated ``model_db`` schema, and the one parameter count.
 
 A :class:`ModelSpec` is read from a ``model_db/*.yaml`` file (or imported from a Hugging Face
 ``config.json``, see :mod:`prfaas_plan.model.hf_config`). It names its attention configurations
-(``attention: {full: {...}, swa: {...}}``) and says which layer uses which
-(``layers: {count, default, at}``, 0-based indices). Each attention kind knows the *shape* of
-what it caches, in elements: per token for length-growing caches (GQA, SWA, MLA) and per
-request for fixed recurrent states (Gated DeltaNet, KDA, Lightning). Bytes, dtypes and engine
-conventions live one step later, in :mod:`prfaas_plan.kvcache`.
+(``attention: {full: {...}, swa: {...}}``, the layer kinds of :mod:`prfaas_plan.model.kinds`) and
+says which layer uses which (``layers: {count, default, at}``, 0-based indices).
+:meth:`ModelSpec.param_counts` sums the kinds' weights over the layers: the count that the
+performance model, the Hugging Face import and the benchmark harness all use.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Annotated, ClassVar, Literal, Union
+from typing import TYPE_CHECKING, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, PositiveInt, model_validator
 
 from prfaas_plan.data import find_entry, list_entries, read_yaml, validate
+from prfaas_plan.errors import InvalidInput
+from prfaas_plan.model.kinds import FFN, GDN, GQA, KDA, MLA, SWA, Attention, Lightning
+from prfaas_plan.vocab import Dtype
 
-Dtype = Literal["fp32", "bf16", "fp16", "fp8", "int8", "int4"]
-StateDtype = Literal["fp32", "bf16"]
+if TYPE_CHECKING:
+    from prfaas_plan.model.cache import CacheSettings
 
 
 class _Frozen(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
-
-
-class GQA(_Frozen):
-    """Full causal attention, MHA/GQA; K and V head dims may differ (MiMo: 192/128)."""
-
-    kind: Literal["gqa"]
-    num_heads: PositiveInt
-    num_kv_heads: PositiveInt
-    head_dim_k: PositiveInt
-    head_dim_v: PositiveInt
-
-    @property
-    def kv_elements_per_token(self) -> int:
-        return self.num_kv_heads * (self.head_dim_k + self.head_dim_v)
-
-
-class SWA(_Frozen):
-    """Sliding-window attention: GQA that keeps only the last ``window_tokens`` tokens (its own
-    head counts and dims, which may differ from the model's full-attention layers)."""
-
-    kind: Literal["swa"]
-    num_heads: PositiveInt
-    num_kv_heads: PositiveInt
-    head_dim_k: PositiveInt
-    head_dim_v: PositiveInt
-    window_tokens: PositiveInt
-
-    kv_elements_per_token = GQA.kv_elements_per_token
-
-
-class MLA(_Frozen):
-    """Multi-head latent attention (DeepSeek-V3, Kimi): caches the compressed latent plus the
-    decoupled RoPE key, ``kv_lora_rank + qk_rope_head_dim`` elements per token, whatever the
-    head count."""
-
-    kind: Literal["mla"]
-    num_heads: PositiveInt
-    kv_lora_rank: PositiveInt
-    q_lora_rank: PositiveInt | None = None
-    qk_nope_head_dim: PositiveInt
-    qk_rope_head_dim: PositiveInt
-    v_head_dim: PositiveInt
-
-    @property
-    def kv_elements_per_token(self) -> int:
-        return self.kv_lora_rank + self.qk_rope_head_dim
-
-
-class GDN(_Frozen):
-    """Gated DeltaNet (Qwen3-Next, Qwen3.5): fixed conv + recurrent state per request.
-
-    ``ssm_dtype`` is the checkpoint's ``mamba_ssm_dtype`` when it states one (vLLM and SGLang
-    both honour it for the recurrent state)."""
-
-    kind: Literal["gdn"]
-    num_qk_heads: PositiveInt
-    num_v_heads: PositiveInt
-    head_dim_k: PositiveInt
-    head_dim_v: PositiveInt
-    conv_kernel: PositiveInt
-    ssm_dtype: StateDtype | None = None
-
-    @property
-    def conv_channels(self) -> int:
-        """Channels of the short convolution over q, k and v (count)."""
-        return 2 * self.num_qk_heads * self.head_dim_k + self.num_v_heads * self.head_dim_v
-
-    @property
-    def conv_elements(self) -> int:
-        """Conv state elements as vLLM and SGLang keep it: the last ``conv_kernel - 1`` inputs."""
-        return (self.conv_kernel - 1) * self.conv_channels
-
-    @property
-    def recurrent_elements(self) -> int:
-        return self.num_v_heads * self.head_dim_k * self.head_dim_v
-
-
-class KDA(_Frozen):
-    """Kimi Delta Attention (Kimi Linear): separate q/k/v short convs plus a d x d state per head."""
-
-    kind: Literal["kda"]
-    num_heads: PositiveInt
-    head_dim: PositiveInt
-    num_k_heads: PositiveInt | None = None  # defaults to num_heads
-    head_dim_k: PositiveInt | None = None  # defaults to head_dim
-    conv_kernel: PositiveInt
-
-    @property
-    def conv_channels(self) -> int:
-        """Channels of the q, k and v short convolutions together (count)."""
-        n_k = self.num_k_heads or self.num_heads
-        d_k = self.head_dim_k or self.head_dim
-        return self.num_heads * self.head_dim + 2 * n_k * d_k
-
-    @property
-    def conv_elements(self) -> int:
-        """Conv state elements as vLLM and SGLang keep it: the last ``conv_kernel - 1`` inputs."""
-        return (self.conv_kernel - 1) * self.conv_channels
-
-    @property
-    def recurrent_elements(self) -> int:
-        return self.num_heads * self.head_dim * self.head_dim
-
-
-class Lightning(_Frozen):
-    """Lightning / SimpleGLA linear attention (Ring-2.5, Ling-2.5): d x d state per head, no conv."""
-
-    kind: Literal["lightning"]
-    num_heads: PositiveInt
-    head_dim: PositiveInt
-
-    conv_elements: ClassVar[int] = 0  # no short convolution in Lightning layers
-    conv_channels: ClassVar[int] = 0
-
-    @property
-    def recurrent_elements(self) -> int:
-        return self.num_heads * self.head_dim * self.head_dim
-
-
-Attention = Annotated[Union[GQA, SWA, MLA, GDN, KDA, Lightning], Field(discriminator="kind")]
-GROWING_KINDS = ("gqa", "swa", "mla")
-LINEAR_KINDS = ("gdn", "kda", "lightning")
 
 
 class Layers(_Frozen):
@@ -155,31 +36,6 @@ class Layers(_Frozen):
     count: PositiveInt
     default: str
     at: dict[str, list[int]] = {}
-
-
-class FFN(_Frozen):
-    """Feed-forward blocks. Dense models set only ``dense_intermediate``; MoE models give the
-    expert sizes, and their first ``first_dense_layers`` layers use the dense FFN."""
-
-    dense_intermediate: PositiveInt | None = None
-    num_experts: int = Field(default=0, ge=0)
-    experts_per_token: int = Field(default=0, ge=0)
-    expert_intermediate: int = Field(default=0, ge=0)
-    num_shared_experts: int = Field(default=0, ge=0)
-    shared_intermediate: int = Field(default=0, ge=0)
-    first_dense_layers: int = Field(default=0, ge=0)
-
-    @model_validator(mode="after")
-    def _consistent(self) -> FFN:
-        if self.num_experts == 0 and self.dense_intermediate is None:
-            raise ValueError("a dense model needs dense_intermediate")
-        if self.num_experts and not (0 < self.experts_per_token <= self.num_experts):
-            raise ValueError("experts_per_token must be between 1 and num_experts")
-        if self.num_experts and self.expert_intermediate <= 0:
-            raise ValueError("expert_intermediate must be positive for an MoE model")
-        if self.first_dense_layers and self.dense_intermediate is None:
-            raise ValueError("first_dense_layers needs dense_intermediate")
-        return self
 
 
 class ContextExtension(_Frozen):
@@ -302,38 +158,103 @@ class ModelSpec(_Frozen):
         return html_table(f"{self.name} ({self.id})", self._display_rows())
 
     def is_moe_layer(self, index: int) -> bool:
-        return self.ffn.num_experts > 0 and index >= self.ffn.first_dense_layers
+        return self.ffn.is_moe_layer(index)
 
-    # Convenience API of docs/design.md section 7; the arithmetic lives in kvcache (imported lazily
-    # so that this lower module does not depend on a higher one at import time).
-    def kv_bytes_per_token(self, settings=None) -> int:
+    def param_counts(self) -> ParamCounts:
+        """Parameters of every part of the model, from the layer kinds' weight shapes."""
+        h, f = self.hidden_size, self.ffn
+        kinds = [self.attention[name] for name in self.layer_kinds]
+        moe_layers = sum(f.is_moe_layer(i) for i in range(self.layers.count))
+        return ParamCounts(
+            attention_gemm=sum(a.gemm_params(h) for a in kinds),
+            attention_vector=sum(a.vector_params(h) for a in kinds),
+            dense_ffn=(self.layers.count - moe_layers) * f.dense_params(h),
+            moe_dense=moe_layers * f.moe_dense_params(h),
+            routed_expert=f.expert_params(h), moe_layers=moe_layers, num_experts=f.num_experts,
+            experts_per_token=f.experts_per_token, embedding=2 * self.vocab_size * h)
+
+    # Convenience API of docs/design.md section 7: the arithmetic lives in prfaas_plan.model.cache.
+    def kv_bytes_per_token(self, settings: CacheSettings | None = None) -> int:
         """Bytes of length-growing cache per token, all layers (default: bf16 KV, vLLM)."""
-        from prfaas_plan.kvcache import kv_bytes_per_token
+        from prfaas_plan.model.cache import kv_bytes_per_token
 
         return kv_bytes_per_token(self, settings)
 
-    def fixed_state_bytes(self, settings=None) -> int:
+    def fixed_state_bytes(self, settings: CacheSettings | None = None) -> int:
         """Per-request bytes that do not grow with length (linear-attention states)."""
-        from prfaas_plan.kvcache import fixed_state_bytes
+        from prfaas_plan.model.cache import fixed_state_bytes
 
         return fixed_state_bytes(self, settings)
 
-    def kv_bytes(self, tokens: int, settings=None) -> int:
+    def kv_bytes(self, tokens: int, settings: CacheSettings | None = None) -> int:
         """One request's cache bytes at ``tokens`` tokens (windows capped, states included)."""
-        from prfaas_plan.kvcache import kv_bytes
+        from prfaas_plan.model.cache import kv_bytes
 
         return int(kv_bytes(self, tokens, settings))
 
 
-def load_model(ref: str | Path, extra_dirs: tuple[Path, ...] = ()) -> ModelSpec:
-    """Load a model by ``model_db`` id, a YAML path, or a Hugging Face ``config.json`` path."""
+@dataclass(frozen=True)
+class ParamCounts:
+    """Parameters (counts) of a model by part, all layers summed. Left out: norms (< 0.1%) and
+    multi-token-prediction layers (an optional speculative-decoding add-on).
+
+    attention_gemm / attention_vector: the attention layers' matmul weights, and their other
+    parameters (short-conv filters, decay parameters). dense_ffn: the dense FFN layers.
+    moe_dense: shared experts and routers of the MoE layers. routed_expert: one routed expert.
+    embedding: the input embedding and the LM head (untied).
+    """
+
+    attention_gemm: int
+    attention_vector: int
+    dense_ffn: int
+    moe_dense: int
+    routed_expert: int
+    moe_layers: int
+    num_experts: int
+    experts_per_token: int
+    embedding: int
+
+    @property
+    def routed(self) -> int:
+        """Every routed expert of every MoE layer."""
+        return self.moe_layers * self.num_experts * self.routed_expert
+
+    @property
+    def outside_routed(self) -> int:
+        """Everything but the routed experts (what a decode step reads whatever the batch)."""
+        return self.attention_gemm + self.attention_vector + self.dense_ffn + self.moe_dense + self.embedding
+
+    @property
+    def total(self) -> int:
+        return self.outside_routed + self.routed
+
+    @property
+    def gemm_per_token(self) -> int:
+        """Matmul weights one token passes through in the layers (``experts_per_token`` routed
+        experts, shared experts, routers; no embedding, no LM head): half its GEMM FLOPs."""
+        return (self.attention_gemm + self.dense_ffn + self.moe_dense
+                + self.moe_layers * self.experts_per_token * self.routed_expert)
+
+    @property
+    def active(self) -> int:
+        """Parameters used per token in the layers. Model cards usually quote active parameters
+        *with* embeddings, so this count is a few percent lower than a card's figure."""
+        return self.gemm_per_token + self.attention_vector
+
+
+def load_model_yaml(ref: str | Path, extra_dirs: tuple[Path, ...] = ()) -> ModelSpec:
+    """A model by ``model_db`` id or YAML path; :func:`prfaas_plan.model.load_model`, the loader
+    to use, also reads Hugging Face ``config.json`` files."""
     path = find_entry(ref, "prfaas_plan.data.model_db", "model", tuple(Path(d) for d in extra_dirs))
     if path.suffix == ".json":
-        from prfaas_plan.model.hf_config import load_hf_config
-
-        return load_hf_config(path)
+        raise InvalidInput(f"{path}: a Hugging Face config.json; load it with prfaas_plan.model.load_model")
     return validate(ModelSpec, read_yaml(path), str(path))
 
 
 def list_model_specs(extra_dirs: tuple[Path, ...] = ()) -> list[ModelSpec]:
-    return [load_model(p) for p in list_entries("prfaas_plan.data.model_db", tuple(Path(d) for d in extra_dirs))]
+    """Every model of ``model_db`` and of ``extra_dirs``."""
+    return [load_model_yaml(p) for p in list_entries("prfaas_plan.data.model_db", tuple(Path(d) for d in extra_dirs))]
+
+
+__all__ = ["FFN", "GDN", "GQA", "KDA", "MLA", "SWA", "Attention", "ContextExtension", "Layers", "Lightning",
+           "ModelSpec", "ParamCounts", "Source", "list_model_specs", "load_model_yaml"]

@@ -20,7 +20,8 @@ Conventions and assumptions:
 * Multimodal configs (``qwen3_5_moe``) are read from their ``text_config``; the vision tower is
   ignored.
 * A config rarely states its parameter counts, so :func:`count_params` computes them from the
-  architecture (see its docstring for what is and is not counted).
+  architecture (the layer kinds' weight shapes; norms, MTP layers and vision towers left out; the
+  output gate of Qwen3-Next / Qwen3.5 gated attention too: the schema has no field for it).
 * The model id is the file's parent folder when the file is called ``config.json``, else the
   file name without suffix (``tests/fixtures/hf/deepseek-v3.json`` -> ``deepseek-v3``).
 * The one :class:`~prfaas_plan.model.arch.Source` points at the Hugging Face copy of the file
@@ -53,85 +54,13 @@ _STATE_DTYPES = {"float32": "fp32", "bfloat16": "bf16"}
 _HUB_REPO = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
 
 
-# --------------------------------------------------------------------------- parameter counts
-
-def _attention_params(attn, hidden: int) -> int:
-    """Weights of one attention layer (projections and short convolutions; norms, gates'
-    biases and other vectors are negligible and left out)."""
-    if attn.kind in ("gqa", "swa"):
-        q = hidden * attn.num_heads * attn.head_dim_k
-        k = hidden * attn.num_kv_heads * attn.head_dim_k
-        v = hidden * attn.num_kv_heads * attn.head_dim_v
-        o = attn.num_heads * attn.head_dim_v * hidden
-        return q + k + v + o
-    if attn.kind == "mla":
-        qk_dim = attn.qk_nope_head_dim + attn.qk_rope_head_dim
-        if attn.q_lora_rank:
-            q = hidden * attn.q_lora_rank + attn.q_lora_rank * attn.num_heads * qk_dim
-        else:
-            q = hidden * attn.num_heads * qk_dim
-        kv_a = hidden * (attn.kv_lora_rank + attn.qk_rope_head_dim)
-        kv_b = attn.kv_lora_rank * attn.num_heads * (attn.qk_nope_head_dim + attn.v_head_dim)
-        o = attn.num_heads * attn.v_head_dim * hidden
-        return q + kv_a + kv_b + o
-    if attn.kind == "gdn":
-        qk = attn.num_qk_heads * attn.head_dim_k
-        v = attn.num_v_heads * attn.head_dim_v
-        in_proj = hidden * (2 * qk + 2 * v)  # q, k, v and the output gate z
-        beta_alpha = hidden * 2 * attn.num_v_heads
-        conv = (2 * qk + v) * attn.conv_kernel
-        return in_proj + beta_alpha + conv + v * hidden
-    if attn.kind == "kda":
-        n_k = attn.num_k_heads or attn.num_heads
-        d_k = attn.head_dim_k or attn.head_dim
-        qk = n_k * d_k
-        v = attn.num_heads * attn.head_dim
-        qkv = hidden * (2 * qk + v)
-        # decay gate f and output gate g: low-rank hidden -> head_dim -> heads x head_dim
-        # (Kimi-Linear-48B: f_a_proj [128, 2304], f_b_proj [4096, 128]; same for g)
-        gates = 2 * (hidden * attn.head_dim + attn.head_dim * v)
-        beta = hidden * attn.num_heads
-        conv = (2 * qk + v) * attn.conv_kernel
-        return qkv + gates + beta + conv + v * hidden
-    if attn.kind == "lightning":
-        inner = attn.num_heads * attn.head_dim
-        return hidden * 3 * inner + hidden * inner + inner * hidden  # qkv, output gate, dense
-    raise InvalidInput(f"attention kind {attn.kind!r}: no parameter count defined")
-
-
 def count_params(model: ModelSpec) -> tuple[float, float]:
-    """Parameters (count) of ``model`` from its architecture: ``(total, active per token)``.
-
-    Counted: every layer's attention projections (see :func:`_attention_params`), FFNs
-    (SwiGLU: ``3 * hidden * intermediate`` per expert or dense block), MoE routers
-    (``hidden * num_experts``), shared experts, the input embedding and the LM head.
-    Active per token: attention, dense FFN layers, router, ``experts_per_token`` routed experts
-    and the shared experts of every MoE layer. Embedding and LM head are counted in the total
-    only (an embedding lookup is not a matmul; the LM head runs once per output token, not per
-    layer) and assumed untied. Left out: norms and biases (below 0.1%), MTP layers (DeepSeek-V3:
-    +14B), vision towers, and the output gate of Qwen3-Next / Qwen3.5 gated attention (it doubles
-    q_proj; the schema has no field for it: Qwen3.5-397B +0.5B). Model cards usually quote active
-    parameters *with* embeddings, so this count is a few percent lower than a card's figure.
-    """
-    hidden = model.hidden_size
-    ffn = model.ffn
-    total = active = 0
-    for index, name in enumerate(model.layer_kinds):
-        attn = _attention_params(model.attention[name], hidden)
-        total += attn
-        active += attn
-        if model.is_moe_layer(index):
-            expert = 3 * hidden * ffn.expert_intermediate
-            shared = ffn.num_shared_experts * 3 * hidden * ffn.shared_intermediate
-            router = hidden * ffn.num_experts
-            total += ffn.num_experts * expert + shared + router
-            active += ffn.experts_per_token * expert + shared + router
-        else:
-            dense = 3 * hidden * (ffn.dense_intermediate or 0)
-            total += dense
-            active += dense
-    embeddings = 2 * model.vocab_size * hidden  # input embedding + LM head
-    return float(total + embeddings), float(active)
+    """``(total, active per token)`` parameters (count) of ``model``: its
+    :meth:`~prfaas_plan.model.arch.ModelSpec.param_counts`, the one count the performance model
+    and the benchmark harness use too (embeddings and LM head in the total only; norms and MTP
+    layers left out; see :class:`~prfaas_plan.model.arch.ParamCounts`)."""
+    counts = model.param_counts()
+    return float(counts.total), float(counts.active)
 
 
 # --------------------------------------------------------------------------- reading the file
@@ -296,7 +225,9 @@ def _qwen_next(c: _Config) -> dict:
            "num_v_heads": c.req("linear_num_value_heads"), "head_dim_k": c.req("linear_key_head_dim"),
            "head_dim_v": c.req("linear_value_head_dim"), "conv_kernel": c.req("linear_conv_kernel_dim"),
            "ssm_dtype": _STATE_DTYPES.get(ssm)}
-    return {"attention": {"full": _gqa(c), "gdn": gdn}, "layers": _layers(count, "gdn", "full", full),
+    # the full-attention output is gated (transformers' Qwen3-Next always; Qwen3.5 unless attn_output_gate is false)
+    attention = {**_gqa(c), "output_gate": bool(c.opt("attn_output_gate", True))}
+    return {"attention": {"full": attention, "gdn": gdn}, "layers": _layers(count, "gdn", "full", full),
             "ffn": _qwen_moe_ffn(c)}
 
 

@@ -17,7 +17,7 @@ from prfaas_plan.data import read_yaml
 from prfaas_plan.errors import InvalidInput
 from prfaas_plan.hardware import GPU, Efficiency, Instance, load_gpu
 from prfaas_plan.kvcache import kv_bytes
-from prfaas_plan.model.arch import ModelSpec, load_model
+from prfaas_plan.model import ModelSpec, load_model
 from prfaas_plan.perf.roofline import analytic_prefill, layer_costs
 from prfaas_plan.units import BITS_PER_BYTE, GBPS_BITS_PER_S
 

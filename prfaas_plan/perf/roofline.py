@@ -18,6 +18,7 @@ A per-layer roofline (docs/design.md section 4), in the spirit of LLM-Viewer's t
 ``time = max(compute, memory) + communication + overhead``; the reported bound is the largest of
 the three terms. Measured profiles (:class:`MeasuredProfile`, e.g. the PrfaaS paper's Table 5)
 replace the analytic prefill time through the same interface, interpolated in ``l``.
+Latencies only: what they imply for the link (Eq. 1, Eq. 2) is :mod:`prfaas_plan.bandwidth`'s.
 All token counts are tokens; times are seconds; FLOPs are floating-point operations.
 """
 
@@ -31,48 +32,11 @@ from prfaas_plan.errors import InvalidInput
 from prfaas_plan.hardware import Instance
 from prfaas_plan.kvcache import CacheSettings, kv_bytes, per_gpu_kv_bytes
 from prfaas_plan.model.arch import ModelSpec
-from prfaas_plan.units import DTYPE_BYTES, GIB_BYTES, bytes_per_s_to_gbps
-
-LINEAR_ATTN_CHUNK_TOKENS = 64
-"""Chunk size of chunked linear-attention kernels (flash-linear-attention's default), which sets
-the intra-chunk quadratic work per token."""
+from prfaas_plan.model.kinds import LINEAR_ATTN_CHUNK_TOKENS  # noqa: F401 - re-exported for the bench harness
+from prfaas_plan.units import DTYPE_BYTES, GIB_BYTES
 
 ACTIVATION_BYTES = 2
 """Bytes per activation element moved by collectives (bf16)."""
-
-
-def _proj_params(attn, hidden: int) -> float:
-    """Weights of one attention layer's projections (parameters)."""
-    h = hidden
-    if attn.kind in ("gqa", "swa"):
-        return h * (attn.num_heads * attn.head_dim_k + attn.num_kv_heads * (attn.head_dim_k + attn.head_dim_v)) \
-            + attn.num_heads * attn.head_dim_v * h
-    if attn.kind == "mla":
-        qk = attn.qk_nope_head_dim + attn.qk_rope_head_dim
-        q = h * attn.q_lora_rank + attn.q_lora_rank * attn.num_heads * qk if attn.q_lora_rank else h * attn.num_heads * qk
-        kv = h * (attn.kv_lora_rank + attn.qk_rope_head_dim) \
-            + attn.kv_lora_rank * attn.num_heads * (attn.qk_nope_head_dim + attn.v_head_dim)
-        return q + kv + attn.num_heads * attn.v_head_dim * h
-    if attn.kind == "gdn":
-        qkvz = 2 * attn.num_qk_heads * attn.head_dim_k + 2 * attn.num_v_heads * attn.head_dim_v
-        return h * (qkvz + 2 * attn.num_v_heads) + attn.num_v_heads * attn.head_dim_v * h
-    if attn.kind == "kda":
-        inner = attn.num_heads * attn.head_dim
-        # q, k, v, output gate and output projection, plus the low-rank decay gate and beta
-        return 5 * h * inner + h * attn.head_dim + attn.head_dim * inner + h * attn.num_heads
-    # lightning: fused qkv, output gate, output projection
-    inner = attn.num_heads * attn.head_dim
-    return 5 * h * inner
-
-
-def _ffn_params(model: ModelSpec, layer: int, active: bool) -> float:
-    """Weights of one layer's FFN (all experts, or only those a token uses when ``active``)."""
-    f, h = model.ffn, model.hidden_size
-    if not model.is_moe_layer(layer):
-        return 3 * h * (f.dense_intermediate or 0)
-    experts = f.experts_per_token if active else f.num_experts
-    return 3 * h * (experts * f.expert_intermediate + f.num_shared_experts * f.shared_intermediate) \
-        + h * f.num_experts
 
 
 @dataclass(frozen=True)
@@ -109,52 +73,25 @@ def weight_bytes_per_param(model: ModelSpec) -> float:
 
 
 def layer_costs(model: ModelSpec) -> LayerCosts:
-    """Sum the per-layer FLOP and byte constants of ``model``."""
-    h = model.hidden_size
+    """Sum the per-layer FLOP and byte constants of ``model`` (its layer kinds' FLOPs, its
+    :meth:`~prfaas_plan.model.arch.ModelSpec.param_counts` in bytes)."""
     wbytes = weight_bytes_per_param(model)
     dense_wbytes = DTYPE_BYTES[model.dense_weight_dtype] if model.dense_weight_dtype else wbytes
-    gemm = attn_pair = linear = dense_w = dec_attn = 0.0
-    swa: list[tuple[float, int]] = []
-    for i, name in enumerate(model.layer_kinds):
-        a = model.attention[name]
-        proj = _proj_params(a, h)
-        gemm += 2 * (proj + _ffn_params(model, i, active=True))
-        dense_w += proj + (_ffn_params(model, i, active=False) if not model.is_moe_layer(i) else 0.0)
-        if a.kind in ("gqa", "swa"):
-            pair = 2 * a.num_heads * (a.head_dim_k + a.head_dim_v)
-            dec_attn += pair if a.kind == "gqa" else 0.0
-            if a.kind == "swa":
-                swa.append((pair, a.window_tokens))
-            else:
-                attn_pair += pair
-        elif a.kind == "mla":
-            attn_pair += 2 * a.num_heads * (a.qk_nope_head_dim + a.qk_rope_head_dim + a.v_head_dim)
-            # decode uses the absorbed form: scores and values over the latent per head
-            dec_attn += 2 * a.num_heads * (2 * a.kv_lora_rank + a.qk_rope_head_dim)
-        else:
-            heads = a.num_v_heads if a.kind == "gdn" else a.num_heads
-            dk = a.head_dim_k if a.kind == "gdn" else a.head_dim
-            dv = a.head_dim_v if a.kind == "gdn" else a.head_dim
-            linear += heads * (4 * dk * dv + 2 * LINEAR_ATTN_CHUNK_TOKENS * (dk + dv))
-    f = model.ffn
-    moe_layers = sum(model.is_moe_layer(i) for i in range(model.layers.count))
-    expert_params = 3 * h * f.expert_intermediate
-    shared = moe_layers * (3 * h * f.num_shared_experts * f.shared_intermediate + h * f.num_experts)
-    # lm_head runs for the last token only in prefill: 2 * h * vocab once, folded in as 1 token
-    embed = model.vocab_size * h
-    dense_w += shared + 2 * embed
+    params = model.param_counts()
+    kinds = [model.attention[name] for name in model.layer_kinds]
+    # lm_head runs for the last token only in prefill: its 2 * h * vocab FLOPs are left out
     return LayerCosts(
-        gemm_flops_per_token=gemm,
-        attn_flops_per_pair=attn_pair,
-        swa=tuple(swa),
-        linear_flops_per_token=linear,
-        weight_bytes=dense_w * dense_wbytes + moe_layers * f.num_experts * expert_params * wbytes,
-        dense_weight_bytes=dense_w * dense_wbytes,
-        expert_bytes=expert_params * wbytes,
-        moe_layers=moe_layers,
+        gemm_flops_per_token=2.0 * params.gemm_per_token,
+        attn_flops_per_pair=float(sum(a.pair_flops for a in kinds if a.window is None)),
+        swa=tuple((float(a.pair_flops), a.window) for a in kinds if a.window is not None),
+        linear_flops_per_token=float(sum(a.linear_flops_per_token for a in kinds)),
+        weight_bytes=params.outside_routed * dense_wbytes + params.routed * wbytes,
+        dense_weight_bytes=params.outside_routed * dense_wbytes,
+        expert_bytes=params.routed_expert * wbytes,
+        moe_layers=params.moe_layers,
         attn_layers=model.layers.count,
-        dense_ffn_layers=model.layers.count - moe_layers,
-        decode_attn_flops_per_ctx_token=dec_attn,
+        dense_ffn_layers=model.layers.count - params.moe_layers,
+        decode_attn_flops_per_ctx_token=float(sum(a.decode_flops_per_context_token for a in kinds)),
     )
 
 
@@ -267,14 +204,6 @@ def prefill_time_s(model: ModelSpec, inst: Instance, tokens, profile: MeasuredPr
         _check_tokens(model, tokens)
         return profile.prefill_time_s(tokens)
     return analytic_prefill(model, inst, tokens, settings=settings).total_s
-
-
-def kv_throughput_gbps(model: ModelSpec, inst: Instance, tokens, settings: CacheSettings | None = None,
-                       profile: MeasuredProfile | None = None):
-    """Eq. 1: ``Phi_kv(l) = S_kv(l) / T_prefill(l)``, Gbps, for one instance prefilling back to back."""
-    t = prefill_time_s(model, inst, tokens, profile, settings)
-    s = kv_bytes(model, tokens, settings) if profile is None or profile.kv_bytes is None else profile.kv_bytes_at(tokens)
-    return bytes_per_s_to_gbps(np.asarray(s, dtype=float) / t) if np.ndim(t) else bytes_per_s_to_gbps(float(s) / t)
 
 
 def expected_experts_touched(num_experts: int, top_k: int, batch: int) -> float:

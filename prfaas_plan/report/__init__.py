@@ -30,12 +30,18 @@ The package, one idea a module:
 
 * :mod:`.page` -- the page model (sections, figures, tables), cell formatting and the HTML page
   (CSS, Content-Security-Policy, chart runner, inlined JavaScript);
-* :mod:`.files` -- the cached Vega JavaScript bundle, PNG/SVG export and the atomic page write;
+* :mod:`.bundle` -- the cached Vega JavaScript bundle;
+* :mod:`.files` -- PNG/SVG export and the atomic page write;
+* :mod:`.formulas` -- S_kv(l) written out (as sympy would print it, without sympy);
 * :mod:`.charts` -- the shared chart style and altair helpers;
 * :mod:`.plan_report` and :mod:`.plan_sections` -- the plan report and its reference sections
   (inputs, formulas, assumptions);
-* :mod:`.whatif` -- the plan report's what-if grid (paper model) and its slider chart;
-* :mod:`.compare` -- the model comparison.
+* :mod:`.whatif` -- the plan report's what-if sliders and chart;
+* :mod:`.compare` -- the model comparison;
+* :mod:`.sweep_page` -- a sweep's heatmaps (:func:`sweep_report`).
+
+Every number on a page is computed by :mod:`prfaas_plan.analysis` (or, for a sweep,
+:mod:`prfaas_plan.sweeps`); these modules only format and draw.
 
 altair and vl_convert are imported only when a chart is built or a bundle or image rendered, so
 ``import prfaas_plan.report`` stays cheap.
@@ -43,12 +49,14 @@ altair and vl_convert are imported only when a chart is built or a bundle or ima
 
 from __future__ import annotations
 
+from prfaas_plan.report.bundle import vega_bundle
 from prfaas_plan.report.compare import DEFAULT_COMPARE_MODELS, build_compare, write_compare
-from prfaas_plan.report.files import export_figures, vega_bundle
+from prfaas_plan.report.files import export_figures
 from prfaas_plan.report.page import Report
 from prfaas_plan.report.plan_report import build_report, write_report
+from prfaas_plan.report.sweep_page import sweep_report
 
 __all__ = [
     "DEFAULT_COMPARE_MODELS", "Report", "build_compare", "build_report", "export_figures",
-    "vega_bundle", "write_compare", "write_report",
+    "sweep_report", "vega_bundle", "write_compare", "write_report",
 ]

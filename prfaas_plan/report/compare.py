@@ -1,21 +1,27 @@
-"""The model comparison page: KV traffic by model (:func:`build_compare`, :func:`write_compare`).
+"""The model comparison page: KV traffic by model laid out (:func:`build_compare`, :func:`write_compare`).
 
 KV bytes per token and fixed state per model, ``S_kv(l)`` and ``Phi_kv(l)`` over 1K-1M tokens, the
-egress of a prefill cluster against standard 10 / 100 / 400 Gbps lines, and a table of every number.
+egress of a prefill cluster against standard 10 / 100 / 400 Gbps lines, and a table of every number;
+the numbers are :func:`prfaas_plan.analysis.analyse_compare`'s.
 """
 
 from __future__ import annotations
 
-import math
 from collections.abc import Iterable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 import pandas as pd
 
+from prfaas_plan.analysis import FLAGSHIP_PAIR, STANDARD_LINES_GBPS
 from prfaas_plan.data import check_output_path
-from prfaas_plan.defaults import DEFAULT_COMPARE_MODELS, DEFAULT_LINK_EFFICIENCY
-from prfaas_plan.errors import InvalidInput
+from prfaas_plan.defaults import (
+    DEFAULT_CLUSTER_GPUS,
+    DEFAULT_COMPARE_MODELS,
+    DEFAULT_CONTEXT_TOKENS,
+    DEFAULT_LINK_EFFICIENCY,
+)
 from prfaas_plan.report.charts import (
     BAR_WIDTH,
     CHART_HEIGHT,
@@ -28,23 +34,14 @@ from prfaas_plan.report.charts import (
     _token_ticks,
 )
 from prfaas_plan.report.files import _check_png_dir, _write
+from prfaas_plan.report.formulas import kv_pretty
 from prfaas_plan.report.page import Col, Figure, Report, Section, Table, _e, _table_html, _tokens
 
-FLAGSHIP_PAIR = ("mimo-v2-flash", "minimax-m2.5")
-"""(hybrid, dense) pair the comparison page leads with when both are on it."""
+if TYPE_CHECKING:
+    from prfaas_plan.analysis import CompareReport
+    from prfaas_plan.kvcache import CacheSettings
 
-STANDARD_LINES_GBPS = (10.0, 100.0, 400.0)
-
-
-def _headline_pair(table: pd.DataFrame) -> tuple[str, str] | None:
-    """The (hybrid, dense) model ids the page leads with: :data:`FLAGSHIP_PAIR` when both are on
-    the page and reach the reference length, else the lowest and highest Phi_kv there; None when
-    fewer than two models reach it (or all emit the same)."""
-    phi = table.set_index("model")["phi_gbps_ref"].dropna()
-    if set(FLAGSHIP_PAIR) <= set(phi.index):
-        return FLAGSHIP_PAIR
-    lo, hi = (phi.idxmin(), phi.idxmax()) if len(phi) >= 2 else (None, None)
-    return (lo, hi) if lo != hi else None
+__all__ = ["DEFAULT_COMPARE_MODELS", "FLAGSHIP_PAIR", "build_compare", "compare_page", "write_compare"]
 
 
 def _fewer(ratio: float, fewer: str = "less") -> str:
@@ -52,90 +49,36 @@ def _fewer(ratio: float, fewer: str = "less") -> str:
     return f"{ratio:.1f}× {fewer}" if ratio >= 1 else f"{1 / ratio:.1f}× more"
 
 
-def _short_name(m) -> str:
-    """A model's display name without a parenthesised remark ('Kimi-Linear-1T (PrfaaS ...)' -> 'Kimi-Linear-1T')."""
-    return m.name.split(" (")[0].strip() or m.id
-
-
 # ----------------------------------------------------------------------------- the comparison
-def build_compare(models: Iterable[str] | None = None, hardware: str = "h200", gpus: int = 8, cluster_gpus: int = 512,
-                  context_tokens: int = 32768, settings=None, link_efficiency: float = DEFAULT_LINK_EFFICIENCY,
+def build_compare(models: Iterable[str] | None = None, hardware: str = "h200", gpus: int = 8,
+                  cluster_gpus: int = DEFAULT_CLUSTER_GPUS, context_tokens: int = DEFAULT_CONTEXT_TOKENS,
+                  settings: CacheSettings | None = None, link_efficiency: float = DEFAULT_LINK_EFFICIENCY,
                   extra_model_dirs: tuple = (), extra_hardware_dirs: tuple = ()) -> Report:
-    """Compute and lay out the model comparison (see :func:`write_compare`)."""
-    from prfaas_plan.hardware import instance
-    from prfaas_plan.kvcache import DEFAULT_SETTINGS, fixed_state_bytes, kv_bytes, kv_bytes_expr, kv_bytes_per_token
-    from prfaas_plan.model.arch import load_model
-    from prfaas_plan.perf.roofline import analytic_prefill
-    from prfaas_plan.units import MIB_BYTES
+    """The model comparison: :func:`prfaas_plan.analysis.analyse_compare` (same arguments) laid out."""
+    from prfaas_plan.analysis import analyse_compare
 
+    return compare_page(analyse_compare(models, hardware=hardware, gpus=gpus, cluster_gpus=cluster_gpus,
+                                        context_tokens=context_tokens, settings=settings,
+                                        link_efficiency=link_efficiency, extra_model_dirs=extra_model_dirs,
+                                        extra_hardware_dirs=extra_hardware_dirs))
+
+
+def compare_page(c: CompareReport) -> Report:
+    """Lay out a :class:`~prfaas_plan.analysis.CompareReport` as the comparison page."""
     alt = _alt()
-    ids = list(models) if models else list(DEFAULT_COMPARE_MODELS)
-    if len(set(ids)) != len(ids):
-        raise InvalidInput("models: a model is listed twice")
-    if gpus < 1:
-        raise InvalidInput("--gpus: an instance needs at least 1 GPU")
-    if cluster_gpus < 1:
-        raise InvalidInput("--cluster-gpus: a cluster needs at least 1 GPU")
-    if not 0 < link_efficiency <= 1:
-        raise InvalidInput("link efficiency must be in (0, 1]")
-    settings = settings or DEFAULT_SETTINGS
-    specs = [load_model(i, tuple(extra_model_dirs)) for i in ids]
-    inst = instance(hardware, gpus, tuple(extra_hardware_dirs))
-    n_inst = cluster_gpus / gpus
-    ref = int(context_tokens)
-
-    names = [_short_name(m) for m in specs]
-    rows, curves, exprs = [], [], []
-    grid_all = np.unique(np.round(1024 * 2 ** (np.arange(0, 41) / 4)).astype(np.int64))  # 1K..1M, 4 per octave
-    for m in specs:
-        g = grid_all[grid_all <= m.max_context_tokens]
-        if m.max_context_tokens not in g and m.max_context_tokens >= 1024:
-            g = np.append(g, m.max_context_tokens)
-        g = g.astype(float)
-        s = np.asarray(kv_bytes(m, g, settings), dtype=float)
-        lat = analytic_prefill(m, inst, g)
-        t = np.asarray(lat.total_s, dtype=float)
-        phi = s * 8 / t / 1e9
-        curves.append(pd.DataFrame({"model": m.id, "name": _short_name(m), "tokens": g.astype(np.int64), "kv_mib": s / MIB_BYTES,
-                                    "prefill_s": t, "phi_gbps": phi, "cluster_gbps": n_inst * phi}))
-        mix = " + ".join(f"{n} {m.attention[k].kind}" for k, n in m.layer_counts().items())
-        row = {"model": m.id, "name": _short_name(m), "full_name": m.name, "layer_mix": mix, "max_context_tokens": m.max_context_tokens,
-               "kv_bytes_per_token": kv_bytes_per_token(m, settings),
-               "fixed_state_bytes": fixed_state_bytes(m, settings)}
-        row["kv_kib_per_token"] = row["kv_bytes_per_token"] / 1024
-        row["fixed_state_mib"] = row["fixed_state_bytes"] / MIB_BYTES
-        if ref <= m.max_context_tokens:
-            lr = analytic_prefill(m, inst, float(ref))
-            s_ref = float(kv_bytes(m, float(ref), settings))
-            t_ref = float(lr.total_s)
-            phi_ref = s_ref * 8 / t_ref / 1e9
-            row.update({"kv_mib_ref": s_ref / MIB_BYTES, "prefill_s_ref": t_ref, "bound_ref": str(lr.bound),
-                        "phi_gbps_ref": phi_ref, "cluster_gbps_ref": n_inst * phi_ref})
-            for line in STANDARD_LINES_GBPS:
-                row[f"util_{line:g}g"] = n_inst * phi_ref / line
-            row["max_gpus_100g"] = int(np.floor(100.0 * link_efficiency / phi_ref)) * gpus
-            fits = [line for line in STANDARD_LINES_GBPS if n_inst * phi_ref <= line * link_efficiency]
-            row["smallest_line"] = f"{fits[0]:g} Gbps" if fits else f"more than {STANDARD_LINES_GBPS[-1]:g} Gbps"
-            row["lines_100g"] = int(math.ceil(n_inst * phi_ref / (100.0 * link_efficiency)))
-        else:
-            row.update({"kv_mib_ref": np.nan, "prefill_s_ref": np.nan, "bound_ref": "beyond max context",
-                        "phi_gbps_ref": np.nan, "cluster_gbps_ref": np.nan, "max_gpus_100g": np.nan, "lines_100g": np.nan,
-                        "smallest_line": "–", **{f"util_{line:g}g": np.nan for line in STANDARD_LINES_GBPS}})
-        rows.append(row)
-        exprs.append((m, kv_bytes_expr(m, settings)))
-    table = pd.DataFrame(rows)
-    curve = pd.concat(curves, ignore_index=True)
+    table, curve, inst, settings = c.table, c.curve, c.instance, c.settings
+    specs, names, ref, n_inst = c.models, list(c.names), c.ref_tokens, c.cluster_instances
+    cluster_gpus, link_efficiency, gpus = c.cluster_gpus, c.link_efficiency, inst.gpus
     ref_txt = _tokens(ref)
     inst_txt = f"{gpus}×{inst.gpu.id.upper()}"
 
     # ---- headline
-    pair = _headline_pair(table)
+    pair = c.pair
     cards, lead = [], ""
     if pair is not None:
         by = table.set_index("model")
         a, z = by.loc[pair[0]], by.loc[pair[1]]
-        kv_ratio = z["kv_mib_ref"] / a["kv_mib_ref"]
-        phi_ratio = z["phi_gbps_ref"] / a["phi_gbps_ref"]
+        kv_ratio, phi_ratio = c.kv_ratio, c.phi_ratio
         cards = [
             (f"KV per {ref_txt} request", _fewer(kv_ratio), f"{a['name']} {a['kv_mib_ref']:,.0f} MiB vs {z['name']} {z['kv_mib_ref']:,.0f} MiB"),
             (f"KV traffic per {inst_txt}", _fewer(phi_ratio), f"{a['phi_gbps_ref']:.2f} vs {z['phi_gbps_ref']:.1f} Gbps (Eq. 1, {ref_txt} prompts)"),
@@ -165,7 +108,7 @@ def build_compare(models: Iterable[str] | None = None, hardware: str = "h200", g
                                             x=alt.X(f"{col}:Q", title=axis_title,
                                                     scale=alt.Scale(domain=[0, float(np.nanmax(d[col])) * 1.3 or 1])))
         return alt.layer(base.mark_bar(height=22).encode(color=alt.Color("name:N", scale=model_scale, legend=None)),
-                         base.mark_text(align="left", dx=4, fontSize=11.5, color="#1d2330").encode(text="text:N")
+                         base.mark_text(align="left", dx=4, fontSize=11.5, color="#1d2330").encode(text=alt.Text("text:N"))
                          ).properties(width=BAR_WIDTH, height=34 * len(specs) + 10,
                                       title=alt.Title(title, subtitle=subtitle))
 
@@ -193,9 +136,9 @@ def build_compare(models: Iterable[str] | None = None, hardware: str = "h200", g
                             "Φ_kv (Gbps, log scale)", f"Eq. 1: S_kv(l) / T_prefill(l), roofline model on {inst_txt}")
     lines_df = pd.DataFrame({"y": list(STANDARD_LINES_GBPS), "label": [f"{v:g} Gbps" for v in STANDARD_LINES_GBPS]})
     link_width = CHART_WIDTH - 60  # the line labels sit right of the plot, clear of the bars and curves
-    rules = (alt.Chart(lines_df).mark_rule(color="#c8443c", strokeDash=[4, 3]).encode(y="y:Q"),
+    rules = (alt.Chart(lines_df).mark_rule(color="#c8443c", strokeDash=[4, 3]).encode(y=alt.Y("y:Q")),
              alt.Chart(lines_df).mark_text(align="left", baseline="middle", dx=4, color="#c8443c", fontSize=10.5).encode(
-                 y="y:Q", x=alt.value(link_width), text="label:N"))
+                 y=alt.Y("y:Q"), x=alt.XValue(link_width), text=alt.Text("label:N")))
     egress_chart = curve_chart("cluster_gbps", f"Egress of a {cluster_gpus}-GPU prefill cluster, B_out(l)",
                                "B_out (Gbps, log scale)",
                                f"Eq. 2: {n_inst:g} instances of {inst_txt}, all prefilling; dashed: {lines_txt} Gbps lines",
@@ -207,9 +150,9 @@ def build_compare(models: Iterable[str] | None = None, hardware: str = "h200", g
     eg_base = alt.Chart(eg).encode(x=alt.X("name:N", sort=model_dom, title=None, axis=alt.Axis(labelAngle=-25, labelLimit=160)))
     eg_chart = alt.layer(
         eg_base.mark_bar(width=34).encode(y=alt.Y("cluster_gbps_ref:Q", axis=_decade_axis("cluster egress (Gbps, log scale)"),
-                                                   scale=alt.Scale(type="log", domain=[1, ymax])), y2="base:Q",
+                                                   scale=alt.Scale(type="log", domain=[1, ymax])), y2=alt.Y2("base:Q"),
                                           color=alt.Color("name:N", scale=model_scale, legend=None)),
-        eg_base.mark_text(dy=-7, fontSize=11, color="#1d2330").encode(y="cluster_gbps_ref:Q", text="text:N"),
+        eg_base.mark_text(dy=-7, fontSize=11, color="#1d2330").encode(y=alt.Y("cluster_gbps_ref:Q"), text=alt.Text("text:N")),
         *rules,
     ).properties(width=link_width, height=CHART_HEIGHT + 30, title=alt.Title(
         f"Link a {cluster_gpus}-GPU prefill cluster needs at {ref_txt}",
@@ -233,7 +176,7 @@ def build_compare(models: Iterable[str] | None = None, hardware: str = "h200", g
                                         Col("kv_mib", "S_kv", "MiB"), Col("prefill_s", "T_prefill", f"s, {inst_txt}"),
                                         Col("phi_gbps", "Φ_kv", "Gbps"), Col("cluster_gbps", "B_out", f"Gbps, {cluster_gpus} GPUs")])
 
-    formula_txt = "\n\n".join(f"{m.name}:\nS_kv(l) =\n{__import__('sympy').pretty(e, use_unicode=True)}" for m, e in exprs)
+    formula_txt = "\n\n".join(f"{m.name}:\nS_kv(l) =\n{kv_pretty(f)}" for m, f in zip(specs, c.formulas))
     eqs = ("Eq. 1  Φ_kv(l) = S_kv(l) / T_prefill(l)                     one instance prefilling back to back\n"
            "Eq. 2  B_out   = (N_gpus / gpus_per_instance) · Φ_kv(l)     every instance of the cluster busy\n"
            "       max prefill GPUs on a line = floor(line · efficiency / Φ_kv(l)) · gpus_per_instance")
@@ -281,9 +224,11 @@ def build_compare(models: Iterable[str] | None = None, hardware: str = "h200", g
                   data={"models": table, "curves": curve, "instance": inst})
 
 
-def write_compare(models: Iterable[str] | None, path, hardware: str = "h200", gpus: int = 8, cluster_gpus: int = 512,
-                  png_dir=None, context_tokens: int = 32768, settings=None, link_efficiency: float = DEFAULT_LINK_EFFICIENCY,
-                  extra_model_dirs: tuple = (), extra_hardware_dirs: tuple = ()) -> Path:
+def write_compare(models: Iterable[str] | None, path: str | Path, hardware: str = "h200", gpus: int = 8,
+                  cluster_gpus: int = DEFAULT_CLUSTER_GPUS, png_dir: str | Path | None = None,
+                  context_tokens: int = DEFAULT_CONTEXT_TOKENS, settings: CacheSettings | None = None,
+                  link_efficiency: float = DEFAULT_LINK_EFFICIENCY, extra_model_dirs: tuple = (),
+                  extra_hardware_dirs: tuple = ()) -> Path:
     """Write the model comparison to ``path`` (one self-contained HTML file, written atomically):
     KV bytes per token and fixed state (bars), S_kv(l) and Phi_kv(l) over 1K-1M tokens, the egress
     of a ``cluster_gpus``-GPU prefill cluster of ``gpus``-GPU ``hardware`` instances against 10 /

@@ -6,7 +6,7 @@
   ``data-value`` (``_raw``);
 * the page template: CSS, the Content-Security-Policy that forbids every network fetch, the chart
   runner and embed scripts, and ``_page_html``, which inlines the chart specs and the Vega bundle
-  (:func:`~prfaas_plan.report.files.vega_bundle`) once per page.
+  (:func:`~prfaas_plan.report.bundle.vega_bundle`) once per page.
 """
 
 from __future__ import annotations
@@ -22,8 +22,8 @@ import numpy as np
 import pandas as pd
 
 from prfaas_plan.errors import InvalidInput
+from prfaas_plan.report.bundle import vega_bundle
 from prfaas_plan.report.charts import CHART_CONFIG
-from prfaas_plan.report.files import vega_bundle
 
 # ----------------------------------------------------------------------------- page template
 CSS = """
@@ -165,8 +165,10 @@ class Figure:
     data: Table | None = None
     datasets: dict[str, list] = field(default_factory=dict)
 
-    def spec(self) -> dict:
-        spec = self.chart.to_dict()
+    def spec(self, validate: bool = False) -> dict:
+        """The Vega-Lite spec; altair's schema validation (about 0.1 s a page) only with ``validate``
+        (the tests validate every chart once)."""
+        spec = self.chart.to_dict(validate=validate)
         spec["config"] = {**CHART_CONFIG, **spec.get("config", {})}
         if self.datasets:
             spec["datasets"] = {**spec.get("datasets", {}), **self.datasets}

@@ -1,22 +1,24 @@
-"""The plan report page: a scenario's capacity plan (:func:`build_report`, :func:`write_report`).
+"""The plan report page: a scenario's capacity plan laid out (:func:`build_report`, :func:`write_report`).
 
 The page shows a scenario's inputs, the recommended PrfaaS-PD plan and its binding constraint, the
 baselines, Lambda_max against the threshold and the P:D split (the paper's Figure 5), what-if sliders
-(:mod:`.whatif`), TTFT distributions, egress and queue time series (when the simulator is available), cost, the formulas
-and every assumption. The inputs, formulas and assumptions sections are built in
-:mod:`.plan_sections`.
+(:mod:`.whatif`), TTFT distributions, egress and queue time series (when the simulator ran), cost,
+the formulas and every assumption. Every number is :func:`prfaas_plan.analysis.analyse_plan`'s;
+this module only formats and draws them. The inputs, formulas and assumptions sections are built
+in :mod:`.plan_sections`.
 """
 
 from __future__ import annotations
 
 import math
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 import pandas as pd
 
 from prfaas_plan.data import check_output_path
-from prfaas_plan.errors import InvalidInput, PlanError
+from prfaas_plan.defaults import DEFAULT_SIM_DURATION_S
 from prfaas_plan.report.charts import (
     BAR_WIDTH,
     CHART_HEIGHT,
@@ -33,43 +35,26 @@ from prfaas_plan.report.page import Col, Columns, Figure, Report, Section, Table
 from prfaas_plan.report.plan_sections import _assumption_blocks, _formula_blocks, _inputs_blocks
 from prfaas_plan.report.whatif import whatif_section
 
+if TYPE_CHECKING:
+    from prfaas_plan.analysis import PlanReport
+    from prfaas_plan.planner import PlanResult
+    from prfaas_plan.scenario import Scenario
+
 
 # ----------------------------------------------------------------------------- the plan report
-def build_report(sc, mode: str = "exact", result=None, simulate: bool | None = None,
-                 sim_duration_s: float = 600.0, seed: int = 0, load: float | None = None) -> Report:
-    """Compute everything the plan report shows (see the module docstring) and lay it out.
+def build_report(sc: Scenario, mode: str = "exact", result: PlanResult | None = None, simulate: bool | None = None,
+                 sim_duration_s: float = DEFAULT_SIM_DURATION_S, seed: int = 0, load: float | None = None) -> Report:
+    """The plan report of scenario ``sc``: :func:`prfaas_plan.analysis.analyse_plan` (see it for the
+    arguments) laid out."""
+    from prfaas_plan.analysis import analyse_plan
 
-    sc: a :class:`~prfaas_plan.scenario.Scenario`; mode: ``exact`` or ``paper``; result: a
-    precomputed :class:`~prfaas_plan.planner.PlanResult` (else :func:`~prfaas_plan.planner.plan`);
-    simulate: run the simulator for time series and a simulated TTFT CDF (None = yes);
-    sim_duration_s / seed: the simulation's length and seed; load: fraction of Lambda_max for TTFT.
-    """
-    from prfaas_plan.planner import plan as run_plan
-
-    if mode not in ("exact", "paper"):
-        raise InvalidInput(f"--mode: {mode!r} is not a planner mode; use exact or paper")
-    from prfaas_plan.sim import simulate as run_simulation
-
-    res = result if result is not None else run_plan(sc, mode=mode, load=load)
-    sim, sim_note = None, ""
-    if simulate is None or simulate:
-        try:
-            sim = run_simulation(sc, res, load=sc.spec.load if load is None else load, duration_s=sim_duration_s,
-                                 seed=seed)
-        except PlanError as exc:
-            sim_note = f"The simulation could not run: {exc}"
-        except Exception as exc:  # noqa: BLE001 - a simulator bug must not cost the user the whole report
-            sim_note = f"The simulation failed ({type(exc).__name__}: {exc})"
-        if sim is not None and sim.frames is None:  # too long to keep per-request records in memory
-            sim, sim_note = None, (f"The simulation ({sim.summary()['requests']:,} requests) was too long to chart; "
-                                   "give a shorter --sim-duration")
-    else:
-        sim_note = "Simulation was turned off for this report"
-    return _plan_page(sc, res, sim, sim_note, sim_duration_s, seed)
+    return plan_page(analyse_plan(sc, mode=mode, result=result, simulate=simulate, sim_duration_s=sim_duration_s,
+                                  seed=seed, load=load))
 
 
-def write_report(sc, path, mode: str = "exact", png_dir=None, result=None, simulate: bool | None = None,
-                 sim_duration_s: float = 600.0, seed: int = 0, load: float | None = None) -> Path:
+def write_report(sc: Scenario | str | Path, path: str | Path, mode: str = "exact", png_dir: str | Path | None = None,
+                 result: PlanResult | None = None, simulate: bool | None = None,
+                 sim_duration_s: float = DEFAULT_SIM_DURATION_S, seed: int = 0, load: float | None = None) -> Path:
     """Write the plan report of scenario ``sc`` (a Scenario, built-in id or YAML path) to ``path``
     (one self-contained HTML file, written atomically); with ``png_dir``, also every chart as PNG
     and SVG. Returns the path. Bad input raises :class:`PlanError` and leaves no file."""
@@ -93,26 +78,21 @@ def _gpu_ratio(a: int, b: int) -> str:
     return f"{a // g} : {b // g}"
 
 
-def _plan_page(sc, res, sim, sim_note: str, sim_duration_s: float, seed: int) -> Report:
-    from prfaas_plan.units import GBPS_BITS_PER_S
-
+def plan_page(a: PlanReport) -> Report:
+    """Lay out a :class:`~prfaas_plan.analysis.PlanReport` as the plan report page."""
     alt = _alt()
+    sc, res, sim, sim_note, seed = a.scenario, a.result, a.simulation, a.sim_note, a.seed
     inp, best = res.inputs, res.plan
     spec = sc.spec
     gpu_r, gpu_l = sc.prfaas_instance.gpu, sc.local_instance.gpu
     q = spec.slo.ttft_quantile
     qn = f"P{round(q * 100)}"
-    frame = res.to_frame()
+    frame = a.plans.copy()
     frame["label"] = [PLAN_LABELS.get(n, n) for n in frame["plan"]]
-    frame["gpus_remote"] = [res.plans[n].gpus["prfaas"] for n in frame["plan"]]
-    frame["gpus_local"] = [res.plans[n].gpus["pd_p"] + res.plans[n].gpus["pd_d"] for n in frame["plan"]]
     gains = {n: res.ratio(n) for n in res.baselines if res.baselines[n].lambda_max_rps > 0}
     ttft_col = f"p{round(q * 100)}_ttft_s_common_rate"
-    common_rate = float(res.ttft.loc[res.ttft.basis == "common rate", "rate_rps"].iloc[0])
-    link_rps = (best.lambda_max_rps * inp.link_bits_per_s / (best.egress_gbps * GBPS_BITS_PER_S)
-                if best.egress_gbps > 0 else math.inf)
+    common_rate = a.common_rate_rps
     r_gpus, l_gpus = best.gpus["prfaas"], best.gpus["pd_p"] + best.gpus["pd_d"]
-    tokens_per_req = best.mean_input_tokens + best.output_tokens
     t_best = best.threshold_tokens
 
     # ---- header
@@ -138,7 +118,7 @@ def _plan_page(sc, res, sim, sim_note: str, sim_duration_s: float, seed: int) ->
     lead = (f"<b>Binding constraint: {_e(best.binding)}.</b> Requests whose uncached prompt exceeds "
             f"t = {_e(t_txt)} tokens are prefilled on the PrfaaS cluster and their KV cache shipped over the "
             f"link; the rest are prefilled locally. PrfaaS-PD serves {best.lambda_max_rps:.2f} requests/s "
-            f"({best.lambda_max_rps * tokens_per_req:,.0f} tokens/s in + out)"
+            f"({a.tokens_per_s:,.0f} tokens/s in + out)"
             + (f", {_e(gain_txt)}" if gain_txt else "") + ".")
 
     sections = []
@@ -154,7 +134,7 @@ def _plan_page(sc, res, sim, sim_note: str, sim_duration_s: float, seed: int) ->
         ("gpus_local", f"{gpu_l.id.upper()} GPUs (PD-P + PD-D)", l_gpus, "GPUs", "int"),
         ("gpu_ratio", f"{gpu_r.id.upper()} : {gpu_l.id.upper()} GPU ratio", _gpu_ratio(r_gpus, l_gpus), "", "text"),
         ("lambda_max_rps", "Throughput Λmax", best.lambda_max_rps, "requests/s", "num"),
-        ("tokens_per_s", "Token throughput (input + output)", best.lambda_max_rps * tokens_per_req, "tokens/s", "int"),
+        ("tokens_per_s", "Token throughput (input + output)", a.tokens_per_s, "tokens/s", "int"),
         ("egress_gbps", "Mean inter-DC egress at Λmax", best.egress_gbps, "Gbps", "num"),
         ("link_utilisation", "Link utilisation (of nominal)", best.link_utilisation, "", "pct"),
         ("binding", "Binding constraint", best.binding, "", "text"),
@@ -170,18 +150,13 @@ def _plan_page(sc, res, sim, sim_note: str, sim_duration_s: float, seed: int) ->
 
     stage_names = {"prfaas": "PrfaaS prefill (Eq. 3 compute, ÷ p)", "pd_p": "Local prefill PD-P (Eq. 4, ÷ (1 − p))",
                    "pd_d": "Decode PD-D (Eq. 5)", "link": "Inter-DC link (Eq. 3 bandwidth, ÷ p)"}
-    stage_rows = []
-    for key in ("prfaas", "pd_p", "pd_d", "link"):
-        rate = link_rps if key == "link" else best.stage_rps[key]
-        stage_rows.append({"stage": key, "name": stage_names[key], "rate_rps": rate,
-                           "utilisation": best.lambda_max_rps / rate if rate and math.isfinite(rate) else 0.0,
-                           "instances": best.instances.get(key, np.nan) if key != "link" else np.nan})
-    stage_tbl = Table("stages", pd.DataFrame(stage_rows),
+    stages = a.stages.copy()
+    stages.insert(1, "name", [stage_names[k] for k in stages.stage])
+    stage_tbl = Table("stages", stages,
                       [Col("name", "Stage", text=True), Col("rate_rps", "Rate it alone sustains", "requests/s"),
                        Col("utilisation", "Busy at Λmax", fmt="pct"), Col("instances", "Instances", fmt="int")],
                       row_key="stage", caption="Each stage's capacity; the smallest one is Λmax (Eq. 6)")
-    binding_key = min(stage_rows, key=lambda r: r["rate_rps"])["stage"]
-    stage_tbl.highlight = binding_key
+    stage_tbl.highlight = str(stages.stage[stages.rate_rps.idxmin()])
     # ---- baselines
     names = list(frame["plan"])
     bar_df = frame[["plan", "label", "lambda_max_rps", "throughput_vs_this"]].copy()
@@ -191,7 +166,7 @@ def _plan_page(sc, res, sim, sim_note: str, sim_duration_s: float, seed: int) ->
         y=alt.Y("label:N", sort=[PLAN_LABELS.get(n, n) for n in names], title=None),
         x=alt.X("lambda_max_rps:Q", title="maximum throughput Λmax (requests/s)", scale=alt.Scale(nice=True)))
     bars = base.mark_bar(height=26).encode(color=alt.Color("label:N", scale=_plan_scale(names), legend=None))
-    labels = base.mark_text(align="left", dx=4, fontSize=11.5, color="#1d2330").encode(text="text:N")
+    labels = base.mark_text(align="left", dx=4, fontSize=11.5, color="#1d2330").encode(text=alt.Text("text:N"))
     xmax = float(bar_df.lambda_max_rps.max()) * 1.45
     bars_chart = alt.layer(bars, labels).encode(x=alt.X("lambda_max_rps:Q", scale=alt.Scale(domain=[0, xmax]),
                                                         title="maximum throughput Λmax (requests/s)")).properties(
@@ -226,12 +201,8 @@ def _plan_page(sc, res, sim, sim_note: str, sim_duration_s: float, seed: int) ->
         base_tbl]))
 
     # ---- Figure 5: sweeps
-    from prfaas_plan.planner import sweep_np, sweep_threshold
-
     n_p_best = best.instances["pd_p"]
-    t_ref = float(t_best) if t_best is not None and t_best > 0 else float(inp.lengths.quantile(0.5))
-    sw_t = _finite(sweep_threshold(inp, n_p_best, points=120))
-    sw_n = _finite(sweep_np(inp, t_ref))
+    t_ref, sw_t, sw_n = a.t_ref_tokens, a.sweep_threshold, a.sweep_np
     series = {"lambda_max_rps": "Λmax (Eq. 6)", "prfaas_rps": "PrfaaS: Θprfaas / p",
               "pd_p_rps": "PD-P: Θpdp / (1 − p)", "pd_d_rps": "PD-D: Θpdd"}
     s_colors = ["#1d2330", "#1f6fb2", "#e08a2c", "#3a9b5c"]
@@ -245,12 +216,13 @@ def _plan_page(sc, res, sim, sim_note: str, sim_duration_s: float, seed: int) ->
         lines = alt.Chart(long).mark_line(clip=True, interpolate="linear").encode(
             x=xenc, y=alt.Y("rps:Q", title="request rate (requests/s)", scale=alt.Scale(domain=[0, ymax])),
             color=alt.Color("series:N", title=None, scale=alt.Scale(domain=list(series.values()), range=s_colors)),
-            strokeDash=alt.condition(alt.datum.key == "lambda_max_rps", alt.value([1, 0]), alt.value([5, 3])),
-            size=alt.condition(alt.datum.key == "lambda_max_rps", alt.value(3.2), alt.value(1.8)))
+            strokeDash=alt.StrokeDashValue(**alt.condition(alt.datum.key == "lambda_max_rps", alt.value([1, 0]),
+                                                            alt.value([5, 3]))),
+            size=alt.SizeValue(**alt.condition(alt.datum.key == "lambda_max_rps", alt.value(3.2), alt.value(1.8))))
         rule_df = pd.DataFrame({xcol: [rule_x], "label": [rule_label]})
         rule = alt.Chart(rule_df).mark_rule(color="#c8443c", strokeDash=[2, 2]).encode(x=alt.X(f"{xcol}:Q"))
         text = alt.Chart(rule_df).mark_text(align="left", dx=4, dy=-6, color="#c8443c", fontSize=11).encode(
-            x=alt.X(f"{xcol}:Q"), y=alt.value(8), text="label:N")
+            x=alt.X(f"{xcol}:Q"), y=alt.YValue(8), text=alt.Text("label:N"))
         return alt.layer(lines, rule, text).properties(width=CHART_WIDTH, height=CHART_HEIGHT,
                                                        title=alt.Title(title, subtitle=subtitle))
 
@@ -281,25 +253,13 @@ def _plan_page(sc, res, sim, sim_note: str, sim_duration_s: float, seed: int) ->
         "capacity (Eq. 8). Curves above the plot are clipped.</p>",
         Figure("lambda-vs-threshold", ch_t, "Solid black: Λmax. Red: the plan's threshold.", sw_t_tbl),
         Figure("lambda-vs-pd-split", ch_n, "Solid black: Λmax. Red: the plan's P:D split.", sw_n_tbl)]))
-    sections.append(whatif_section(sc, res))
+    sections.append(whatif_section(sc, res, a.whatif))
 
     # ---- TTFT
-    from prfaas_plan.planner import ttft_at
-
-    def cdf_frame(basis: str):
-        rows = res.ttft[(res.ttft.path == "all") & (res.ttft.basis == basis)]
-        hi = float(np.nanmax(np.where(np.isfinite(rows.p99_s), rows.p99_s, np.nan))) * 1.25 if len(rows) else 10.0
-        if not math.isfinite(hi) or hi <= 0:
-            hi = 10.0
-        grid = np.linspace(0.0, hi, 241)
-        frames = []
-        for _, r in rows.iterrows():
-            p = res.plans[r.plan]
-            cdf = ttft_at(inp, p, res.buckets_for(r.plan), float(r.rate_rps))["all"].cdf(grid)
-            frames.append(pd.DataFrame({"ttft_s": grid, "cdf": cdf, "plan": r.plan,
-                                        "label": PLAN_LABELS.get(r.plan, r.plan) + " (model)",
-                                        "rate_rps": float(r.rate_rps)}))
-        return pd.concat(frames, ignore_index=True), hi
+    def cdf_frame(df: pd.DataFrame) -> pd.DataFrame:
+        df = df.copy()
+        df.insert(3, "label", [PLAN_LABELS.get(n, n) + " (model)" for n in df.plan])
+        return df
 
     def cdf_chart(df, title, subtitle, extra=None):
         plans_here = list(dict.fromkeys(df.plan))
@@ -316,28 +276,23 @@ def _plan_page(sc, res, sim, sim_note: str, sim_duration_s: float, seed: int) ->
                     scale=alt.Scale(domain=[0, 1])), color=color))
         if extra is not None:
             layers.append(alt.Chart(extra).mark_line(strokeDash=[5, 3], clip=True).encode(
-                x="ttft_s:Q", y="cdf:Q", color=color))
+                x=alt.X("ttft_s:Q"), y=alt.Y("cdf:Q"), color=color))
         if spec.slo.ttft_s is not None:
             slo_df = pd.DataFrame({"x": [spec.slo.ttft_s], "label": [f"{qn} SLO {spec.slo.ttft_s:g} s"]})
-            layers.append(alt.Chart(slo_df).mark_rule(color="#c8443c", strokeDash=[2, 2]).encode(x="x:Q"))
+            layers.append(alt.Chart(slo_df).mark_rule(color="#c8443c", strokeDash=[2, 2]).encode(x=alt.X("x:Q")))
         q_df = pd.DataFrame({"y": [q], "label": [qn]})
-        layers.append(alt.Chart(q_df).mark_rule(color="#9aa3b2", strokeDash=[2, 3]).encode(y="y:Q"))
+        layers.append(alt.Chart(q_df).mark_rule(color="#9aa3b2", strokeDash=[2, 3]).encode(y=alt.Y("y:Q")))
         layers.append(alt.Chart(q_df).mark_text(align="right", dy=-6, color="#5b6578", fontSize=10.5).encode(
-            y="y:Q", x=alt.value(CHART_WIDTH - 2), text="label:N"))
+            y=alt.Y("y:Q"), x=alt.XValue(CHART_WIDTH - 2), text=alt.Text("label:N")))
         return alt.layer(*layers).properties(width=CHART_WIDTH, height=CHART_HEIGHT,
                                              title=alt.Title(title, subtitle=subtitle))
 
-    cdf_common, hi_common = cdf_frame("common rate")
+    cdf_common = cdf_frame(a.ttft_cdf_common)
     sim_cdf = None
-    if sim is not None:
-        tt = np.asarray(sim.requests["ttft_s"], dtype=float)
-        tt = tt[np.isfinite(tt)]
-        if tt.size:
-            qs = np.linspace(0, 1, 201)
-            sim_cdf = pd.DataFrame({"ttft_s": np.quantile(tt, qs), "cdf": qs,
-                                    "label": f"PrfaaS-PD (simulated, {tt.size:,} requests)"})
+    if a.sim_ttft_cdf is not None:
+        sim_cdf = a.sim_ttft_cdf.assign(label=f"PrfaaS-PD (simulated, {a.sim_requests:,} requests)")
     sim_load = spec.load
-    cdf_own, _ = cdf_frame("own load")
+    cdf_own = cdf_frame(a.ttft_cdf_own)
     ch_c = cdf_chart(cdf_common, "TTFT distribution at a common rate",
                      f"{common_rate:.2f} req/s for every plan ({spec.load:.0%} of the smallest Λmax); M/G/c model", None)
     ch_o = cdf_chart(cdf_own, "TTFT distribution at each plan's own load",
@@ -369,17 +324,14 @@ def _plan_page(sc, res, sim, sim_note: str, sim_duration_s: float, seed: int) ->
 
     # ---- time series
     ts_blocks: list = []
-    if sim is not None and getattr(sim, "timeseries", None) is not None and len(sim.timeseries):
-        ts = _downsample(pd.DataFrame(sim.timeseries), "time_s", 1500)
+    if a.timeseries is not None:
+        ts, dt, win = a.timeseries.frame, a.timeseries.dt_s, a.timeseries.window
         link_df = pd.DataFrame({"y": [spec.link.gbps, spec.link.gbps * spec.link.efficiency],
                                 "label": [f"link {spec.link.gbps:g} Gbps", f"usable {spec.link.gbps * spec.link.efficiency:g} Gbps"]})
-        dt = float(np.median(np.diff(ts.time_s))) if len(ts) > 1 else 1.0
-        win = max(1, int(round(30.0 / dt))) if dt > 0 else 1
-        eg_df = pd.DataFrame({"time_s": ts.time_s, "raw": ts.egress_gbps,
-                              "mean": ts.egress_gbps.rolling(win, min_periods=1, center=True).mean()})
+        eg_df = pd.DataFrame({"time_s": ts.time_s, "raw": ts.egress_gbps, "mean": a.timeseries.egress_mean_gbps})
         eg_long = eg_df.melt(id_vars=["time_s"], var_name="key", value_name="gbps")
         eg_long["kind"] = eg_long["key"].map({"raw": f"per {dt:g} s", "mean": f"{win * dt:g} s moving mean"})
-        plan_mean = best.egress_gbps * sim_load
+        plan_mean = a.egress_at_load_gbps
         # the planner's mean lies inside the series, so it is named in the legend, not by a label on it
         mean_df = pd.DataFrame({"y": [plan_mean], "kind": [f"planner mean {plan_mean:.1f} Gbps"]})
         kinds = alt.Scale(domain=[f"per {dt:g} s", f"{win * dt:g} s moving mean", mean_df.kind[0]],
@@ -388,12 +340,12 @@ def _plan_page(sc, res, sim, sim_note: str, sim_duration_s: float, seed: int) ->
             alt.Chart(eg_long).mark_line().encode(
                 x=alt.X("time_s:Q", title="simulated time (s)"), y=alt.Y("gbps:Q", title="inter-DC egress (Gbps)"),
                 color=alt.Color("kind:N", title=None, scale=kinds),
-                strokeWidth=alt.condition(alt.datum.key == "raw", alt.value(1.0), alt.value(2.4))),
+                strokeWidth=alt.StrokeWidthValue(**alt.condition(alt.datum.key == "raw", alt.value(1.0), alt.value(2.4)))),
             alt.Chart(mean_df).mark_rule(strokeDash=[6, 3], strokeWidth=2).encode(
-                y="y:Q", color=alt.Color("kind:N", title=None, scale=kinds)),
-            alt.Chart(link_df).mark_rule(color="#c8443c", strokeDash=[4, 3]).encode(y="y:Q"),
+                y=alt.Y("y:Q"), color=alt.Color("kind:N", title=None, scale=kinds)),
+            alt.Chart(link_df).mark_rule(color="#c8443c", strokeDash=[4, 3]).encode(y=alt.Y("y:Q")),
             alt.Chart(link_df).mark_text(align="right", dx=-4, dy=-5, color="#c8443c", fontSize=10.5).encode(
-                y="y:Q", x=alt.value(CHART_WIDTH), text="label:N"),
+                y=alt.Y("y:Q"), x=alt.XValue(CHART_WIDTH), text=alt.Text("label:N")),
         ).properties(width=CHART_WIDTH, height=CHART_HEIGHT, title=alt.Title(
             "Inter-DC egress over time", subtitle=f"simulation at {sim_load:.0%} of Λmax, seed {seed}"))
         qlong = ts.melt(id_vars=["time_s"], value_vars=[c for c in ("remote_queue", "local_queue") if c in ts],
@@ -409,15 +361,13 @@ def _plan_page(sc, res, sim, sim_note: str, sim_duration_s: float, seed: int) ->
         ts_blocks.append(
             f'<p class="note">{_e(sim_note)}, so no egress or queue time series are shown. The planner\'s '
             f"steady-state mean egress at Λmax is {best.egress_gbps:.2f} Gbps ({best.link_utilisation:.1%} of the "
-            f"{spec.link.gbps:g} Gbps link); at {spec.load:.0%} load it is {best.egress_gbps * spec.load:.2f} Gbps.</p>")
+            f"{spec.link.gbps:g} Gbps link); at {spec.load:.0%} load it is {a.egress_at_load_gbps:.2f} Gbps.</p>")
     sections.append(Section("timeseries", "Egress and queues over time", ts_blocks))
 
     # ---- cost
     cost = frame[["plan", "label", "cost_usd_per_hour", "usd_per_million_tokens", "rps_per_usd_hour",
-                  "gpus_remote", "gpus_local", "lambda_max_rps"]].copy()
-    cost["remote_usd_per_hour"] = cost.gpus_remote * gpu_r.price_usd_per_gpu_hour
-    cost["local_usd_per_hour"] = cost.gpus_local * gpu_l.price_usd_per_gpu_hour
-    cost["link_usd_per_hour"] = [spec.link.price_usd_per_hour if g else 0.0 for g in cost.gpus_remote]
+                  "gpus_remote", "gpus_local", "lambda_max_rps", "remote_usd_per_hour", "local_usd_per_hour",
+                  "link_usd_per_hour"]].copy()
     cost["text"] = [f"${v:.3f}" for v in cost.usd_per_million_tokens]
     cb = alt.Chart(_finite(cost)).encode(
         y=alt.Y("label:N", sort=[PLAN_LABELS.get(n, n) for n in names], title=None),
@@ -425,7 +375,7 @@ def _plan_page(sc, res, sim, sim_note: str, sim_duration_s: float, seed: int) ->
                 scale=alt.Scale(domain=[0, float(cost.usd_per_million_tokens.replace(np.inf, np.nan).max()) * 1.3])))
     cost_chart = alt.layer(
         cb.mark_bar(height=26).encode(color=alt.Color("label:N", scale=_plan_scale(names), legend=None)),
-        cb.mark_text(align="left", dx=4, fontSize=11.5, color="#1d2330").encode(text="text:N"),
+        cb.mark_text(align="left", dx=4, fontSize=11.5, color="#1d2330").encode(text=alt.Text("text:N")),
     ).properties(width=BAR_WIDTH, height=40 * len(names) + 20, title=alt.Title(
         "Cost per million tokens", subtitle=f"at each plan's Λmax; {gpu_r.id.upper()} ${gpu_r.price_usd_per_gpu_hour:.2f}, "
         f"{gpu_l.id.upper()} ${gpu_l.price_usd_per_gpu_hour:.2f} per GPU-hour"))
@@ -442,23 +392,10 @@ def _plan_page(sc, res, sim, sim_note: str, sim_duration_s: float, seed: int) ->
         cost_tbl]))
 
     # ---- inputs
-    sections.append(Section("inputs", "Inputs", _inputs_blocks(sc, res, alt)))
+    sections.append(Section("inputs", "Inputs", _inputs_blocks(a, alt)))
 
     # ---- formulas and assumptions
-    sections.append(Section("formulas", "Formulas", _formula_blocks(sc, res)))
+    sections.append(Section("formulas", "Formulas", _formula_blocks(a)))
     sections.append(Section("assumptions", "Assumptions and provenance", _assumption_blocks(sc, res, sim, sim_note)))
     return Report("plan", title, subtitle, cards, lead, sections, result=res,
-                  data={"simulation": sim, "sweep_threshold": sw_t, "sweep_np": sw_n})
-
-
-def _downsample(df: pd.DataFrame, xcol: str, n: int) -> pd.DataFrame:
-    """At most about ``n`` rows: means over equal-width bins of ``xcol``."""
-    df = _finite(df)
-    if len(df) <= n:
-        return df.reset_index(drop=True)
-    x = df[xcol].to_numpy(dtype=float)
-    bins = np.linspace(x.min(), x.max(), n + 1)
-    idx = np.clip(np.digitize(x, bins) - 1, 0, n - 1)
-    num = df.select_dtypes("number")
-    out = num.groupby(idx).mean()
-    return out.reset_index(drop=True)
+                  data={"simulation": sim, "sweep_threshold": sw_t, "sweep_np": sw_n, "analysis": a})

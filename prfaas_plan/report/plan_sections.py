@@ -1,23 +1,29 @@
-"""The plan report's reference sections: the scenario's inputs (with the length distribution and
-the per-length model numbers), the formulas (S_kv(l), the paper's equations, the exact-mode
-program) and the assumptions with their provenance (measured or modelled)."""
+"""The plan report's reference sections laid out: the scenario's inputs (with the length
+distribution and the per-length model numbers), the formulas (S_kv(l), the paper's equations,
+the exact-mode program) and the assumptions with their provenance (measured or modelled)."""
 
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-import numpy as np
 import pandas as pd
 
+from prfaas_plan.defaults import PREFIX_BLOCK_TOKENS
 from prfaas_plan.report.charts import CHART_HEIGHT, CHART_WIDTH, _log_token_axis
+from prfaas_plan.report.formulas import kv_latex, kv_pretty
 from prfaas_plan.report.page import Col, Figure, Table, _e, _tokens
 
+if TYPE_CHECKING:
+    from prfaas_plan.analysis import PlanReport
+    from prfaas_plan.planner import PlanResult
+    from prfaas_plan.scenario import Scenario
+    from prfaas_plan.sim import SimResult
 
-def _inputs_blocks(sc, res, alt) -> list:
-    from prfaas_plan.planner import offload_fractions
-    from prfaas_plan.units import MIB_BYTES
 
-    spec, inp, b, best = sc.spec, res.inputs, res.buckets, res.plan
+def _inputs_blocks(a: PlanReport, alt) -> list:
+    sc, res = a.scenario, a.result
+    spec, inp = sc.spec, res.inputs
     w = spec.workload
     m = sc.model
     mix = " + ".join(f"{n} {m.attention[k].kind}" for k, n in m.layer_counts().items())
@@ -26,8 +32,9 @@ def _inputs_blocks(sc, res, alt) -> list:
               f"{w.max_tokens:,}] tokens")
     else:
         blocks = w.prefix_cache_blocks
-        pc = ("no prefix cache" if blocks == 0 else "unlimited prefix cache (512-token blocks)" if blocks is None
-              else f"LRU prefix cache of {blocks:,} blocks of 512 tokens")
+        pc = ("no prefix cache" if blocks == 0
+              else f"unlimited prefix cache ({PREFIX_BLOCK_TOKENS}-token blocks)" if blocks is None
+              else f"LRU prefix cache of {blocks:,} blocks of {PREFIX_BLOCK_TOKENS} tokens")
         wl = f"trace {Path(w.trace).name} ({w.trace_format}), {pc}; lengths are the uncached suffixes"
     rows = [
         ("model", "Model", f"{m.name} ({m.id}): {m.layers.count} layers, {mix}; "
@@ -59,13 +66,8 @@ def _inputs_blocks(sc, res, alt) -> list:
                        caption=f"Scenario {spec.id} ({sc.origin_label})")
 
     # length distribution, split by route
-    frac = offload_fractions(best, b)
-    lo, hi = float(np.min(b.tokens)), float(np.max(b.tokens))
-    edges = np.geomspace(lo * 0.999, hi * 1.001, 41)
-    idx = np.clip(np.digitize(b.tokens, edges) - 1, 0, 39)
-    remote = np.bincount(idx, weights=b.probs * frac, minlength=40)
-    local = np.bincount(idx, weights=b.probs * (1 - frac), minlength=40)
-    dist = pd.DataFrame({"lo_tokens": edges[:-1], "hi_tokens": edges[1:], "prfaas": remote, "local": local})
+    dist = a.length_distribution
+    edges = [float(dist.lo_tokens.iloc[0]), float(dist.hi_tokens.iloc[-1])]
     long = pd.concat([  # stacked by hand: remote at the bottom, local on top
         pd.DataFrame({"lo_tokens": dist.lo_tokens, "hi_tokens": dist.hi_tokens, "path": "PrfaaS (remote prefill)",
                       "y0": 0.0, "y1": dist.prfaas}),
@@ -75,8 +77,8 @@ def _inputs_blocks(sc, res, alt) -> list:
     hist = alt.Chart(long).mark_rect(stroke="white", strokeWidth=0.5).encode(
         x=alt.X("lo_tokens:Q", scale=alt.Scale(type="log", domain=[float(edges[0]), float(edges[-1])], nice=False),
                 axis=_log_token_axis("uncached prompt length (tokens, log scale)")),
-        x2="hi_tokens:Q",
-        y=alt.Y("y0:Q", title="share of requests per bin", axis=alt.Axis(format="%")), y2="y1:Q",
+        x2=alt.X2("hi_tokens:Q"),
+        y=alt.Y("y0:Q", title="share of requests per bin", axis=alt.Axis(format="%")), y2=alt.Y2("y1:Q"),
         color=alt.Color("path:N", title=None, scale=alt.Scale(
             domain=["PrfaaS (remote prefill)", "PD-P (local prefill)"], range=["#1f6fb2", "#e08a2c"])),
     ).properties(width=CHART_WIDTH, height=CHART_HEIGHT, title=alt.Title(
@@ -86,12 +88,7 @@ def _inputs_blocks(sc, res, alt) -> list:
         Col("prfaas", "PrfaaS", "share", "{:.4f}"), Col("local", "PD-P", "share", "{:.4f}")])
 
     # per-length model numbers
-    lens = [l for l in (1024, 4096, 8192, 32768, 131072) if l <= m.max_context_tokens]
-    lens = [l for l in lens if lo * 0.5 <= l <= hi * 2] or lens
-    arr = np.asarray(lens, dtype=float)
-    t_r, t_l, s = inp.t_remote(arr), inp.t_local(arr), inp.kv_bytes(arr)
-    per = pd.DataFrame({"tokens": lens, "t_remote_s": t_r, "t_local_s": t_l, "kv_mib": s / MIB_BYTES,
-                        "phi_gbps": s * 8 / t_r / 1e9})
+    per = a.per_length
     r_src = "measured" if sc.prfaas_profile is not None else "modelled"
     l_src = "measured" if sc.local_profile is not None else "modelled"
     k_src = "measured" if sc.prfaas_profile is not None and sc.prfaas_profile.kv_bytes is not None else "cache model"
@@ -105,36 +102,22 @@ def _inputs_blocks(sc, res, alt) -> list:
                                "per log-spaced length bin.", dist_tbl), per_tbl]
 
 
-def _formula_blocks(sc, res) -> list:
-    import sympy
-
-    from prfaas_plan.kvcache import kv_bytes_expr
-
+def _formula_blocks(a: PlanReport) -> list:
+    sc, res = a.scenario, a.result
     m = sc.model
-    expr = kv_bytes_expr(m, sc.cache)
-    pretty = sympy.pretty(expr, use_unicode=True)
-    latex = sympy.latex(expr)
+    pretty, latex = kv_pretty(a.kv_formula), kv_latex(a.kv_formula)
     prof = sc.prfaas_profile
     prof_note = ""
     if prof is not None and prof.kv_bytes is not None:
         prof_note = (" The planner ships the measured S_kv of the PrfaaS profile (interpolated piecewise-linearly "
                      "in l), not this formula; the formula is shown for comparison.")
-    inp, best = res.inputs, res.plan
-    from prfaas_plan.planner import paper_stage_rates
-
-    t = best.threshold_tokens if best.threshold_tokens else float(inp.lengths.quantile(0.5))
-    g = paper_stage_rates(inp, np.array([t]), np.array([best.instances["pd_p"]]))
-    at = {k: float(np.asarray(v)[0, 0]) for k, v in g.items()}
-    p = at["p"]
-    eq_rows = pd.DataFrame([
-        {"key": "p", "quantity": "p = P(L > t)", "value": p, "unit": ""},
-        {"key": "l_long", "quantity": "l_long = E[L | L > t]", "value": at["l_long"], "unit": "tokens"},
-        {"key": "l_short", "quantity": "l_short = E[L | L ≤ t]", "value": at["l_short"], "unit": "tokens"},
-        {"key": "theta_prfaas", "quantity": "Θ_prfaas (Eq. 3)", "value": at["prfaas"] * p, "unit": "requests/s"},
-        {"key": "theta_pdp", "quantity": "Θ_pdp (Eq. 4)", "value": at["pd_p"] * (1 - p), "unit": "requests/s"},
-        {"key": "theta_pdd", "quantity": "Θ_pdd (Eq. 5)", "value": at["pd_d"], "unit": "requests/s"},
-        {"key": "lambda_max", "quantity": "Λmax (Eq. 6)", "value": at["lambda"], "unit": "requests/s"},
-    ])
+    best = res.plan
+    t, at = a.equations_t_tokens, a.equations
+    labels = {"p": ("p = P(L > t)", ""), "l_long": ("l_long = E[L | L > t]", "tokens"),
+              "l_short": ("l_short = E[L | L ≤ t]", "tokens"), "theta_prfaas": ("Θ_prfaas (Eq. 3)", "requests/s"),
+              "theta_pdp": ("Θ_pdp (Eq. 4)", "requests/s"), "theta_pdd": ("Θ_pdd (Eq. 5)", "requests/s"),
+              "lambda_max": ("Λmax (Eq. 6)", "requests/s")}
+    eq_rows = pd.DataFrame([{"key": k, "quantity": q, "value": at[k], "unit": u} for k, (q, u) in labels.items()])
     eq_tbl = Table("equations-at-plan", eq_rows, [Col("quantity", "Quantity", text=True), Col("value", "Value"),
                                                   Col("unit", "Unit", text=True)], row_key="key",
                    caption=f"The paper's equations evaluated at this plan's t = {_tokens(t)} and N_p = {best.instances['pd_p']}")
@@ -169,7 +152,7 @@ t = shortest offloaded bucket; it uses E[T(L)] where the paper uses T(E[L]).""")
     return blocks
 
 
-def _assumption_blocks(sc, res, sim, sim_note: str) -> list:
+def _assumption_blocks(sc: Scenario, res: PlanResult, sim: SimResult | None, sim_note: str) -> list:
     spec, inp = sc.spec, res.inputs
     gpu_r, gpu_l = sc.prfaas_instance.gpu, sc.local_instance.gpu
 

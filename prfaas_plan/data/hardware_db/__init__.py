@@ -1,0 +1,1 @@
+"""The bundled hardware database: one validated YAML file per accelerator, each citing its sources."""

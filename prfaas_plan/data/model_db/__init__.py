@@ -1,0 +1,1 @@
+"""The bundled model database: one validated YAML file per model, each citing its public config."""

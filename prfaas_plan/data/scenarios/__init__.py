@@ -1,0 +1,1 @@
+"""The built-in scenarios (the paper's case study) and sweep grids."""

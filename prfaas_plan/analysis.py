@@ -1,0 +1,576 @@
+"""The numbers a report shows, computed: a plan report's (:class:`PlanReport`) and a model comparison's (:class:`CompareReport`).
+
+The report pages (``prfaas_plan.report``) lay these objects out and compute nothing. A
+:class:`PlanReport` holds the scenario, its plan and baselines, the simulation (when it ran), each
+stage's capacity, Lambda_max against t and the P:D split (the paper's Figure 5), the what-if grid
+(paper model over links, pools and thresholds), the analytic TTFT distributions, the egress time
+series, the length distribution by route, the model's numbers at a few lengths, the paper's
+equations at the plan and ``S_kv(l)`` as a formula. A :class:`CompareReport` holds, per model,
+the cache bytes, ``S_kv(l)``, ``Phi_kv(l)`` (Eq. 1) and cluster egress (Eq. 2) over 1K-1M tokens,
+and the link lines a prefill cluster needs.
+
+Units: rates in requests/s, lengths in tokens (K = 1024), times in seconds, link rates in Gbps
+(1e9 bit/s), cache sizes in MiB (2^20 B), money in US dollars.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+import numpy as np
+import pandas as pd
+
+from prfaas_plan.defaults import (
+    DEFAULT_CLUSTER_GPUS,
+    DEFAULT_COMPARE_MODELS,
+    DEFAULT_CONTEXT_TOKENS,
+    DEFAULT_LINK_EFFICIENCY,
+    DEFAULT_SIM_DURATION_S,
+)
+from prfaas_plan.errors import InvalidInput, PlanError
+from prfaas_plan.units import BITS_PER_BYTE, GBPS_BITS_PER_S, MIB_BYTES
+from prfaas_plan.vocab import PLAN_MODES
+
+if TYPE_CHECKING:
+    from prfaas_plan.hardware import Instance
+    from prfaas_plan.kvcache import CacheSettings
+    from prfaas_plan.model.arch import ModelSpec
+    from prfaas_plan.planner import PlanInputs, PlanResult
+    from prfaas_plan.scenario import Scenario
+    from prfaas_plan.sim import SimResult
+
+
+def _finite(df: pd.DataFrame) -> pd.DataFrame:
+    """+-inf replaced by NaN (chart data must be finite or null)."""
+    return df.replace([np.inf, -np.inf], np.nan)
+
+
+# ----------------------------------------------------------------------------- S_kv(l) as a formula
+@dataclass(frozen=True)
+class KvFormula:
+    """``S_kv(l) = per_token_bytes * l + sum(b * min(l, W) for b, W in windows) + fixed_bytes``, bytes,
+    exact (no paging): the terms of :func:`prfaas_plan.kvcache.kv_bytes_expr`, like terms collected."""
+
+    per_token_bytes: int
+    windows: tuple[tuple[int, int], ...]  # (bytes per token kept, window W in tokens), by W
+    fixed_bytes: int
+
+
+def kv_formula(model: ModelSpec, settings: CacheSettings | None = None) -> KvFormula:
+    """The coefficients of ``S_kv(l)`` for ``model`` (from :func:`prfaas_plan.kvcache.per_layer_table`)."""
+    from prfaas_plan.kvcache import per_layer_table
+
+    per, fixed, windows = 0, 0, {}
+    for r in per_layer_table(model, settings):
+        b = r["layers"] * r["bytes_per_token"]
+        if r["window_tokens"] is not None:
+            windows[r["window_tokens"]] = windows.get(r["window_tokens"], 0) + b
+        else:
+            per += b
+        fixed += r["layers"] * (r["conv_bytes"] + r["recurrent_bytes"])
+    return KvFormula(per, tuple((b, w) for w, b in sorted(windows.items()) if b), fixed)
+
+
+# ----------------------------------------------------------------------------- the what-if grid
+LINK_EXPONENTS = np.arange(-5, 3)
+"""Link grid: the scenario's Gbps times 2 to these powers (100 Gbps: 3.125 ... 400 Gbps)."""
+POOL_STEPS = 5
+"""Instance counts per pool slider."""
+T_POINTS = 64
+"""Thresholds on the t slider and the Lambda_max-vs-t curve (log-spaced, tokens)."""
+NO_LINK_BASE_GBPS = 12.5
+"""Link grid base for a scenario without a link (0 Gbps): 0.39 ... 50 Gbps, commodity lines."""
+
+
+@dataclass(frozen=True)
+class WhatIfGrid:
+    """The what-if grid (paper model, Eqs. 3-8, over links, pool sizes and thresholds).
+
+    cells: one row per (link_gbps, prfaas_gpus, local_gpus): the paper-mode optimum
+        ``threshold_tokens`` (NaN: nothing offloaded), ``n_prfaas``, ``n_pd_p``, ``n_pd_d``
+        (instances), ``lambda_max_rps``, ``offload_fraction``, ``egress_gbps``; it is what
+        ``pp.plan(scenario with those pools and link, mode="paper")`` returns.
+    curve: one row per cell and slider t (``t_tokens``): the best ``n_pd_p`` at that t, its
+        ``lambda_max_rps``, ``offload_fraction`` and ``egress_gbps``.
+    """
+
+    link_gbps: np.ndarray
+    prfaas_gpus: np.ndarray
+    local_gpus: np.ndarray
+    t_tokens: np.ndarray
+    cells: pd.DataFrame
+    curve: pd.DataFrame
+
+
+def pool_values(instances: int, gpus_per_instance: int, min_instances: int) -> np.ndarray:
+    """:data:`POOL_STEPS` pool sizes in GPUs, centred on ``instances`` where the floor allows."""
+    start = max(min_instances, instances - POOL_STEPS // 2)
+    return gpus_per_instance * np.arange(start, start + POOL_STEPS)
+
+
+def link_values(gbps: float) -> np.ndarray:
+    """The link grid in Gbps: ``gbps * 2**k``; a scenario without a link also gets 0 Gbps."""
+    if gbps > 0:
+        return gbps * 2.0 ** LINK_EXPONENTS
+    return np.r_[0.0, NO_LINK_BASE_GBPS * 2.0 ** LINK_EXPONENTS]
+
+
+def _rates(inp: PlanInputs, t: np.ndarray, n_pf: np.ndarray, n_loc: np.ndarray, link_gbps: np.ndarray):
+    """Eqs. 3-6 over (link, PrfaaS, local, t, N_p); N_p >= the cell's local count is NaN."""
+    from prfaas_plan.planner import paper_stage_rates
+
+    n_p = np.arange(int(n_loc.max()))
+    g = paper_stage_rates(inp, t, n_p, n_pf=n_pf[None, :, None, None, None].astype(float),
+                          n_local=n_loc[None, None, :, None, None].astype(float),
+                          link_bits_per_s=link_gbps[:, None, None, None, None] * GBPS_BITS_PER_S)
+    lam = np.where(n_p < n_loc[None, None, :, None, None], g["lambda"], np.nan)
+    return lam, g["p"][0, 0, 0, :, 0], g["l_long"][0, 0, 0, :, 0]
+
+
+def _egress_gbps(inp: PlanInputs, lam, p, l_long) -> np.ndarray:
+    """Eq. 2 at a rate: lam (req/s) x p x 8 S_kv(l_long) in Gbps; 0 where nothing is offloaded."""
+    bits = BITS_PER_BYTE * inp.kv_bytes(np.nan_to_num(l_long, nan=1.0))
+    return np.where(p > 0, lam * p * bits / GBPS_BITS_PER_S, 0.0)
+
+
+def whatif_grid(inp: PlanInputs) -> WhatIfGrid:
+    """The what-if grid of a scenario's :class:`~prfaas_plan.planner.PlanInputs`: per (link,
+    PrfaaS, local) cell the optimum on the planner's own grid (``threshold_grid`` plus t =
+    infinity, every N_p, first maximum), and per slider t the best N_p."""
+    from prfaas_plan.planner import threshold_grid
+
+    spec = inp.scenario.spec
+    links = link_values(spec.link.gbps)
+    pf_gpus = pool_values(spec.prfaas.instances, spec.prfaas.gpus_per_instance, 0)
+    loc_gpus = pool_values(spec.local.instances, spec.local.gpus_per_instance, 2)
+    n_pf, n_loc = pf_gpus // spec.prfaas.gpus_per_instance, loc_gpus // spec.local.gpus_per_instance
+    k, f, loc = np.indices((len(links), len(pf_gpus), len(loc_gpus))).reshape(3, -1)
+    base = {"link_gbps": links[k], "prfaas_gpus": pf_gpus[f], "local_gpus": loc_gpus[loc]}
+
+    t_full = np.r_[threshold_grid(inp), np.inf]
+    lam, p, l_long = _rates(inp, t_full, n_pf, n_loc, links)
+    flat = lam.reshape(lam.shape[:3] + (-1,))
+    best = np.nanargmax(flat, axis=-1).ravel()
+    i, j = np.divmod(best, lam.shape[-1])
+    lam_best = flat.reshape(-1, flat.shape[-1])[np.arange(best.size), best]
+    cells = pd.DataFrame({
+        **base, "threshold_tokens": np.where(p[i] > 0, t_full[i], np.nan),
+        "n_prfaas": n_pf[f], "n_pd_p": j, "n_pd_d": n_loc[loc] - j, "lambda_max_rps": lam_best,
+        "offload_fraction": p[i], "egress_gbps": _egress_gbps(inp, lam_best, p[i], l_long[i])})
+
+    t_grid = threshold_grid(inp, T_POINTS)
+    lam, p, l_long = _rates(inp, t_grid, n_pf, n_loc, links)
+    j = np.nanargmax(lam, axis=-1)  # (link, PrfaaS, local, t)
+    lam_t = np.nanmax(lam, axis=-1)
+    nt = len(t_grid)
+    curve = pd.DataFrame({
+        **{c: np.repeat(v, nt) for c, v in base.items()}, "t_tokens": np.tile(t_grid, len(k)),
+        "n_pd_p": j.ravel(), "lambda_max_rps": lam_t.ravel(), "offload_fraction": np.tile(p, len(k)),
+        "egress_gbps": _egress_gbps(inp, lam_t, p, l_long).ravel()})
+    return WhatIfGrid(links, pf_gpus, loc_gpus, t_grid, cells, curve)
+
+
+def initial_steps(g: WhatIfGrid, sc: Scenario, t_best: float | None) -> dict[str, int]:
+    """Slider start values: the scenario's link and pools (nearest grid value) and the grid t
+    nearest (in log) to ``t_best``, the paper-mode optimum there (the middle step without one)."""
+    spec = sc.spec
+
+    def near(grid, v) -> int:
+        return int(np.argmin(np.abs(np.asarray(grid, dtype=float) - v)))
+
+    t_step = (len(g.t_tokens) // 2 if t_best is None
+              else int(np.argmin(np.abs(np.log(g.t_tokens) - np.log(t_best)))))
+    return {"link_step": near(g.link_gbps, spec.link.gbps),
+            "prfaas_gpus": int(g.prfaas_gpus[near(g.prfaas_gpus, spec.prfaas.gpus)]),
+            "local_gpus": int(g.local_gpus[near(g.local_gpus, spec.local.gpus)]), "t_step": t_step}
+
+
+def grid_cell(g: WhatIfGrid, start: dict[str, int]) -> pd.Series:
+    """The grid cell at the sliders' start values."""
+    c = g.cells
+    return c[(c.link_gbps == g.link_gbps[start["link_step"]]) & (c.prfaas_gpus == start["prfaas_gpus"])
+             & (c.local_gpus == start["local_gpus"])].iloc[0]
+
+
+@dataclass(frozen=True)
+class WhatIf:
+    """The what-if section's numbers: the grid, the sliders' start values, and the cell they start
+    on (the scenario as written, in the paper model; ``t_tokens`` None: nothing offloaded)."""
+
+    grid: WhatIfGrid
+    start: dict[str, int]
+    here: pd.Series
+    t_tokens: float | None
+
+
+def whatif(sc: Scenario, inp: PlanInputs) -> WhatIf:
+    """The what-if grid of a scenario and where its sliders start."""
+    g = whatif_grid(inp)
+    here = grid_cell(g, initial_steps(g, sc, None))
+    t_here = None if np.isnan(here.threshold_tokens) else float(here.threshold_tokens)
+    return WhatIf(g, initial_steps(g, sc, t_here), here, t_here)
+
+
+# ----------------------------------------------------------------------------- the plan report
+@dataclass(frozen=True)
+class Timeseries:
+    """The simulated egress and queues, downsampled to about 1,500 points: ``frame`` (time_s,
+    egress_gbps, remote_queue, local_queue, ...), its step ``dt_s`` and the moving mean of egress
+    over ``window`` steps (about 30 s)."""
+
+    frame: pd.DataFrame
+    dt_s: float
+    window: int
+    egress_mean_gbps: pd.Series
+
+
+@dataclass(frozen=True)
+class PlanReport:
+    """Everything the plan report shows, computed (see the module).
+
+    plans: ``PlanResult.to_frame()`` plus each plan's ``gpus_remote``, ``gpus_local`` and its cost
+    split (``remote_usd_per_hour``, ``local_usd_per_hour``, ``link_usd_per_hour``). stages: per
+    stage (prfaas, pd_p, pd_d, link) the rate it alone sustains, how busy it is at Lambda_max, its
+    instances. ttft_cdf_*: the queueing model's TTFT CDF per plan (``ttft_s``, ``cdf``, ``plan``,
+    ``rate_rps``) at the common rate and at each plan's own load; sim_ttft_cdf: the simulated
+    requests' (``ttft_s``, ``cdf``) over ``sim_requests`` requests. equations: the paper's Eqs. 3-6
+    terms at the plan's t (``equations_t_tokens``) and N_p. tokens_per_s: the plan's input + output
+    tokens per second at Lambda_max; egress_at_load_gbps: its mean egress at the scenario's load.
+    """
+
+    scenario: Scenario
+    result: PlanResult
+    simulation: SimResult | None
+    sim_note: str
+    seed: int
+    plans: pd.DataFrame
+    tokens_per_s: float
+    egress_at_load_gbps: float
+    common_rate_rps: float
+    stages: pd.DataFrame
+    sweep_threshold: pd.DataFrame
+    sweep_np: pd.DataFrame
+    t_ref_tokens: float
+    whatif: WhatIf
+    ttft_cdf_common: pd.DataFrame
+    ttft_cdf_own: pd.DataFrame
+    sim_ttft_cdf: pd.DataFrame | None
+    sim_requests: int
+    timeseries: Timeseries | None
+    length_distribution: pd.DataFrame
+    per_length: pd.DataFrame
+    equations: dict[str, float]
+    equations_t_tokens: float
+    kv_formula: KvFormula
+
+
+def _simulation(sc: Scenario, res: PlanResult, simulate: bool | None, load: float | None, duration_s: float,
+                seed: int) -> tuple[SimResult | None, str]:
+    """The simulation at the scenario's load (or ``load``), or None and why not."""
+    if simulate is not None and not simulate:
+        return None, "Simulation was turned off for this report"
+    from prfaas_plan.sim import simulate as run_simulation
+
+    try:
+        sim = run_simulation(sc, res, load=sc.spec.load if load is None else load, duration_s=duration_s, seed=seed)
+    except PlanError as exc:
+        return None, f"The simulation could not run: {exc}"
+    except Exception as exc:  # noqa: BLE001 - a simulator bug must not cost the user the whole report
+        return None, f"The simulation failed ({type(exc).__name__}: {exc})"
+    if sim.frames is None:  # too long to keep per-request records in memory
+        return None, (f"The simulation ({sim.summary()['requests']:,} requests) was too long to chart; "
+                      "give a shorter --sim-duration")
+    return sim, ""
+
+
+def _plans(sc: Scenario, res: PlanResult) -> pd.DataFrame:
+    """One row per plan: ``to_frame()``, its GPUs on each side and its cost per hour split."""
+    frame = res.to_frame()
+    frame["gpus_remote"] = [res.plans[n].gpus["prfaas"] for n in frame["plan"]]
+    frame["gpus_local"] = [res.plans[n].gpus["pd_p"] + res.plans[n].gpus["pd_d"] for n in frame["plan"]]
+    frame["remote_usd_per_hour"] = frame.gpus_remote * sc.prfaas_instance.gpu.price_usd_per_gpu_hour
+    frame["local_usd_per_hour"] = frame.gpus_local * sc.local_instance.gpu.price_usd_per_gpu_hour
+    frame["link_usd_per_hour"] = [sc.spec.link.price_usd_per_hour if g else 0.0 for g in frame.gpus_remote]
+    return frame
+
+
+def _stages(res: PlanResult) -> pd.DataFrame:
+    """Each stage's capacity alone (the link's: Lambda_max scaled by usable link over egress)."""
+    inp, best = res.inputs, res.plan
+    link_rps = (best.lambda_max_rps * inp.link_bits_per_s / (best.egress_gbps * GBPS_BITS_PER_S)
+                if best.egress_gbps > 0 else math.inf)
+    rows = []
+    for key in ("prfaas", "pd_p", "pd_d", "link"):
+        rate = link_rps if key == "link" else best.stage_rps[key]
+        rows.append({"stage": key, "rate_rps": rate,
+                     "utilisation": best.lambda_max_rps / rate if rate and math.isfinite(rate) else 0.0,
+                     "instances": best.instances.get(key, np.nan) if key != "link" else np.nan})
+    return pd.DataFrame(rows)
+
+
+def _ttft_cdf(res: PlanResult, basis: str) -> pd.DataFrame:
+    """The queueing model's TTFT CDF of every plan at a rate basis, on 241 points up to 1.25 x the
+    largest P99."""
+    from prfaas_plan.planner import ttft_at
+
+    rows = res.ttft[(res.ttft.path == "all") & (res.ttft.basis == basis)]
+    hi = float(np.nanmax(np.where(np.isfinite(rows.p99_s), rows.p99_s, np.nan))) * 1.25 if len(rows) else 10.0
+    if not math.isfinite(hi) or hi <= 0:
+        hi = 10.0
+    grid = np.linspace(0.0, hi, 241)
+    frames = []
+    for _, r in rows.iterrows():
+        cdf = ttft_at(res.inputs, res.plans[r.plan], res.buckets_for(r.plan), float(r.rate_rps))["all"].cdf(grid)
+        frames.append(pd.DataFrame({"ttft_s": grid, "cdf": cdf, "plan": r.plan, "rate_rps": float(r.rate_rps)}))
+    return pd.concat(frames, ignore_index=True)
+
+
+def _sim_ttft_cdf(sim: SimResult | None) -> tuple[pd.DataFrame | None, int]:
+    """The simulated requests' TTFT CDF (201 quantiles) and how many requests it is over."""
+    if sim is None:
+        return None, 0
+    tt = np.asarray(sim.requests["ttft_s"], dtype=float)
+    tt = tt[np.isfinite(tt)]
+    if not tt.size:
+        return None, 0
+    qs = np.linspace(0, 1, 201)
+    return pd.DataFrame({"ttft_s": np.quantile(tt, qs), "cdf": qs}), int(tt.size)
+
+
+def _downsample(df: pd.DataFrame, xcol: str, n: int) -> pd.DataFrame:
+    """At most about ``n`` rows: means over equal-width bins of ``xcol``."""
+    df = _finite(df)
+    if len(df) <= n:
+        return df.reset_index(drop=True)
+    x = df[xcol].to_numpy(dtype=float)
+    bins = np.linspace(x.min(), x.max(), n + 1)
+    idx = np.clip(np.digitize(x, bins) - 1, 0, n - 1)
+    return df.select_dtypes("number").groupby(idx).mean().reset_index(drop=True)
+
+
+def _timeseries(sim: SimResult | None) -> Timeseries | None:
+    if sim is None or getattr(sim, "timeseries", None) is None or not len(sim.timeseries):
+        return None
+    ts = _downsample(pd.DataFrame(sim.timeseries), "time_s", 1500)
+    dt = float(np.median(np.diff(ts.time_s))) if len(ts) > 1 else 1.0
+    win = max(1, int(round(30.0 / dt))) if dt > 0 else 1
+    return Timeseries(ts, dt, win, ts.egress_gbps.rolling(win, min_periods=1, center=True).mean())
+
+
+def _length_distribution(res: PlanResult) -> pd.DataFrame:
+    """The share of requests per log-spaced length bin (40 bins), prefilled remotely and locally."""
+    from prfaas_plan.planner import offload_fractions
+
+    b = res.buckets
+    frac = offload_fractions(res.plan, b)
+    lo, hi = float(np.min(b.tokens)), float(np.max(b.tokens))
+    edges = np.geomspace(lo * 0.999, hi * 1.001, 41)
+    idx = np.clip(np.digitize(b.tokens, edges) - 1, 0, 39)
+    remote = np.bincount(idx, weights=b.probs * frac, minlength=40)
+    local = np.bincount(idx, weights=b.probs * (1 - frac), minlength=40)
+    return pd.DataFrame({"lo_tokens": edges[:-1], "hi_tokens": edges[1:], "prfaas": remote, "local": local})
+
+
+def _per_length(sc: Scenario, res: PlanResult) -> pd.DataFrame:
+    """T_prefill on both sides, S_kv and Phi_kv (Eq. 1) at 1K, 4K, 8K, 32K and 128K tokens (those
+    the model holds, near the workload's lengths)."""
+    from prfaas_plan.bandwidth import kv_throughput_gbps
+
+    inp, b = res.inputs, res.buckets
+    lo, hi = float(np.min(b.tokens)), float(np.max(b.tokens))
+    lens = [n for n in (1024, 4096, 8192, 32768, 131072) if n <= sc.model.max_context_tokens]
+    lens = [n for n in lens if lo * 0.5 <= n <= hi * 2] or lens
+    arr = np.asarray(lens, dtype=float)
+    phi = kv_throughput_gbps(sc.model, sc.prfaas_instance, arr, settings=sc.cache, profile=sc.prfaas_profile)
+    return pd.DataFrame({"tokens": lens, "t_remote_s": inp.t_remote(arr), "t_local_s": inp.t_local(arr),
+                         "kv_mib": inp.kv_bytes(arr) / MIB_BYTES, "phi_gbps": np.asarray(phi, dtype=float)})
+
+
+def _equations(res: PlanResult) -> tuple[float, dict[str, float]]:
+    """The paper's terms (p, l_long, l_short, Eqs. 3-6) at the plan's t (the median length when
+    nothing is offloaded) and N_p."""
+    from prfaas_plan.planner import paper_stage_rates
+
+    inp, best = res.inputs, res.plan
+    t = best.threshold_tokens if best.threshold_tokens else float(inp.lengths.quantile(0.5))
+    g = paper_stage_rates(inp, np.array([t]), np.array([best.instances["pd_p"]]))
+    at = {k: float(np.asarray(v)[0, 0]) for k, v in g.items()}
+    p = at["p"]
+    return t, {"p": p, "l_long": at["l_long"], "l_short": at["l_short"], "theta_prfaas": at["prfaas"] * p,
+               "theta_pdp": at["pd_p"] * (1 - p), "theta_pdd": at["pd_d"], "lambda_max": at["lambda"]}
+
+
+def analyse_plan(sc: Scenario, mode: str = "exact", result: PlanResult | None = None, simulate: bool | None = None,
+                 sim_duration_s: float = DEFAULT_SIM_DURATION_S, seed: int = 0,
+                 load: float | None = None) -> PlanReport:
+    """Everything the plan report shows for scenario ``sc``: its plan (``result``, else
+    ``planner.plan(sc, mode, load)``), the simulation (``simulate`` None = yes) of ``sim_duration_s``
+    seconds with ``seed`` at ``load`` (default: the scenario's), and the numbers derived from them."""
+    from prfaas_plan.planner import plan, sweep_np, sweep_threshold
+
+    if mode not in PLAN_MODES:
+        raise InvalidInput(f"--mode: {mode!r} is not a planner mode; use exact or paper")
+    res = result if result is not None else plan(sc, mode=mode, load=load)
+    sim, sim_note = _simulation(sc, res, simulate, load, sim_duration_s, seed)
+    inp, best = res.inputs, res.plan
+    t_best = best.threshold_tokens
+    t_ref = float(t_best) if t_best is not None and t_best > 0 else float(inp.lengths.quantile(0.5))
+    sim_cdf, sim_requests = _sim_ttft_cdf(sim)
+    eq_t, eqs = _equations(res)
+    return PlanReport(
+        scenario=sc, result=res, simulation=sim, sim_note=sim_note, seed=seed, plans=_plans(sc, res),
+        tokens_per_s=best.lambda_max_rps * (best.mean_input_tokens + best.output_tokens),
+        egress_at_load_gbps=best.egress_gbps * sc.spec.load,
+        common_rate_rps=float(res.ttft.loc[res.ttft.basis == "common rate", "rate_rps"].iloc[0]),
+        stages=_stages(res), sweep_threshold=_finite(sweep_threshold(inp, best.instances["pd_p"], points=120)),
+        sweep_np=_finite(sweep_np(inp, t_ref)), t_ref_tokens=t_ref, whatif=whatif(sc, inp),
+        ttft_cdf_common=_ttft_cdf(res, "common rate"), ttft_cdf_own=_ttft_cdf(res, "own load"),
+        sim_ttft_cdf=sim_cdf, sim_requests=sim_requests, timeseries=_timeseries(sim),
+        length_distribution=_length_distribution(res), per_length=_per_length(sc, res), equations=eqs,
+        equations_t_tokens=eq_t, kv_formula=kv_formula(sc.model, sc.cache))
+
+
+# ----------------------------------------------------------------------------- the model comparison
+FLAGSHIP_PAIR = ("mimo-v2-flash", "minimax-m2.5")
+"""(hybrid, dense) pair the comparison page leads with when both are on it."""
+STANDARD_LINES_GBPS = (10.0, 100.0, 400.0)
+"""Nominal line rates the comparison measures egress against."""
+CURVE_TOKENS = np.unique(np.round(1024 * 2 ** (np.arange(0, 41) / 4)).astype(np.int64))
+"""Prompt lengths of the comparison's curves: 1K to 1M tokens, 4 per octave."""
+
+
+@dataclass(frozen=True)
+class CompareReport:
+    """Everything the model comparison shows, computed.
+
+    table: one row per model: ids and names, layer mix, max context, cache bytes per token and
+    fixed state, and at ``ref_tokens``: S_kv (MiB), T_prefill (s) and its bound, Phi_kv (Gbps),
+    cluster egress (Gbps), load on each standard line, the smallest line that fits, 100 Gbps
+    lines needed and the prefill GPUs one 100 Gbps line feeds. curve: per model and length
+    (:data:`CURVE_TOKENS` up to its max context): S_kv, T_prefill, Phi_kv, cluster egress.
+    pair: the (low, high) Phi_kv model ids the page leads with (None: fewer than two differ), with
+    the ratios of their S_kv and Phi_kv at ``ref_tokens``.
+    """
+
+    models: tuple[ModelSpec, ...]
+    names: tuple[str, ...]
+    instance: Instance
+    settings: CacheSettings
+    cluster_gpus: int
+    cluster_instances: float
+    ref_tokens: int
+    link_efficiency: float
+    table: pd.DataFrame
+    curve: pd.DataFrame
+    formulas: tuple[KvFormula, ...]
+    pair: tuple[str, str] | None
+    kv_ratio: float
+    phi_ratio: float
+
+
+def short_name(m: ModelSpec) -> str:
+    """A model's display name without a parenthesised remark ('Kimi-Linear-1T (PrfaaS ...)' -> 'Kimi-Linear-1T')."""
+    return m.name.split(" (")[0].strip() or m.id
+
+
+def headline_pair(table: pd.DataFrame) -> tuple[str, str] | None:
+    """The (hybrid, dense) model ids a comparison leads with: :data:`FLAGSHIP_PAIR` when both are
+    on it and reach the reference length, else the lowest and highest Phi_kv there; None when
+    fewer than two models reach it (or all emit the same)."""
+    phi = table.set_index("model")["phi_gbps_ref"].dropna()
+    if set(FLAGSHIP_PAIR) <= set(phi.index):
+        return FLAGSHIP_PAIR
+    lo, hi = (phi.idxmin(), phi.idxmax()) if len(phi) >= 2 else (None, None)
+    return (lo, hi) if lo != hi else None
+
+
+def _curve(m: ModelSpec, inst: Instance, cluster_gpus: int, settings: CacheSettings) -> pd.DataFrame:
+    from prfaas_plan.bandwidth import cluster_egress_gbps, kv_throughput_gbps
+    from prfaas_plan.kvcache import kv_bytes
+    from prfaas_plan.perf.roofline import analytic_prefill
+
+    g = CURVE_TOKENS[CURVE_TOKENS <= m.max_context_tokens]
+    if m.max_context_tokens not in g and m.max_context_tokens >= 1024:
+        g = np.append(g, m.max_context_tokens)
+    g = g.astype(float)
+    s = np.asarray(kv_bytes(m, g, settings), dtype=float)
+    t = np.asarray(analytic_prefill(m, inst, g, settings=settings).total_s, dtype=float)
+    return pd.DataFrame({"model": m.id, "name": short_name(m), "tokens": g.astype(np.int64), "kv_mib": s / MIB_BYTES,
+                         "prefill_s": t, "phi_gbps": np.asarray(kv_throughput_gbps(m, inst, g, settings=settings)),
+                         "cluster_gbps": np.asarray(cluster_egress_gbps(m, inst, cluster_gpus, g, settings=settings))})
+
+
+def _at_ref(m: ModelSpec, inst: Instance, cluster_gpus: int, ref: int, settings: CacheSettings,
+            link_efficiency: float) -> dict:
+    """One model's numbers at the reference length (NaN beyond its max context)."""
+    from prfaas_plan.bandwidth import cluster_egress_gbps, kv_throughput_gbps, max_prefill_gpus
+    from prfaas_plan.kvcache import kv_bytes
+    from prfaas_plan.perf.roofline import analytic_prefill
+
+    if ref > m.max_context_tokens:
+        return {"kv_mib_ref": np.nan, "prefill_s_ref": np.nan, "bound_ref": "beyond max context",
+                "phi_gbps_ref": np.nan, "cluster_gbps_ref": np.nan, "max_gpus_100g": np.nan, "lines_100g": np.nan,
+                "smallest_line": "–", **{f"util_{line:g}g": np.nan for line in STANDARD_LINES_GBPS}}
+    lr = analytic_prefill(m, inst, float(ref), settings=settings)
+    phi = float(kv_throughput_gbps(m, inst, float(ref), settings=settings))
+    cluster = float(cluster_egress_gbps(m, inst, cluster_gpus, float(ref), settings=settings))
+    row = {"kv_mib_ref": float(kv_bytes(m, float(ref), settings)) / MIB_BYTES, "prefill_s_ref": float(lr.total_s),
+           "bound_ref": str(lr.bound), "phi_gbps_ref": phi, "cluster_gbps_ref": cluster}
+    for line in STANDARD_LINES_GBPS:
+        row[f"util_{line:g}g"] = cluster / line
+    row["max_gpus_100g"] = max_prefill_gpus(m, inst, ref, 100.0, link_efficiency, settings=settings)
+    fits = [line for line in STANDARD_LINES_GBPS if cluster <= line * link_efficiency]
+    row["smallest_line"] = f"{fits[0]:g} Gbps" if fits else f"more than {STANDARD_LINES_GBPS[-1]:g} Gbps"
+    row["lines_100g"] = int(math.ceil(cluster / (100.0 * link_efficiency)))
+    return row
+
+
+def _model_row(m: ModelSpec, settings: CacheSettings) -> dict:
+    from prfaas_plan.kvcache import fixed_state_bytes, kv_bytes_per_token
+
+    per, fixed = kv_bytes_per_token(m, settings), fixed_state_bytes(m, settings)
+    return {"model": m.id, "name": short_name(m), "full_name": m.name,
+            "layer_mix": " + ".join(f"{n} {m.attention[k].kind}" for k, n in m.layer_counts().items()),
+            "max_context_tokens": m.max_context_tokens, "kv_bytes_per_token": per, "fixed_state_bytes": fixed,
+            "kv_kib_per_token": per / 1024, "fixed_state_mib": fixed / MIB_BYTES}
+
+
+def analyse_compare(models: Iterable[str] | None = None, hardware: str = "h200", gpus: int = 8,
+                    cluster_gpus: int = DEFAULT_CLUSTER_GPUS, context_tokens: int = DEFAULT_CONTEXT_TOKENS,
+                    settings: CacheSettings | None = None, link_efficiency: float = DEFAULT_LINK_EFFICIENCY,
+                    extra_model_dirs: tuple = (), extra_hardware_dirs: tuple = ()) -> CompareReport:
+    """Everything the model comparison shows: ``models`` (None or empty: the paper's,
+    :data:`~prfaas_plan.defaults.DEFAULT_COMPARE_MODELS`) prefilling on ``gpus``-GPU ``hardware``
+    instances, a ``cluster_gpus``-GPU prefill cluster, at ``context_tokens`` tokens."""
+    from prfaas_plan.hardware import instance
+    from prfaas_plan.kvcache import DEFAULT_SETTINGS
+    from prfaas_plan.model import load_model
+
+    ids = list(models) if models else list(DEFAULT_COMPARE_MODELS)
+    if len(set(ids)) != len(ids):
+        raise InvalidInput("models: a model is listed twice")
+    if gpus < 1:
+        raise InvalidInput("--gpus: an instance needs at least 1 GPU")
+    if cluster_gpus < 1:
+        raise InvalidInput("--cluster-gpus: a cluster needs at least 1 GPU")
+    if not 0 < link_efficiency <= 1:
+        raise InvalidInput("link efficiency must be in (0, 1]")
+    settings = settings or DEFAULT_SETTINGS
+    specs = tuple(load_model(i, tuple(extra_model_dirs)) for i in ids)
+    inst = instance(hardware, gpus, tuple(extra_hardware_dirs))
+    ref = int(context_tokens)
+    table = pd.DataFrame([{**_model_row(m, settings), **_at_ref(m, inst, cluster_gpus, ref, settings, link_efficiency)}
+                          for m in specs])
+    curve = pd.concat([_curve(m, inst, cluster_gpus, settings) for m in specs], ignore_index=True)
+    pair = headline_pair(table)
+    kv_ratio = phi_ratio = math.nan
+    if pair is not None:
+        by = table.set_index("model")
+        a, z = by.loc[pair[0]], by.loc[pair[1]]
+        kv_ratio, phi_ratio = z["kv_mib_ref"] / a["kv_mib_ref"], z["phi_gbps_ref"] / a["phi_gbps_ref"]
+    return CompareReport(specs, tuple(short_name(m) for m in specs), inst, settings, cluster_gpus, cluster_gpus / gpus,
+                         ref, link_efficiency, table, curve, tuple(kv_formula(m, settings) for m in specs), pair,
+                         kv_ratio, phi_ratio)

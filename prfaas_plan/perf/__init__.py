@@ -1,0 +1,1 @@
+"""The performance model: prefill latency and decode step time (:mod:`.roofline`), fitted to measurements (:mod:`.calibration`)."""

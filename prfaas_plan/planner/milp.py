@@ -1,0 +1,372 @@
+"""Exact mode: the bucketed MILP of docs/design.md section 5, its solvers, and its verification.
+
+The length distribution is cut into buckets; the offloaded and locally prefilled request rates per
+bucket are decision variables (``y_b + z_b = Lambda * p_b``), the P:D split is integer, and the
+capacities use ``E[T(L)]`` instead of ``T(E[L])``, so any routing policy is allowed. A second
+solve keeps ``Lambda`` at its optimum (less :data:`HEADROOM_REL`) and minimises the busiest
+prefill stage's utilisation, so that ties are broken towards headroom. The reported ``t`` is the
+shortest offloaded bucket; ``is_threshold`` says whether the optimal offload set is one.
+
+Solvers: HiGHS in-process (:func:`scipy.optimize.milp`) first. Its answer stands when it is
+feasible in the model written the plain way and the fixed-count LP (:func:`fixed_count_lp`, a
+different formulation) at its split agrees on Lambda; otherwise CBC (pulp's bundled binary,
+imported only then) solves the same model. A "no
+rate" answer stands only when :func:`best_fixed_count_lp` agrees. Rates are requests/s, times
+seconds, link rates Gbit/s inside the models.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+import numpy as np
+import pandas as pd
+
+from prfaas_plan.errors import InvalidInput
+from prfaas_plan.planner.inputs import split_cache_buckets
+from prfaas_plan.planner.result import Plan, PlanPoint, make_plan
+from prfaas_plan.units import BITS_PER_BYTE, GBPS_BITS_PER_S
+
+if TYPE_CHECKING:
+    from prfaas_plan.planner.inputs import Buckets, PlanInputs
+
+RATE_TOL_RPS = 1e-9
+"""Request rates at or below this (req/s) are solver round-off of zero."""
+HEADROOM_REL = 1e-6
+"""The tie-break stage may give up this share of the optimal Lambda for headroom."""
+CHECK_REL = 1e-7
+"""Relative slack of the verification (solver tolerances are 1e-9 or tighter)."""
+PER_CLUSTER_ITERATIONS = 4
+"""Replays of a trace with one prefix cache per cluster before the threshold is taken as settled."""
+THRESHOLD_SETTLED_REL = 0.02
+"""A threshold that moves less than this (relative) between replays has settled."""
+
+
+@dataclass(frozen=True)
+class Pools:
+    """What one solve may use: instances in the PrfaaS pool and the local PD pool, whether either
+    prefill path may be used, and the fewest local instances that must decode."""
+
+    n_prfaas: int
+    n_local: int
+    allow_remote: bool = True
+    allow_local_prefill: bool = True
+    min_decode: int = 1
+
+    @property
+    def decode_floor(self) -> int:
+        return min(self.min_decode, self.n_local)
+
+
+@dataclass(frozen=True)
+class ExactSolution:
+    """An optimum of the bucketed model: Lambda and the per-bucket offloaded (y) and locally
+    prefilled (z) request rates, all requests/s, and the P:D split. ``solver``: ``"highs"`` or
+    ``"cbc"`` (the MILP), or ``"lp"`` (the best fixed-count LP, :func:`best_fixed_count_lp`)."""
+
+    lambda_rps: float
+    y_rps: np.ndarray
+    z_rps: np.ndarray
+    n_p: int
+    n_d: int
+    solver: str = "highs"
+
+
+@dataclass(frozen=True)
+class _Coefficients:
+    """The model's rows per unit of bucket probability: PrfaaS busy instances, PD-P busy
+    instances and egress Gbit/s per request/s offloaded (or kept local) in each bucket."""
+
+    remote: np.ndarray
+    local: np.ndarray
+    egress_gbps: np.ndarray
+    link_gbps: float
+    decode_rps: float
+
+    @classmethod
+    def of(cls, inp: PlanInputs, b: Buckets) -> _Coefficients:
+        return cls(b.probs * b.t_remote_s, b.probs * b.t_local_s,
+                   b.probs * BITS_PER_BYTE * b.kv_bytes / GBPS_BITS_PER_S,
+                   inp.link_bits_per_s / GBPS_BITS_PER_S, inp.decode_rps_per_instance)
+
+
+# ----------------------------------------------------------------------------- HiGHS
+def _highs_model(k: _Coefficients, pools: Pools) -> tuple:
+    """Both stages' rows over ``x = [Lambda, off_0..off_n-1, N_p, N_d, u]``, ``off_b`` the offloaded
+    rate per unit of probability (``loc_b = Lambda - off_b``). Rows: ``off_b <= Lambda``; the pool;
+    PrfaaS busy; PD-P busy; link; decode; and the tie-break's two utilisation rows (open in stage 1)."""
+    from scipy.optimize import LinearConstraint
+    from scipy.sparse import csr_array, eye, hstack, vstack
+
+    n = len(k.remote)
+    balance = hstack([csr_array(-np.ones((n, 1))), eye(n, format="csr"), csr_array((n, 3))])
+    rows = np.zeros((7, n + 4))
+    rows[0, [n + 1, n + 2]] = 1.0  # N_p + N_d <= n_local
+    rows[1, 1:n + 1] = k.remote  # PrfaaS busy instances <= n_prfaas
+    rows[2, 0], rows[2, 1:n + 1], rows[2, n + 1] = k.local.sum(), -k.local, -1.0  # PD-P busy <= N_p
+    rows[3, 1:n + 1] = k.egress_gbps  # egress <= link
+    rows[4, 0], rows[4, n + 2] = 1.0, -k.decode_rps  # Lambda <= decode rate
+    rows[5, 1:n + 1], rows[5, n + 3] = k.remote, -max(pools.n_prfaas, 1)  # PrfaaS busy <= u * pool
+    rows[6, 0], rows[6, 1:n + 1], rows[6, n + 3] = k.local.sum(), -k.local, -pools.n_local  # PD-P busy <= u * pool
+    a = vstack([balance, csr_array(rows)], format="csr")
+    lower = np.r_[np.full(n, 0.0 if not pools.allow_local_prefill else -np.inf), np.full(7, -np.inf)]
+    upper = np.r_[np.zeros(n), pools.n_local, pools.n_prfaas, 0.0, k.link_gbps, 0.0, np.inf, np.inf]
+    return a, lower, upper, LinearConstraint
+
+
+def _highs_milp(k: _Coefficients, pools: Pools) -> tuple[np.ndarray, float, int, int] | None:
+    """HiGHS on the MILP, then on the headroom tie-break: ``(off, Lambda, N_p, N_d)``, or None when
+    HiGHS reports no optimum for the first stage."""
+    from scipy.optimize import Bounds, milp
+
+    n = len(k.remote)
+    a, lower, upper, constraint = _highs_model(k, pools)
+    integral = np.zeros(n + 4)
+    integral[[n + 1, n + 2]] = 1
+    lo = np.r_[0.0, np.zeros(n), 0.0, pools.decode_floor, 0.0]
+    hi = np.r_[np.inf, np.full(n, np.inf if pools.allow_remote else 0.0), pools.n_local, pools.n_local, 0.0]
+    options = {"disp": False, "mip_rel_gap": 0.0}
+    cost = np.zeros(n + 4)
+    cost[0] = -1.0
+    first = milp(cost, integrality=integral, bounds=Bounds(lo, hi), constraints=constraint(a, lower, upper),
+                 options=options)
+    if first.status != 0 or first.x is None:
+        return None
+    x, lam = first.x, float(first.x[0])
+    if lam > 0:  # second stage: same throughput, most headroom on the busier prefill stage
+        lo[0], hi[-1] = lam * (1 - HEADROOM_REL), np.inf
+        upper[-2:] = 0.0
+        cost[:] = 0.0
+        cost[-1] = 1.0
+        second = milp(cost, integrality=integral, bounds=Bounds(lo, hi), constraints=constraint(a, lower, upper),
+                      options=options)
+        if second.status == 0 and second.x is not None:  # numerically tiny optima: keep the first
+            x, lam = second.x, float(second.x[0])
+    off = np.clip(x[1:n + 1], 0.0, lam)
+    return off, lam, int(round(x[n + 1])), int(round(x[n + 2]))
+
+
+def highs_solution(inp: PlanInputs, b: Buckets, pools: Pools) -> ExactSolution | None:
+    """The MILP by HiGHS, unverified; None when HiGHS reports no optimum."""
+    k = _Coefficients.of(inp, b)
+    found = _highs_milp(k, pools)
+    if found is None:
+        return None
+    off, lam, n_p, n_d = found
+    return ExactSolution(lam, b.probs * off, b.probs * (lam - off), n_p, n_d, "highs")
+
+
+# ----------------------------------------------------------------------------- CBC (the fallback)
+def cbc_solution(inp: PlanInputs, b: Buckets, pools: Pools) -> ExactSolution | None:
+    """CBC on the MILP, then on the headroom tie-break; None when CBC finds no optimum.
+
+    The rate variables are per unit of bucket probability (``y_b = p_b * off_b``, ``z_b = p_b *
+    loc_b``), so every balance row is ``off_b + loc_b = Lambda`` with unit coefficients and the
+    probabilities (down to 1e-9 in a log-normal's tail) only weight the capacity sums. Written as
+    ``y_b + z_b = p_b * Lambda``, CBC 2.10's preprocessing reduced such models to nothing and
+    reported Lambda = 0 as optimal. The link row is in Gbit/s, like the other rows' O(1-100) sizes."""
+    import warnings
+
+    import pulp
+
+    def solved(prob: pulp.LpProblem) -> bool:
+        return pulp.LpStatus[prob.solve(pulp.PULP_CBC_CMD(msg=False))] == "Optimal"
+
+    k, nb, n_local = _Coefficients.of(inp, b), len(b.tokens), pools.n_local
+    with warnings.catch_warnings():  # pulp 3.3 announces API changes for 4.0 on every variable
+        warnings.simplefilter("ignore", DeprecationWarning)
+        prob = pulp.LpProblem("prfaas", pulp.LpMaximize)
+        lam = pulp.LpVariable("lam", lowBound=0)
+        off = [pulp.LpVariable(f"off{i}", lowBound=0) for i in range(nb)]
+        loc = [pulp.LpVariable(f"loc{i}", lowBound=0) for i in range(nb)]
+        n_p = pulp.LpVariable("n_p", lowBound=0, upBound=n_local, cat="Integer")
+        n_d = pulp.LpVariable("n_d", lowBound=pools.decode_floor, upBound=n_local, cat="Integer")
+        remote_busy = pulp.lpSum(float(k.remote[i]) * off[i] for i in range(nb))  # instances
+        local_busy = pulp.lpSum(float(k.local[i]) * loc[i] for i in range(nb))
+        egress_gbps = pulp.lpSum(float(k.egress_gbps[i]) * off[i] for i in range(nb))
+        prob += lam
+        cons = [off[i] + loc[i] == lam for i in range(nb)]
+        cons += [off[i] == 0 for i in range(nb) if not pools.allow_remote]
+        cons += [loc[i] == 0 for i in range(nb) if not pools.allow_local_prefill]
+        cons += [n_p + n_d <= n_local, remote_busy <= pools.n_prfaas, local_busy <= n_p,
+                 egress_gbps <= k.link_gbps, lam <= k.decode_rps * n_d]
+        for c in cons:
+            prob += c
+        if not solved(prob):
+            return None
+        lam_star = float(lam.value() or 0.0)
+        if lam_star > 0:
+            u = pulp.LpVariable("u", lowBound=0)
+            prob2 = pulp.LpProblem("prfaas_headroom", pulp.LpMinimize)
+            prob2 += u
+            for c in cons:
+                prob2 += c
+            prob2 += lam >= lam_star * (1 - HEADROOM_REL)
+            prob2 += remote_busy <= u * max(pools.n_prfaas, 1)
+            prob2 += local_busy <= u * n_local
+            if not solved(prob2):  # numerically tiny optima: keep the first solution
+                solved(prob)
+
+    def rates(vs: list[pulp.LpVariable]) -> np.ndarray:
+        return b.probs * np.array([v.value() or 0.0 for v in vs])
+
+    return ExactSolution(float(lam.value() or 0.0), rates(off), rates(loc),
+                         int(round(n_p.value() or 0)), int(round(n_d.value() or 0)), "cbc")
+
+
+# ----------------------------------------------------------------------------- the independent check
+def fixed_count_lp(inp: PlanInputs, b: Buckets, pools: Pools, n_p: int) -> ExactSolution:
+    """The model with ``N_p = n_p`` and ``N_d = n_local - n_p`` fixed, an LP, written apart from the
+    MILP: with ``f_b`` the offloaded share of bucket ``b`` and ``w = 1 / Lambda`` (Charnes-Cooper),
+    minimise ``w`` subject to ``sum_b p_b T_H200(l_b) f_b <= n_prfaas w``, egress ``<= link w``,
+    ``sum_b p_b T_H20(l_b) (1 - f_b) <= N_p w``, ``w >= 1 / (N_d x decode rate)``, ``0 <= f_b <= 1``.
+    Solved by HiGHS's dual simplex (scipy). Lambda = 0 (all rates zero) when no rate is feasible."""
+    from scipy.optimize import linprog
+
+    k, nb = _Coefficients.of(inp, b), len(b.tokens)
+    n_d = pools.n_local - n_p
+    none = ExactSolution(0.0, np.zeros(nb), np.zeros(nb), n_p, n_d, "lp")
+    if n_d < max(pools.decode_floor, 1) or n_p < 0:
+        return none
+    a_ub = np.zeros((3, nb + 1))  # variables f_0..f_nb-1, w
+    a_ub[0, :nb], a_ub[0, nb] = k.remote, -pools.n_prfaas
+    a_ub[1, :nb], a_ub[1, nb] = k.egress_gbps, -k.link_gbps
+    a_ub[2, :nb], a_ub[2, nb] = -k.local, -n_p
+    f_lo = 0.0 if pools.allow_local_prefill else 1.0
+    f_hi = 1.0 if pools.allow_remote else 0.0
+    bounds = np.r_[np.tile([f_lo, f_hi], (nb, 1)), [[1.0 / (k.decode_rps * n_d), np.inf]]]
+    cost = np.zeros(nb + 1)
+    cost[nb] = 1.0
+    r = linprog(cost, A_ub=a_ub, b_ub=[0.0, 0.0, -k.local.sum()], bounds=bounds, method="highs-ds")
+    if r.status != 0 or not r.fun > 0:
+        return none
+    lam = 1.0 / float(r.fun)
+    if lam <= RATE_TOL_RPS:
+        return none
+    share = np.clip(r.x[:nb], 0.0, 1.0)
+    return ExactSolution(lam, lam * b.probs * share, lam * b.probs * (1 - share), n_p, n_d, "lp")
+
+
+def best_fixed_count_lp(inp: PlanInputs, b: Buckets, n_pf: int, n_local: int, allow_remote: bool = True,
+                        allow_local_prefill: bool = True, min_decode: int = 1) -> ExactSolution:
+    """The best :func:`fixed_count_lp` over every split that uses all ``n_local`` instances (an
+    idle instance never raises Lambda, so no other split can do better). Lambda = 0 (all rates
+    zero) when none serves more than RATE_TOL_RPS."""
+    pools = Pools(n_pf, n_local, allow_remote, allow_local_prefill, min_decode)
+    nb = len(b.tokens)
+    best = ExactSolution(0.0, np.zeros(nb), np.zeros(nb), 0, n_local, "lp")
+    for n_p in range(n_local - pools.decode_floor + 1):
+        sol = fixed_count_lp(inp, b, pools, n_p)
+        if sol.lambda_rps > max(best.lambda_rps, RATE_TOL_RPS):
+            best = sol
+    return best
+
+
+def _feasible(inp: PlanInputs, b: Buckets, pools: Pools, sol: ExactSolution) -> bool:
+    """The solution's rates satisfy the model written the plain way (``y_b + z_b = p_b Lambda``)."""
+    y, z, lam, rel = sol.y_rps, sol.z_rps, sol.lambda_rps, 1 + CHECK_REL
+    return bool(np.allclose(y + z, lam * b.probs, rtol=1e-6, atol=1e-12) and y.min() >= -1e-12 and z.min() >= -1e-12
+                and (pools.allow_remote or y.max() <= 1e-12) and (pools.allow_local_prefill or z.max() <= 1e-12)
+                and sol.n_p + sol.n_d <= pools.n_local and sol.n_d >= pools.decode_floor
+                and np.dot(y, b.t_remote_s) <= pools.n_prfaas * rel + 1e-12
+                and np.dot(z, b.t_local_s) <= sol.n_p * rel + 1e-12
+                and np.dot(y, BITS_PER_BYTE * b.kv_bytes) <= inp.link_bits_per_s * rel + 1e-3
+                and lam <= sol.n_d * inp.decode_rps_per_instance * rel)
+
+
+def verified(inp: PlanInputs, b: Buckets, pools: Pools, sol: ExactSolution) -> bool:
+    """The MILP's answer is feasible in the model written the plain way (:func:`_feasible`), and
+    the :func:`fixed_count_lp` at its split agrees on Lambda (up to the tie-break's headroom)."""
+    if not _feasible(inp, b, pools, sol):
+        return False
+    lp_rps = fixed_count_lp(inp, b, pools, sol.n_p).lambda_rps
+    return lp_rps * (1 - HEADROOM_REL) * (1 - CHECK_REL) <= sol.lambda_rps <= lp_rps * (1 + CHECK_REL)
+
+
+def solve_exact(inp: PlanInputs, b: Buckets, n_pf: int, n_local: int, allow_remote: bool = True,
+                allow_local_prefill: bool = True, min_decode: int = 1) -> ExactSolution:
+    """The bucketed MILP for given pools, checked: HiGHS's answer stands when :func:`verified`;
+    else CBC's, when it serves a positive rate; "no rate" stands only when the independent
+    :func:`best_fixed_count_lp` agrees, and otherwise that check's best LP is the answer."""
+    pools = Pools(n_pf, n_local, allow_remote, allow_local_prefill, min_decode)
+    sol = highs_solution(inp, b, pools)
+    if sol is not None and sol.lambda_rps > RATE_TOL_RPS and verified(inp, b, pools, sol):
+        return sol
+    sol = cbc_solution(inp, b, pools)
+    if sol is not None and sol.lambda_rps > RATE_TOL_RPS:
+        return sol
+    return best_fixed_count_lp(inp, b, n_pf, n_local, allow_remote, allow_local_prefill, min_decode)
+
+
+# ----------------------------------------------------------------------------- plans
+def exact_plan(inp: PlanInputs, b: Buckets, name: str, sol: ExactSolution, n_pf: int) -> Plan:
+    """The plan of an optimum: offload shares per bucket, t, stage rates, egress, binding."""
+    lam, y, z = sol.lambda_rps, sol.y_rps, sol.z_rps
+    n_p, n_d = sol.n_p, sol.n_d
+    with np.errstate(divide="ignore", invalid="ignore"):
+        frac = np.where(b.probs > 0, y / np.maximum(lam * b.probs, 1e-300), 0.0) if lam > 0 else np.zeros_like(y)
+    frac = np.clip(frac, 0.0, 1.0)
+    frac = np.where(frac < 1e-6, 0.0, np.where(frac > 1 - 1e-6, 1.0, frac))  # solver round-off
+    offloaded = frac > 0
+    # a threshold set: offload fractions non-decreasing in length, at most one partial bucket
+    partial = np.sum((frac > 1e-6) & (frac < 1 - 1e-6))
+    is_threshold = bool(np.all(np.diff(frac) >= -1e-6) and partial <= 1)
+    t = float(b.tokens[np.argmax(offloaded)]) if offloaded.any() else None
+    remote_busy = float(np.dot(y, b.t_remote_s))
+    local_busy = float(np.dot(z, b.t_local_s))
+    egress = float(np.dot(y, BITS_PER_BYTE * b.kv_bytes))
+    p = float(y.sum() / lam) if lam > 0 else 0.0
+    stage = {
+        "prfaas": lam * n_pf / remote_busy if remote_busy > 0 else np.inf,
+        "pd_p": lam * n_p / local_busy if local_busy > 0 else np.inf,
+        "pd_d": n_d * inp.decode_rps_per_instance,
+    }
+    link_r = lam * inp.link_bits_per_s / egress if egress > 0 else None
+    if lam <= 0:  # nothing served: the prefill paths without capacity are what stop this plan
+        if name != "homogeneous-pd":
+            stage["prfaas"] = stage["prfaas"] if n_pf else 0.0
+            link_r = None if inp.link_bits_per_s > 0 else 0.0
+        if name != "naive-heterogeneous" and n_p == 0:
+            stage["pd_p"] = 0.0
+    routing = pd.DataFrame({"tokens": b.tokens, "prob": b.probs, "offload_fraction": frac,
+                            "t_remote_s": b.t_remote_s, "t_local_s": b.t_local_s, "kv_bytes": b.kv_bytes})
+    return make_plan(inp, PlanPoint(name, "exact", t, n_pf, n_p, n_d, lam, p, stage, egress, link_r, routing,
+                                    is_threshold))
+
+
+def plan_exact(inp: PlanInputs, b: Buckets) -> Plan:
+    """Exact mode for the scenario's pools: maximise Lambda over routing and the P:D split."""
+    if inp.n_local < 1:
+        raise InvalidInput("local.gpus: PrfaaS-PD needs at least one local instance to decode")
+    sol = solve_exact(inp, b, inp.n_prfaas, inp.n_local, allow_remote=inp.n_prfaas > 0)
+    return exact_plan(inp, b, "prfaas-pd", sol, inp.n_prfaas)
+
+
+def plan_exact_per_cluster(inp: PlanInputs, first: Plan, n: int) -> tuple[Plan, Buckets]:
+    """Re-plan a trace workload with one prefix cache per cluster: replay the trace routed by the
+    plan's t, rebuild the buckets, solve again, until t settles (a fixed-point iteration; the
+    first plan assumed one cache shared by both clusters, which overstates hits)."""
+    plan_, b = first, None
+    for _ in range(PER_CLUSTER_ITERATIONS):
+        t = plan_.threshold_tokens if plan_.threshold_tokens is not None else np.inf
+        b = split_cache_buckets(inp, t, n)
+        new = plan_exact(inp, b)
+        new_t = new.threshold_tokens if new.threshold_tokens is not None else np.inf
+        settled = new_t == t or abs(new_t - t) <= THRESHOLD_SETTLED_REL * t
+        plan_ = new
+        if settled:
+            break
+    return plan_, b
+
+
+def baselines_exact(inp: PlanInputs, b: Buckets) -> dict[str, Plan]:
+    """The two baselines with expectations over the bucketed workload."""
+    out = {}
+    if inp.n_baseline >= 2:
+        sol = solve_exact(inp, b, 0, inp.n_baseline, allow_remote=False)
+        out["homogeneous-pd"] = exact_plan(inp, b, "homogeneous-pd", sol, 0)
+    if inp.n_prfaas >= 1 and inp.n_local >= 1:
+        sol = solve_exact(inp, b, inp.n_prfaas, inp.n_local, allow_local_prefill=False, min_decode=inp.n_local)
+        out["naive-heterogeneous"] = exact_plan(inp, b, "naive-heterogeneous", sol, inp.n_prfaas)
+    return out

@@ -1,0 +1,112 @@
+"""The ring of requests in flight: per-request results kept until their chunk's records go on.
+
+The engine writes each request's results (path, cache hit, waits, TTFT, ...) into arrays indexed
+by ``rid & (cap - 1)``; a chunk of requests becomes a frame of :attr:`SimResult.requests` rows
+(:func:`records`) once every request of it holds a decode slot.
+"""
+
+from __future__ import annotations
+
+import math
+from array import array
+from typing import TYPE_CHECKING
+
+import numpy as np
+import pandas as pd
+
+if TYPE_CHECKING:
+    from prfaas_plan.sim.arrivals import Arrivals
+    from prfaas_plan.sim.outputs import Sink
+
+PATH_NAMES = ("pd_p", "prfaas")  # path codes 0 (local prefill) and 1 (PrfaaS)
+
+# per-request results the engine fills in: name, array typecode (numpy dtype), value before the
+# request has it. array.array: the engine stores Python numbers at list speed, the records read
+# them as numpy arrays without a copy.
+RING_FIELDS = (
+    ("path", "b", 0), ("hit_tokens", "q", 0), ("uncached", "q", 0), ("route_tokens", "q", 0),
+    ("wait", "d", math.nan), ("prefill", "d", math.nan), ("transfer", "d", 0.0),
+    ("decode_wait", "d", math.nan), ("ttft", "d", math.nan), ("end", "d", math.nan),
+)
+_DTYPES = {"b": np.int8, "q": np.int64, "d": np.float64}
+
+
+def _filled(typecode: str, fill: float, size: int) -> array:
+    return array(typecode, [fill]) * size
+
+
+def _as_numpy(values: array) -> np.ndarray:
+    return np.frombuffer(values, dtype=_DTYPES[values.typecode])
+
+
+def records(a: Arrivals, r: dict[str, np.ndarray], decode_step_s: float) -> pd.DataFrame:
+    """One chunk of per-request records (the columns of :attr:`SimResult.requests`)."""
+    path = r["path"]
+    return pd.DataFrame({
+        "arrival_s": a.arrival_s, "path": pd.Categorical.from_codes(path.astype(np.int64), PATH_NAMES),
+        "input_tokens": a.input_tokens, "hit_tokens": r["hit_tokens"], "uncached_tokens": r["uncached"],
+        "route_tokens": r["route_tokens"], "output_tokens": a.output_tokens, "wait_s": r["wait"],
+        "prefill_s": r["prefill"], "transfer_s": np.where(path == 1, r["transfer"], 0.0),
+        "decode_wait_s": r["decode_wait"], "ttft_s": r["ttft"],
+        "tpot_s": np.where(np.isfinite(r["end"]), decode_step_s, np.nan), "end_s": r["end"],
+    }, copy=True)
+
+
+class Ring:
+    """Per-request results (``arrays``: name -> array.array) of the requests whose records are not yet with the sink.
+
+    Request ``rid`` lives at ``rid & (cap - 1)`` of arrays whose length ``cap`` is a power of two
+    holding whole chunks of ``chunk`` requests (a power of two). A chunk goes to the sink, in
+    arrival order, once each of its requests holds a decode slot; the arrays double when the
+    requests in flight outgrow them (an overloaded system), so memory follows what is in flight."""
+
+    def __init__(self, chunk: int, n: int, decode_step_s: float) -> None:
+        if chunk < 1 or chunk & (chunk - 1):
+            raise ValueError(f"chunk {chunk} must be a power of two")
+        self.chunk, self.shift, self.step = chunk, chunk.bit_length() - 1, decode_step_s
+        self.cap = 1 << max(min(n, 2 * chunk) - 1, 0).bit_length()
+        self.arrays = {name: _filled(code, fill, self.cap) for name, code, fill in RING_FIELDS}
+        self.arrival: list[float] = [0.0] * self.cap  # what the engine reads back: arrival time, output tokens
+        self.output: list[int] = [0] * self.cap
+        self.inputs: dict[int, Arrivals] = {}  # chunk number -> its arrivals, until it goes to the sink
+        self.left: list[int] = []  # per chunk: requests still waiting for a decode slot
+        self.done = 0  # chunks handed to the sink
+
+    def add(self, a: Arrivals, arrival: list[float], output: list[int], sink: Sink) -> None:
+        """Take the next chunk of arrivals, after handing finished chunks to the sink (freeing slots)."""
+        self.flush(sink)
+        lo, m = len(self.left) * self.chunk, len(arrival)
+        while lo + m - self.done * self.chunk > self.cap:
+            self._grow(lo)
+        j = lo & (self.cap - 1)
+        for name, code, fill in RING_FIELDS:
+            self.arrays[name][j:j + m] = _filled(code, fill, m)
+        self.arrival[j:j + m] = arrival
+        self.output[j:j + m] = output
+        self.inputs[len(self.left)] = a
+        self.left.append(m)
+
+    def _grow(self, lo: int) -> None:
+        """Double the arrays, keeping the requests in flight (ids from the first chunk not yet handed
+        over up to ``lo``) in their new places."""
+        old, cap = self.cap - 1, 2 * self.cap
+        ids = np.arange(self.done * self.chunk, lo)
+        for name, code, fill in RING_FIELDS:
+            grown = _filled(code, fill, cap)
+            _as_numpy(grown)[ids & (cap - 1)] = _as_numpy(self.arrays[name])[ids & old]
+            self.arrays[name] = grown
+        for attr, fill in (("arrival", 0.0), ("output", 0)):
+            was, grown = getattr(self, attr), [fill] * cap
+            for rid in ids.tolist():
+                grown[rid & (cap - 1)] = was[rid & old]
+            setattr(self, attr, grown)
+        self.cap = cap
+
+    def flush(self, sink: Sink, everything: bool = False) -> None:
+        """Hand the leading finished chunks (all chunks: ``everything``) to the sink, in order."""
+        while self.done < len(self.left) and (everything or self.left[self.done] == 0):
+            a = self.inputs.pop(self.done)
+            j, m = (self.done * self.chunk) & (self.cap - 1), len(a.arrival_s)
+            sink.add("requests", records(a, {name: _as_numpy(v)[j:j + m] for name, v in self.arrays.items()}, self.step))
+            self.done += 1
+

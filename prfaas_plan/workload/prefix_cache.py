@@ -1,0 +1,220 @@
+"""Prefix caching: an LRU cache of prompt blocks, and replays of a trace through one or two of them.
+
+A Mooncake request lists its prompt as ``hash_ids``, one per 512-token block; two requests whose
+first k ids agree share k blocks of prefix KV cache. :class:`LRUPrefixCache` is the cache (the
+simulator runs one per cluster); :func:`prefix_cache_replay` replays a trace through one cache
+and :func:`split_cache_replay` through one per cluster, routed by a length threshold, to turn
+prompt lengths into the *uncached* lengths the planner plans for. Token counts are in tokens.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from prfaas_plan.defaults import PREFIX_BLOCK_TOKENS
+from prfaas_plan.errors import InvalidInput
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+MOONCAKE_BLOCK_TOKENS = PREFIX_BLOCK_TOKENS  # tokens covered by one Mooncake hash id
+
+
+class LRUPrefixCache:
+    """An incremental LRU cache of prefix blocks, keyed by Mooncake ``hash_ids``.
+
+    capacity_blocks: None = unlimited, 0 = caching off (no hits, nothing stored).
+    A request's hit is its longest run of *leading* blocks present (a block after a miss does not
+    count: its KV depends on everything before it); inserting refreshes a request's blocks tail
+    first, so its head ends most recently used and its tail is evicted first (as vLLM frees blocks
+    in reverse order); eviction happens after the whole request is inserted. An unlimited cache
+    never evicts, so it keeps no recency order (a set).
+    """
+
+    __slots__ = ("capacity_blocks", "_blocks", "evicted_blocks")
+
+    def __init__(self, capacity_blocks: int | None) -> None:
+        self.capacity_blocks = capacity_blocks
+        self._blocks: OrderedDict[int, None] | set[int] = set() if capacity_blocks is None else OrderedDict()
+        self.evicted_blocks = 0
+
+    @property
+    def enabled(self) -> bool:
+        return self.capacity_blocks != 0
+
+    def __len__(self) -> int:
+        return len(self._blocks)
+
+    def hit_blocks(self, hash_ids: Sequence[int]) -> int:
+        """Number of leading blocks present."""
+        blocks = self._blocks
+        hits = 0
+        for h in hash_ids:
+            if h not in blocks:
+                break
+            hits += 1
+        return hits
+
+    def insert(self, hash_ids: Sequence[int]) -> None:
+        """Insert or refresh a request's blocks, tail first, then evict least recently used."""
+        blocks = self._blocks
+        if isinstance(blocks, set):
+            blocks.update(hash_ids)
+            return
+        cap = self.capacity_blocks
+        if cap == 0:
+            return
+        for h in reversed(hash_ids):
+            if h in blocks:
+                blocks.move_to_end(h)
+            else:
+                blocks[h] = None
+        while len(blocks) > cap:
+            blocks.popitem(last=False)
+            self.evicted_blocks += 1
+
+
+@dataclass(frozen=True, eq=False)
+class PrefixReplay:
+    """Result of replaying a trace through an LRU prefix cache (arrays in the trace's row order).
+
+    uncached_tokens: tokens each request must prefill (input - hit, at least 1), int64.
+    hit_tokens: leading tokens each request found in the cache, int64.
+    token_hit_rate: sum(hit_tokens) / sum(input_tokens).
+    request_hit_rate: fraction of requests with hit_tokens > 0.
+    evicted_blocks: blocks the LRU dropped over the replay.
+    """
+
+    uncached_tokens: np.ndarray
+    hit_tokens: np.ndarray
+    token_hit_rate: float
+    request_hit_rate: float
+    evicted_blocks: int
+
+
+@dataclass(frozen=True, eq=False)
+class SplitReplay:
+    """Replay through one prefix cache per cluster, routed by a length threshold.
+
+    local_uncached_tokens: each request's uncached length against the local cluster's cache
+        (what the router sees).
+    remote_uncached_tokens: its uncached length against the PrfaaS cluster's cache.
+    remote: whether it was routed to the PrfaaS cluster (local uncached length > threshold).
+    """
+
+    local_uncached_tokens: np.ndarray
+    remote_uncached_tokens: np.ndarray
+    remote: np.ndarray
+
+
+def _hash_ids(trace: pd.DataFrame) -> list[list[int]]:
+    if "hash_ids" not in trace.columns:
+        source = trace.attrs.get("path", "trace")
+        raise InvalidInput(
+            f"{source}: no 'hash_ids' column, so prefix caching cannot be replayed; "
+            "use a Mooncake trace or pass capacity_blocks=0 (no caching)"
+        )
+    return trace["hash_ids"].to_list()
+
+
+def _arrival_order(trace: pd.DataFrame) -> list[int]:
+    """Row indices in arrival order (ties keep row order)."""
+    if "arrival_s" in trace.columns:
+        return np.argsort(trace["arrival_s"].to_numpy(dtype=float), kind="stable").tolist()
+    return list(range(len(trace)))
+
+
+def _uncached(input_tokens: np.ndarray, hit_blocks: np.ndarray, block_tokens: int) -> np.ndarray:
+    """input - min(hit_blocks * block_tokens, input - 1): the last prompt token is always computed."""
+    return input_tokens - np.minimum(hit_blocks * block_tokens, input_tokens - 1)
+
+
+def split_cache_replay(trace: pd.DataFrame, capacity_blocks: int | None, threshold_tokens: float,
+                       block_tokens: int = PREFIX_BLOCK_TOKENS) -> SplitReplay:
+    """Replay ``trace`` through two LRU caches of ``capacity_blocks`` each, one per cluster: a
+    request whose local uncached length exceeds ``threshold_tokens`` is prefilled (and its blocks
+    cached) on the PrfaaS cluster, else locally. Each cluster only caches what it prefilled, so
+    hit rates are lower than with one shared cache (:func:`prefix_cache_replay`)."""
+    input_tokens = trace["input_tokens"].to_numpy(dtype=np.int64)
+    tokens = input_tokens.tolist()  # the loop works on Python ints: numpy scalars cost ~1 us each
+    hash_ids = _hash_ids(trace)
+    local, prfaas = LRUPrefixCache(capacity_blocks), LRUPrefixCache(capacity_blocks)
+    local_hits, remote_hits, remote = [0] * len(tokens), [0] * len(tokens), [False] * len(tokens)
+    for row in _arrival_order(trace):
+        ids = hash_ids[row]
+        hits = local_hits[row] = local.hit_blocks(ids)
+        remote_hits[row] = prfaas.hit_blocks(ids)
+        routed_remote = remote[row] = tokens[row] - min(hits * block_tokens, tokens[row] - 1) > threshold_tokens
+        (prfaas if routed_remote else local).insert(ids)
+    hit_blocks = np.array([local_hits, remote_hits], dtype=np.int64)
+    uncached = _uncached(input_tokens, hit_blocks, block_tokens)
+    return SplitReplay(uncached[0], uncached[1], np.array(remote, dtype=bool))
+
+
+def _check_replay_args(trace: pd.DataFrame, capacity_blocks: int | None, block_tokens: int) -> None:
+    if capacity_blocks is not None and (
+        isinstance(capacity_blocks, bool) or not isinstance(capacity_blocks, (int, np.integer)) or capacity_blocks < 0
+    ):
+        raise InvalidInput(
+            f"capacity_blocks: {capacity_blocks!r} must be a whole number of blocks >= 0, or None for unlimited"
+        )
+    if isinstance(block_tokens, bool) or not isinstance(block_tokens, (int, np.integer)) or block_tokens < 1:
+        raise InvalidInput(f"block_tokens: {block_tokens!r} must be a positive whole number of tokens")
+    if "input_tokens" not in trace.columns:
+        raise InvalidInput("trace: no 'input_tokens' column; load traces with load_trace()")
+
+
+def prefix_cache_replay(
+    trace: pd.DataFrame, capacity_blocks: int | None, block_tokens: int = PREFIX_BLOCK_TOKENS
+) -> PrefixReplay:
+    """Replay ``trace`` in arrival order through one LRU cache of ``capacity_blocks`` blocks.
+
+    capacity_blocks: cache size in blocks; ``None`` = unlimited, ``0`` = no caching (then the
+        trace needs no ``hash_ids``).
+    block_tokens: tokens per block; block i of a request covers tokens
+        [block_tokens * i, block_tokens * (i + 1)) of its prompt (Mooncake: 512).
+
+    For each request (ties in ``arrival_s`` keep row order): its hit is the longest run of
+    *leading* hash ids present in the cache (a later block found after a miss does not count,
+    since KV of a block depends on everything before it). Then all its blocks are inserted or
+    refreshed, tail first, so its leading blocks are the most recently used and, when the cache
+    overflows, a request's tail blocks are evicted before its head (as vLLM frees blocks in
+    reverse order). Eviction happens after the whole request is inserted.
+
+    hit_tokens = min(hit_blocks * block_tokens, input_tokens - 1): a request always computes at
+    least its last prompt token (it needs that token's logits to start decoding), so
+    uncached_tokens = input_tokens - hit_tokens >= 1.
+    """
+    _check_replay_args(trace, capacity_blocks, block_tokens)
+    input_tokens = trace["input_tokens"].to_numpy(dtype=np.int64)
+    if input_tokens.size and input_tokens.min() < 1:
+        raise InvalidInput("trace: input_tokens must be at least 1 token per request")
+    hit_blocks = [0] * input_tokens.size
+    cache = LRUPrefixCache(capacity_blocks)
+    if cache.enabled:
+        hash_ids = _hash_ids(trace)
+        for row in _arrival_order(trace):
+            hit_blocks[row] = cache.hit_blocks(hash_ids[row])
+            cache.insert(hash_ids[row])
+    uncached_tokens = _uncached(input_tokens, np.array(hit_blocks, dtype=np.int64), block_tokens)
+    hit_tokens = input_tokens - uncached_tokens
+    total_input_tokens = int(input_tokens.sum())
+    return PrefixReplay(
+        uncached_tokens=uncached_tokens,
+        hit_tokens=hit_tokens,
+        token_hit_rate=float(hit_tokens.sum() / total_input_tokens) if total_input_tokens else 0.0,
+        request_hit_rate=float(np.mean(hit_tokens > 0)) if hit_tokens.size else 0.0,
+        evicted_blocks=cache.evicted_blocks,
+    )
+
+
+def uncached_lengths(
+    trace: pd.DataFrame, capacity_blocks: int | None, block_tokens: int = PREFIX_BLOCK_TOKENS
+) -> np.ndarray:
+    """Uncached prompt tokens per request (int64, row order); see :func:`prefix_cache_replay`."""
+    return prefix_cache_replay(trace, capacity_blocks, block_tokens).uncached_tokens

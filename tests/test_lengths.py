@@ -1,0 +1,288 @@
+"""Tests for prfaas_plan.workload.lengths: the truncated log-normal and the empirical lengths.
+
+Every expected number is computed independently of the code under test: by scipy.stats.truncnorm
+in log space (its own CDF, quantile function and quadrature of its pdf), by 50-digit mpmath, by
+adaptive quadrature of scipy's log-normal pdf in token space, or by hand and brute force on samples.
+"""
+
+from __future__ import annotations
+
+import math
+
+import mpmath
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from scipy import integrate, stats
+
+from prfaas_plan.errors import PlanError
+from prfaas_plan.workload import EmpiricalLengths, LengthDist, TruncatedLogNormal, paper_lengths
+
+OTHER_DIST = TruncatedLogNormal(mu=7.0, sigma=1.5, min_tokens=16, max_tokens=8192)
+THRESHOLDS_TOKENS = [20.0, 500.0, 4096.0, 8000.0, 32768.0, 100000.0]
+QUANTILES = [0.0, 1e-9, 0.01, 0.3, 0.5, 0.9, 0.999, 1.0]
+TIGHT = {"epsabs": 0, "epsrel": 1e-13, "limit": 200}  # quad settings for the truncnorm references
+
+
+def log_space(dist: TruncatedLogNormal):
+    """ln L as a frozen scipy.stats.truncnorm: the reference every closed form is checked against."""
+    a = (math.log(dist.min_tokens) - dist.mu) / dist.sigma
+    b = (math.log(dist.max_tokens) - dist.mu) / dist.sigma
+    return stats.truncnorm(a, b, loc=dist.mu, scale=dist.sigma)
+
+
+# --------------------------------------------------------------------------------------------
+# TruncatedLogNormal against scipy.stats.truncnorm in log space
+# --------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("dist", [paper_lengths(), OTHER_DIST], ids=["paper", "other"])
+def test_truncated_lognormal_matches_truncnorm_in_log_space(dist):
+    x = log_space(dist)
+    assert dist.mean_tokens() == pytest.approx(x.expect(np.exp, **TIGHT), rel=1e-12)
+    assert dist.moment(2) == pytest.approx(x.expect(lambda v: np.exp(2 * v), **TIGHT), rel=1e-12)
+    for t in THRESHOLDS_TOKENS:
+        if t >= dist.max_tokens:
+            assert dist.tail_prob(t) == 0.0 and math.isnan(dist.mean_above(t))
+            continue
+        log_t = max(math.log(t), math.log(dist.min_tokens))
+        assert dist.tail_prob(t) == pytest.approx(x.sf(math.log(t)), rel=1e-12)
+        assert dist.mean_above(t) == pytest.approx(x.expect(np.exp, lb=log_t, conditional=True, **TIGHT), rel=1e-12)
+        if t > dist.min_tokens:
+            below = x.expect(np.exp, ub=math.log(t), conditional=True, **TIGHT)
+            assert dist.mean_below(t) == pytest.approx(below, rel=1e-12)
+    for q in QUANTILES:
+        assert dist.quantile(q) == pytest.approx(math.exp(x.ppf(q)), rel=1e-12)
+
+
+def test_truncated_lognormal_deep_in_the_upper_tail():
+    """Support 4.3 to 8.6 standard deviations above the log-mean: sf differences, not 1 - cdf.
+
+    truncnorm's quadrature loses digits where the pdf is ~1e-17, so the partial mean is checked
+    against the same closed form evaluated with 50-digit mpmath instead.
+    """
+    dist = TruncatedLogNormal(mu=2.0, sigma=0.5, min_tokens=64, max_tokens=4096)
+    x = log_space(dist)
+    for t in (100.0, 500.0, 2000.0):
+        assert dist.tail_prob(t) == pytest.approx(x.sf(math.log(t)), rel=1e-12)
+    for q in QUANTILES:
+        assert dist.quantile(q) == pytest.approx(math.exp(x.ppf(q)), rel=1e-12)
+    with mpmath.workdps(50):
+        mu, sigma = mpmath.mpf(dist.mu), mpmath.mpf(dist.sigma)
+
+        def upper(tokens: float, shift: mpmath.mpf) -> mpmath.mpf:  # P(Z > z(tokens) - shift)
+            return mpmath.erfc(((mpmath.log(tokens) - mu) / sigma - shift) / mpmath.sqrt(2)) / 2
+
+        above = mpmath.exp(mu + sigma**2 / 2) * (upper(500, sigma) - upper(4096, sigma)) / (upper(500, 0) - upper(4096, 0))
+    assert dist.mean_above(500.0) == pytest.approx(float(above), rel=1e-12)
+
+
+def quad_reference(dist: TruncatedLogNormal, g, lo_tokens: float, hi_tokens: float) -> float:
+    """E[g(L); lo < L <= hi] by adaptive quadrature of scipy's log-normal pdf in token space."""
+    base = stats.lognorm(s=dist.sigma, scale=math.exp(dist.mu))
+    mass = base.cdf(dist.max_tokens) - base.cdf(dist.min_tokens)
+    lo, hi = max(lo_tokens, dist.min_tokens), min(hi_tokens, dist.max_tokens)
+    points = list(np.geomspace(lo, hi, 12)[1:-1])  # so quad sees the peak and the long tail apart
+    value, _ = integrate.quad(lambda v: g(v) * base.pdf(v), lo, hi, points=points, limit=400, epsabs=0, epsrel=1e-11)
+    return value / mass
+
+
+def test_paper_distribution_mean_is_about_27k_tokens():
+    dist = paper_lengths()
+    mean_tokens = dist.mean_tokens()
+    assert mean_tokens == pytest.approx(quad_reference(dist, lambda v: v, 0, math.inf), rel=1e-9)
+    assert mean_tokens == pytest.approx(27485.68, abs=0.01)  # docs and reports quote 27,486 tokens
+    # DESIGN says "about 27K": 26.84K with K = 1024, 27.49K with K = 1000.
+    assert 26_500 < mean_tokens < 27_600
+
+
+def test_truncation_matters_and_wide_bounds_give_the_plain_lognormal():
+    """Bounds far outside the bulk give scipy's untruncated log-normal (mean 32,860 tokens for the
+    paper's mu and sigma); the paper's bounds cut 2.98% of the mass and 16% of the mean."""
+    paper = paper_lengths()
+    plain = stats.lognorm(s=paper.sigma, scale=math.exp(paper.mu))
+    wide = TruncatedLogNormal(paper.mu, paper.sigma, 1, 1e12)
+    assert wide.mean_tokens() == pytest.approx(plain.mean(), rel=1e-12)
+    assert wide.moment(2) == pytest.approx(plain.moment(2), rel=1e-12)
+    assert wide.tail_prob(131072) == pytest.approx(plain.sf(131072), rel=1e-12)
+    assert 1 - (plain.cdf(131072) - plain.cdf(128)) == pytest.approx(0.0298, abs=5e-5)  # the docstring's 2.98%
+    assert paper.mean_tokens() < 0.85 * wide.mean_tokens()
+
+
+def test_own_sampler_and_empirical_stats_of_a_large_sample_agree():
+    """sample() -> EmpiricalLengths of 1e6 draws: tail_prob/mean_above/mean_below within 5 SE."""
+    dist = paper_lengths()
+    draws_tokens = dist.sample(1_000_000, np.random.default_rng(7))
+    assert draws_tokens.dtype == np.int64
+    assert draws_tokens.min() >= 128 and draws_tokens.max() <= 131072
+    sample = EmpiricalLengths(draws_tokens)
+    n = draws_tokens.size
+    assert abs(sample.mean_tokens() - dist.mean_tokens()) < 5 * draws_tokens.std() / math.sqrt(n)
+    for t in [2048.0, 16384.0, 65536.0]:
+        p = dist.tail_prob(t)
+        assert abs(sample.tail_prob(t) - p) < 5 * math.sqrt(p * (1 - p) / n)
+        above = draws_tokens[draws_tokens > t]
+        below = draws_tokens[draws_tokens <= t]
+        assert abs(sample.mean_above(t) - dist.mean_above(t)) < 5 * above.std() / math.sqrt(above.size)
+        assert abs(sample.mean_below(t) - dist.mean_below(t)) < 5 * below.std() / math.sqrt(below.size)
+    # Quantiles: the sample's median within 0.5% of the closed form.
+    assert sample.quantile(0.5) == pytest.approx(dist.quantile(0.5), rel=5e-3)
+
+
+def test_truncated_lognormal_edges_and_vectorised_thresholds():
+    dist = paper_lengths()
+    assert dist.tail_prob(0) == 1.0
+    assert dist.tail_prob(128) == pytest.approx(1.0)
+    assert dist.tail_prob(131072) == 0.0
+    assert dist.tail_prob(1e9) == 0.0
+    assert math.isnan(dist.mean_above(131072))
+    assert math.isnan(dist.mean_below(100))
+    assert dist.mean_above(0) == pytest.approx(dist.mean_tokens())
+    assert dist.mean_below(131072) == pytest.approx(dist.mean_tokens())
+    thresholds = np.array([0.0, 4096.0, 200000.0])
+    tails = dist.tail_prob(thresholds)
+    assert isinstance(tails, np.ndarray) and tails.shape == (3,)
+    assert tails[1] == pytest.approx(dist.tail_prob(4096.0))
+    assert isinstance(dist.tail_prob(4096), float)
+    assert dist.quantile(0.0) == pytest.approx(128)
+    assert dist.quantile(1.0) == pytest.approx(131072)
+    assert isinstance(dist, LengthDist)
+
+
+def test_buckets_match_truncnorm_bucket_by_bucket():
+    """Each bucket's probability and conditional mean, from truncnorm's cdf and quadrature."""
+    dist = paper_lengths()
+    x = log_space(dist)
+    lengths_tokens, probs = dist.buckets(16)
+    edges = np.log(dist.bucket_edges(16))
+    np.testing.assert_allclose(probs, np.diff(x.cdf(edges)), rtol=1e-11)
+    means = [x.expect(np.exp, lb=lo, ub=hi, conditional=True, **TIGHT) for lo, hi in zip(edges[:-1], edges[1:])]
+    np.testing.assert_allclose(lengths_tokens, means, rtol=1e-12)
+
+
+lognormal_params = st.builds(
+    lambda mu, sigma, lo_log, width_log: (mu, sigma, math.exp(lo_log), math.exp(lo_log + width_log)),
+    st.floats(4.0, 12.0),
+    st.floats(0.2, 2.5),
+    st.floats(0.0, 8.0),
+    st.floats(1.0, 6.0),
+)
+
+
+@settings(max_examples=60, deadline=None)
+@given(params=lognormal_params, n=st.integers(1, 64), t_frac=st.floats(0.0, 1.0))
+def test_truncated_lognormal_buckets_and_split_identity(params, n, t_frac):
+    mu, sigma, lo, hi = params
+    # Keep the log-normal's bulk near the support so the truncated mass is not vanishingly small.
+    mu = min(max(mu, math.log(lo) - 2 * sigma), math.log(hi) + 2 * sigma)
+    dist = TruncatedLogNormal(mu, sigma, lo, hi)
+    lengths_tokens, probs = dist.buckets(n)
+    assert lengths_tokens.shape == probs.shape == (n,)
+    assert probs.sum() == pytest.approx(1.0, abs=1e-12)
+    assert np.sum(probs * lengths_tokens) == pytest.approx(dist.mean_tokens(), rel=1e-10)
+    edges = dist.bucket_edges(n)
+    assert np.all(lengths_tokens >= edges[:-1] * (1 - 1e-12)) and np.all(lengths_tokens <= edges[1:] * (1 + 1e-12))
+    t = lo + t_frac * (hi - lo)
+    p = dist.tail_prob(t)
+    if 0 < p < 1:
+        recombined = p * dist.mean_above(t) + (1 - p) * dist.mean_below(t)
+        assert recombined == pytest.approx(dist.mean_tokens(), rel=1e-9)
+    q = dist.quantile(0.3)
+    assert 1 - dist.tail_prob(q) == pytest.approx(0.3, abs=1e-9)
+
+
+@pytest.mark.parametrize(
+    "kwargs",
+    [
+        dict(mu=9.9, sigma=0.0, min_tokens=128, max_tokens=1024),
+        dict(mu=9.9, sigma=1.0, min_tokens=0, max_tokens=1024),
+        dict(mu=9.9, sigma=1.0, min_tokens=2048, max_tokens=1024),
+        dict(mu=float("nan"), sigma=1.0, min_tokens=128, max_tokens=1024),
+        dict(mu=9.9, sigma=True, min_tokens=128, max_tokens=1024),
+        dict(mu=500.0, sigma=1.0, min_tokens=128, max_tokens=1024),
+    ],
+)
+def test_truncated_lognormal_rejects_bad_parameters(kwargs):
+    with pytest.raises(PlanError) as excinfo:
+        TruncatedLogNormal(**kwargs)
+    assert "\n" not in str(excinfo.value)
+
+
+def test_quantile_and_counts_reject_bad_arguments():
+    dist = paper_lengths()
+    with pytest.raises(PlanError):
+        dist.quantile(1.5)
+    with pytest.raises(PlanError):
+        dist.buckets(0)
+    with pytest.raises(PlanError):
+        EmpiricalLengths(np.array([1, 2])).sample(-1, np.random.default_rng(0))
+
+
+# --------------------------------------------------------------------------------------------
+# EmpiricalLengths
+# --------------------------------------------------------------------------------------------
+
+
+def test_empirical_lengths_by_hand():
+    dist = EmpiricalLengths(np.array([10, 2, 1, 5, 2]))
+    assert dist.mean_tokens() == 4.0  # (1 + 2 + 2 + 5 + 10) / 5
+    assert dist.tail_prob(2) == pytest.approx(2 / 5)  # 5 and 10
+    assert dist.mean_above(2) == pytest.approx(7.5)  # (5 + 10) / 2
+    assert dist.mean_below(2) == pytest.approx(5 / 3)  # (1 + 2 + 2) / 3
+    assert dist.tail_prob(10) == 0.0 and math.isnan(dist.mean_above(10))
+    assert math.isnan(dist.mean_below(0.5))
+    assert dist.mean_above(0) == 4.0
+    np.testing.assert_allclose(dist.tail_prob([0, 2, 10]), [1.0, 0.4, 0.0])
+    # Inverse empirical CDF: F(1) = 0.2, F(2) = 0.6, F(5) = 0.8, F(10) = 1.
+    assert dist.quantile(0.2) == 1.0
+    assert dist.quantile(0.5) == 2.0
+    assert dist.quantile(0.61) == 5.0
+    assert dist.quantile(1.0) == 10.0
+    # Four distinct values <= 10 buckets: one bucket per value.
+    lengths_tokens, probs = dist.buckets(10)
+    np.testing.assert_allclose(lengths_tokens, [1, 2, 5, 10])
+    np.testing.assert_allclose(probs, [0.2, 0.4, 0.2, 0.2])
+    # Two buckets: the median cut falls inside the run of 2s, so it moves before them.
+    lengths_tokens, probs = dist.buckets(2)
+    np.testing.assert_allclose(lengths_tokens, [1.0, (2 + 2 + 5 + 10) / 4])
+    np.testing.assert_allclose(probs, [0.2, 0.8])
+    draws = dist.sample(1000, np.random.default_rng(0))
+    assert set(np.unique(draws)) <= {1, 2, 5, 10}
+    assert isinstance(dist, LengthDist)
+    assert "n=5" in repr(dist)
+
+
+def test_empirical_lengths_is_immutable_and_validated():
+    raw = np.array([3.0, 1.0, 2.0])
+    dist = EmpiricalLengths(raw)
+    raw[0] = 1000.0
+    assert dist.mean_tokens() == 2.0
+    with pytest.raises(ValueError):
+        dist.tokens[0] = 5.0
+    for bad in ([], [[1, 2]], [1, -2], [1, float("nan")], ["a"]):
+        with pytest.raises(PlanError):
+            EmpiricalLengths(bad)  # type: ignore[arg-type]
+
+
+@settings(max_examples=100, deadline=None)
+@given(
+    tokens=st.lists(st.integers(1, 200_000), min_size=1, max_size=300),
+    n=st.integers(1, 40),
+    t=st.integers(0, 200_000),
+)
+def test_empirical_lengths_match_brute_force(tokens, n, t):
+    values = np.asarray(tokens, dtype=float)
+    dist = EmpiricalLengths(values)
+    above, below = values[values > t], values[values <= t]
+    assert dist.tail_prob(t) == pytest.approx(above.size / values.size)
+    if above.size:
+        assert dist.mean_above(t) == pytest.approx(above.mean(), rel=1e-12)
+    if below.size:
+        assert dist.mean_below(t) == pytest.approx(below.mean(), rel=1e-12)
+    lengths_tokens, probs = dist.buckets(n)
+    assert 1 <= lengths_tokens.size <= n
+    assert probs.sum() == pytest.approx(1.0, abs=1e-12)
+    assert np.sum(probs * lengths_tokens) == pytest.approx(values.mean(), rel=1e-12)
+    assert np.all(np.diff(lengths_tokens) > 0)  # buckets are disjoint length ranges
+    assert np.all(np.isin(np.round(probs * values.size), np.arange(1, values.size + 1)))
