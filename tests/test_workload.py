@@ -103,7 +103,7 @@ def test_workload_validation():
 
 def test_package_exports_what_the_rest_of_the_code_imports():
     """Every name the package, tests, benchmarks and docs import from prfaas_plan.workload."""
-    imported = {"EmpiricalLengths", "LengthDist", "LRUPrefixCache", "MOONCAKE_BLOCK_TOKENS", "PrefixReplay",
+    imported = {"EmpiricalLengths", "LengthDist", "LRUPrefixCache", "PrefixReplay",
                 "SplitReplay", "TruncatedLogNormal", "Workload", "load_trace", "paper_lengths", "paper_workload",
                 "prefix_cache_replay", "split_cache_replay", "uncached_lengths", "workload_from_trace"}
     assert imported <= set(workload_package.__all__)

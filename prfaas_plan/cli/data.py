@@ -13,8 +13,6 @@ import typer
 
 from prfaas_plan.cli.output import (
     CONTEXTS,
-    INSTANCE_GPUS,
-    LINK_GBPS,
     PREFILL_GPU,
     ContextOpt,
     EngineOpt,
@@ -28,7 +26,7 @@ from prfaas_plan.cli.output import (
     db_dirs,
     emit,
 )
-from prfaas_plan.defaults import DEFAULT_CLUSTER_GPUS, DEFAULT_LINK_EFFICIENCY
+from prfaas_plan.defaults import DEFAULT_CLUSTER_GPUS, DEFAULT_INSTANCE_GPUS, DEFAULT_LINK_EFFICIENCY, DEFAULT_LINK_GBPS
 from prfaas_plan.errors import InvalidInput
 
 if TYPE_CHECKING:
@@ -142,10 +140,10 @@ def kv(
 def bandwidth(
     model: ModelsArg,
     hardware: Annotated[str, typer.Option(help="prefill GPU (hardware id or YAML path)")] = PREFILL_GPU,
-    gpus: Annotated[int, typer.Option(help="GPUs per prefill instance")] = INSTANCE_GPUS,
+    gpus: Annotated[int, typer.Option(help="GPUs per prefill instance")] = DEFAULT_INSTANCE_GPUS,
     context: ContextOpt = CONTEXTS,
     cluster_gpus: Annotated[int, typer.Option(help="GPUs in the prefill cluster, for Eq. 2 egress")] = DEFAULT_CLUSTER_GPUS,
-    link_gbps: Annotated[float, typer.Option(help="inter-DC line rate, Gbps (1e9 bit/s)")] = LINK_GBPS,
+    link_gbps: Annotated[float, typer.Option(help="inter-DC line rate, Gbps (1e9 bit/s)")] = DEFAULT_LINK_GBPS,
     link_efficiency: Annotated[float, typer.Option(help="usable fraction of the line rate")] = DEFAULT_LINK_EFFICIENCY,
     kv_dtype: KvDtypeOpt = "bf16",
     fmt: FormatOpt = "table",
@@ -203,7 +201,7 @@ def _profile_records(m: ModelSpec, inst: Instance, contexts: list[int], tpot_s: 
 def profile(
     model: Annotated[str, typer.Argument(help="model id or path")],
     hardware: Annotated[list[str], typer.Option(help="GPU ids to compare")] = ("h200", "h20"),
-    gpus: Annotated[int, typer.Option(help="GPUs per instance")] = INSTANCE_GPUS,
+    gpus: Annotated[int, typer.Option(help="GPUs per instance")] = DEFAULT_INSTANCE_GPUS,
     context: ContextOpt = CONTEXTS,
     tpot_ms: Annotated[float, typer.Option(help="decode SLO, ms per output token")] = 25.0,
     fmt: FormatOpt = "table",

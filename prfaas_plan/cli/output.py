@@ -9,7 +9,7 @@ from typing import Annotated, Any, Optional
 
 import typer
 
-from prfaas_plan.defaults import DEFAULT_INSTANCE_GPUS, DEFAULT_LINK_GBPS, PREFIX_BLOCK_TOKENS
+from prfaas_plan.defaults import PREFIX_BLOCK_TOKENS
 from prfaas_plan.errors import InvalidInput, shown
 from prfaas_plan.vocab import Engine, KvDtype, PlanMode, TableFormat
 
@@ -28,8 +28,6 @@ CONTEXTS = "1K,8K,32K,128K"
 """The context lengths ``kv``, ``bandwidth`` and ``profile`` tabulate by default."""
 PREFILL_GPU = "h200"
 """The prefill GPU of ``bandwidth`` and ``compare``."""
-INSTANCE_GPUS = DEFAULT_INSTANCE_GPUS
-LINK_GBPS = DEFAULT_LINK_GBPS
 
 Records = list[dict[str, Any]]
 """A table the CLI builds itself, one dict per row (printed without importing pandas)."""

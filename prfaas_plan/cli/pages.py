@@ -8,7 +8,6 @@ from typing import Annotated, Optional
 import typer
 
 from prfaas_plan.cli.output import (
-    INSTANCE_GPUS,
     PREFILL_GPU,
     EngineOpt,
     HardwareDbOpt,
@@ -25,6 +24,7 @@ from prfaas_plan.defaults import (
     DEFAULT_CLUSTER_GPUS,
     DEFAULT_COMPARE_MODELS,
     DEFAULT_CONTEXT_TOKENS,
+    DEFAULT_INSTANCE_GPUS,
     DEFAULT_SIM_DURATION_S,
 )
 from prfaas_plan.errors import InvalidInput
@@ -47,7 +47,7 @@ def compare(
                                                                f"{' '.join(DEFAULT_COMPARE_MODELS)})")] = None,
     output: HtmlOutOpt = ...,
     hardware: Annotated[str, typer.Option(help="prefill GPU (hardware_db id) for T_prefill and Phi_kv")] = PREFILL_GPU,
-    gpus: Annotated[int, typer.Option(help="GPUs per prefill instance")] = INSTANCE_GPUS,
+    gpus: Annotated[int, typer.Option(help="GPUs per prefill instance")] = DEFAULT_INSTANCE_GPUS,
     cluster_gpus: Annotated[int, typer.Option(help="GPUs of the prefill cluster whose egress is charted (Eq. 2)")] = DEFAULT_CLUSTER_GPUS,
     context: Annotated[str, typer.Option("--context", "-c", help="reference prompt length for the bars and the table (K = 1024)")] = format_tokens(DEFAULT_CONTEXT_TOKENS),
     kv_dtype: KvDtypeOpt = "bf16",

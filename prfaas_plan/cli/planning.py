@@ -7,7 +7,8 @@ from typing import TYPE_CHECKING, Annotated, Optional
 
 import typer
 
-from prfaas_plan.cli.output import LINK_GBPS, FormatOpt, ModeOpt, PrefixCacheOpt, TraceOpt, emit
+from prfaas_plan.cli.output import FormatOpt, ModeOpt, PrefixCacheOpt, TraceOpt, emit
+from prfaas_plan.defaults import DEFAULT_LINK_GBPS
 from prfaas_plan.errors import InvalidInput
 from prfaas_plan.vocab import PlanMode, SweepExecutor
 
@@ -85,7 +86,7 @@ def plan(
         if model is None:
             raise InvalidInput("give a SCENARIO (e.g. paper-case-study) or --model with --prfaas/--local")
         sc = Scenario.quick(model, _pool(prfaas, "--prfaas"), _pool(local, "--local"),
-                            LINK_GBPS if link_gbps is None else link_gbps, trace, cache_blocks)
+                            DEFAULT_LINK_GBPS if link_gbps is None else link_gbps, trace, cache_blocks)
     else:
         sc = load_scenario(scenario)
         if link_gbps is not None:

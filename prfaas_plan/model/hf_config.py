@@ -164,10 +164,17 @@ def _qwen_moe_ffn(c: _Config) -> dict:
     first_dense = _first_dense_from_list(c, "mlp_only_layers", [
         0 if i in c.opt("mlp_only_layers", []) else 1 for i in range(c.req("num_hidden_layers"))], 0)
     shared = c.opt("shared_expert_intermediate_size", 0)
-    ffn = {"num_experts": c.first("num_experts", "num_local_experts"),
-           "experts_per_token": c.req("num_experts_per_tok"), "expert_intermediate": c.req("moe_intermediate_size"),
-           "num_shared_experts": 1 if shared else 0, "shared_intermediate": shared,
-           "first_dense_layers": first_dense}
+    return _moe_ffn(c, c.first("num_experts", "num_local_experts"), 1 if shared else 0, first_dense,
+                    shared_width="shared_expert_intermediate_size")
+
+
+def _moe_ffn(c: _Config, num_experts: int, shared_experts: int, first_dense: int, top_k: str = "num_experts_per_tok",
+             shared_width: str = "moe_intermediate_size") -> dict:
+    """The ``ffn`` block of a MoE model: ``top_k`` routed experts of ``moe_intermediate_size``, the
+    shared experts (``shared_width`` wide, when there are any) and the leading dense layers' width."""
+    ffn = {"num_experts": num_experts, "experts_per_token": c.req(top_k),
+           "expert_intermediate": c.req("moe_intermediate_size"), "num_shared_experts": shared_experts,
+           "shared_intermediate": c.req(shared_width) if shared_experts else 0, "first_dense_layers": first_dense}
     if first_dense:
         ffn["dense_intermediate"] = c.req("intermediate_size")
     return ffn
@@ -177,15 +184,7 @@ def _deepseek_ffn(c: _Config, experts: str, top_k: str, shared: str) -> dict:
     if c.opt("moe_layer_freq", 1) != 1:
         raise c.fail("moe_layer_freq", "only 1 (every layer after the first dense ones is MoE) is supported")
     first_dense = _leading_dense_layers(c)
-    ffn = {"num_experts": c.req(experts), "experts_per_token": c.req(top_k),
-           "expert_intermediate": c.req("moe_intermediate_size"),
-           "num_shared_experts": c.opt(shared, 0), "shared_intermediate": c.req("moe_intermediate_size"),
-           "first_dense_layers": first_dense}
-    if not ffn["num_shared_experts"]:
-        ffn["shared_intermediate"] = 0
-    if first_dense:
-        ffn["dense_intermediate"] = c.req("intermediate_size")
-    return ffn
+    return _moe_ffn(c, c.req(experts), c.opt(shared, 0), first_dense, top_k=top_k)
 
 
 def _dense(c: _Config) -> dict:
@@ -288,13 +287,7 @@ def _mimo_v2_flash(c: _Config) -> dict:
     if freq is None:
         freq = [0 if t == "dense" else 1 for t in c.req("mlp_layer_types")]
     first_dense = _first_dense_from_list(c, "moe_layer_freq", list(freq), 0)
-    shared = c.opt("n_shared_experts", 0)
-    ffn = {"num_experts": c.req("n_routed_experts"), "experts_per_token": c.req("num_experts_per_tok"),
-           "expert_intermediate": c.req("moe_intermediate_size"), "num_shared_experts": shared,
-           "shared_intermediate": c.req("moe_intermediate_size") if shared else 0,
-           "first_dense_layers": first_dense}
-    if first_dense:
-        ffn["dense_intermediate"] = c.req("intermediate_size")
+    ffn = _moe_ffn(c, c.req("n_routed_experts"), c.opt("n_shared_experts", 0), first_dense)
     return {"attention": {"full": _gqa(c), "swa": swa},
             "layers": _layers(count, "swa", "full", [i for i, p in enumerate(pattern) if p == 0]),
             "ffn": ffn}
@@ -315,12 +308,8 @@ def _bailing_hybrid(c: _Config) -> dict:
                  "head_dim": hidden // c.count("num_attention_heads")}
     shared_count = c.opt("num_shared_experts", 0)
     first_dense = c.opt("first_k_dense_replace", 0)
-    ffn = {"num_experts": c.req("num_experts"), "experts_per_token": c.req("num_experts_per_tok"),
-           "expert_intermediate": c.req("moe_intermediate_size"), "num_shared_experts": shared_count,
-           "shared_intermediate": c.req("moe_shared_expert_intermediate_size") if shared_count else 0,
-           "first_dense_layers": first_dense}
-    if first_dense:
-        ffn["dense_intermediate"] = c.req("intermediate_size")
+    ffn = _moe_ffn(c, c.req("num_experts"), shared_count, first_dense,
+                   shared_width="moe_shared_expert_intermediate_size")
     return {"attention": {"mla": _mla(c), "lightning": lightning},
             "layers": _layers(count, "lightning", "mla", full), "ffn": ffn}
 

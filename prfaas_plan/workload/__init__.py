@@ -27,7 +27,6 @@ from prfaas_plan.defaults import PAPER_OUTPUT_TOKENS, PREFIX_BLOCK_TOKENS
 from prfaas_plan.errors import InvalidInput
 from prfaas_plan.workload.lengths import EmpiricalLengths, LengthDist, TruncatedLogNormal, paper_lengths
 from prfaas_plan.workload.prefix_cache import (
-    MOONCAKE_BLOCK_TOKENS,
     LRUPrefixCache,
     PrefixReplay,
     SplitReplay,
@@ -41,7 +40,7 @@ if TYPE_CHECKING:
     import pandas as pd
 
 __all__ = [
-    "MOONCAKE_BLOCK_TOKENS", "TRACE_COLUMNS", "EmpiricalLengths", "LRUPrefixCache", "LengthDist", "PrefixReplay",
+    "TRACE_COLUMNS", "EmpiricalLengths", "LRUPrefixCache", "LengthDist", "PrefixReplay",
     "SplitReplay", "TruncatedLogNormal", "Workload", "load_trace", "paper_lengths", "paper_workload",
     "prefix_cache_replay", "split_cache_replay", "uncached_lengths", "workload_from_trace",
 ]

@@ -22,7 +22,6 @@ from prfaas_plan.errors import InvalidInput
 if TYPE_CHECKING:
     import pandas as pd
 
-MOONCAKE_BLOCK_TOKENS = PREFIX_BLOCK_TOKENS  # tokens covered by one Mooncake hash id
 
 
 class LRUPrefixCache:
