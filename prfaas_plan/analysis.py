@@ -490,14 +490,14 @@ def headline_pair(table: pd.DataFrame) -> tuple[str, str] | None:
 def _curve(m: ModelSpec, inst: Instance, cluster_gpus: int, settings: CacheSettings) -> pd.DataFrame:
     from prfaas_plan.bandwidth import cluster_egress_gbps, kv_throughput_gbps
     from prfaas_plan.kvcache import kv_bytes
-    from prfaas_plan.perf.roofline import analytic_prefill
+    from prfaas_plan.perf.latency import prefill_latency
 
     g = CURVE_TOKENS[CURVE_TOKENS <= m.max_context_tokens]
     if m.max_context_tokens not in g and m.max_context_tokens >= 1024:
         g = np.append(g, m.max_context_tokens)
     g = g.astype(float)
     s = np.asarray(kv_bytes(m, g, settings), dtype=float)
-    t = np.asarray(analytic_prefill(m, inst, g, settings=settings).total_s, dtype=float)
+    t = np.asarray(prefill_latency(m, inst, g, settings).total_s, dtype=float)
     return pd.DataFrame({"model": m.id, "name": short_name(m), "tokens": g.astype(np.int64), "kv_mib": s / MIB_BYTES,
                          "prefill_s": t, "phi_gbps": np.asarray(kv_throughput_gbps(m, inst, g, settings=settings)),
                          "cluster_gbps": np.asarray(cluster_egress_gbps(m, inst, cluster_gpus, g, settings=settings))})
@@ -508,13 +508,13 @@ def _at_ref(m: ModelSpec, inst: Instance, cluster_gpus: int, ref: int, settings:
     """One model's numbers at the reference length (NaN beyond its max context)."""
     from prfaas_plan.bandwidth import cluster_egress_gbps, kv_throughput_gbps, max_prefill_gpus
     from prfaas_plan.kvcache import kv_bytes
-    from prfaas_plan.perf.roofline import analytic_prefill
+    from prfaas_plan.perf.latency import prefill_latency
 
     if ref > m.max_context_tokens:
         return {"kv_mib_ref": np.nan, "prefill_s_ref": np.nan, "bound_ref": "beyond max context",
                 "phi_gbps_ref": np.nan, "cluster_gbps_ref": np.nan, "max_gpus_100g": np.nan, "lines_100g": np.nan,
                 "smallest_line": "–", **{f"util_{line:g}g": np.nan for line in STANDARD_LINES_GBPS}}
-    lr = analytic_prefill(m, inst, float(ref), settings=settings)
+    lr = prefill_latency(m, inst, float(ref), settings)
     phi = float(kv_throughput_gbps(m, inst, float(ref), settings=settings))
     cluster = float(cluster_egress_gbps(m, inst, cluster_gpus, float(ref), settings=settings))
     row = {"kv_mib_ref": float(kv_bytes(m, float(ref), settings)) / MIB_BYTES, "prefill_s_ref": float(lr.total_s),

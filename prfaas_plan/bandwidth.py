@@ -21,7 +21,8 @@ from prfaas_plan.errors import InvalidInput
 from prfaas_plan.hardware import Instance
 from prfaas_plan.kvcache import CacheSettings, kv_bytes
 from prfaas_plan.model.arch import ModelSpec
-from prfaas_plan.perf.roofline import MeasuredProfile, analytic_prefill, decode_capacity, prefill_time_s
+from prfaas_plan.perf.latency import decode_capacity, prefill_latency, prefill_time_s
+from prfaas_plan.perf.roofline import MeasuredProfile
 from prfaas_plan.units import MIB_BYTES, bytes_per_s_to_gbps, format_tokens
 
 
@@ -90,7 +91,7 @@ def pd_balance(model: ModelSpec, prefill: Instance, decode: Instance, tokens: in
                profile: MeasuredProfile | None = None) -> PDBalance:
     """Balance one prefill instance's request rate against decode capacity (Eq. 5 and 8). The
     decode context is the prompt plus half the output (the mean over a request's decode)."""
-    p_rps = 1.0 / float(prefill_time_s(model, prefill, tokens, profile))
+    p_rps = 1.0 / float(prefill_time_s(model, prefill, tokens, profile, settings))
     cap = decode_capacity(model, decode, tokens + output_tokens / 2, tpot_s, settings)
     d_rps = cap.requests_per_s(output_tokens)
     ratio = p_rps / d_rps
@@ -105,7 +106,7 @@ def bandwidth_table(models: list[ModelSpec], inst: Instance, contexts: list[int]
     rows = []
     lengths = np.asarray(contexts, dtype=float)
     for m in models:
-        lat = analytic_prefill(m, inst, lengths, settings=settings)
+        lat = prefill_latency(m, inst, lengths, settings)
         s = np.asarray(kv_bytes(m, lengths, settings), dtype=float)
         t = np.asarray(lat.total_s, dtype=float)
         phi = phi_kv_gbps(s, t)

@@ -19,7 +19,8 @@ def list_models(extra_dirs: tuple[Path, ...] = (), settings: CacheSettings | Non
         rows.append({
             "id": m.id, "name": m.name, "family": m.family, "layers": m.layers.count, "layer_mix": mix,
             "total_params_b": m.total_params / 1e9, "active_params_b": m.active_params / 1e9,
-            "weight_dtype": m.weight_dtype, "max_context_tokens": m.max_context_tokens,
+            "gemm_dtypes": m.gemm_dtypes.describe(), "weight_gb": m.weight_bytes().total_bytes / 1e9,
+            "max_context_tokens": m.max_context_tokens,
             "kv_bytes_per_token": kv_bytes_per_token(m, settings),
             "fixed_state_bytes": fixed_state_bytes(m, settings),
         })

@@ -14,11 +14,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, PositiveFloat
+from pydantic import BaseModel, ConfigDict, Field, PositiveFloat, PositiveInt
 
 from prfaas_plan.data import find_entry, list_entries, read_yaml, validate
+from prfaas_plan.engine import EngineProfile, default_engine, load_engine
 from prfaas_plan.errors import InvalidInput
+from prfaas_plan.layout import Layout
 from prfaas_plan.model.arch import Source
 from prfaas_plan.units import GB_BYTES, GIB_BYTES, TB_BYTES
 
@@ -52,6 +55,12 @@ class GPU(BaseModel):
     scaleup_gb_per_s: PositiveFloat = Field(description="NVLink-class bandwidth per GPU per direction, GB/s")
     nic_gbps: PositiveFloat = Field(description="scale-out NIC bandwidth per GPU, Gbps")
     tdp_w: PositiveFloat
+    arch: Literal["ampere", "ada", "hopper", "blackwell", "cdna3"] | None = Field(
+        default=None, description="micro-architecture; kernels carry over best within one (perf.transfer)")
+    sm_count: PositiveInt | None = Field(
+        default=None, description="streaming multiprocessors (AMD: compute units); sets a kernel's wave tail")
+    boost_clock_ghz: PositiveFloat | None = Field(
+        default=None, description="maximum SM boost clock, GHz; latency-bound kernel work scales with its inverse")
     price_usd_per_gpu_hour: PositiveFloat
     price_date: str
     efficiency: Efficiency
@@ -84,10 +93,14 @@ MAX_POOL_GPUS = 100_000
 
 @dataclass(frozen=True)
 class Instance:
-    """A serving instance: ``gpus`` GPUs of one type running one model replica (TP/EP inside)."""
+    """A serving instance: ``gpus`` GPUs of one type running one model replica, in ``layout``
+    (None: attention and experts tensor parallel over all its GPUs, no DCP), under the serving
+    engine ``engine`` (None: :data:`~prfaas_plan.engine.DEFAULT_ENGINE_PROFILE`)."""
 
     gpu: GPU
     gpus: int = 8
+    layout: Layout | None = None
+    engine: EngineProfile | None = None
 
     def __post_init__(self) -> None:
         if self.gpus <= 0:
@@ -95,6 +108,19 @@ class Instance:
         if self.gpus > MAX_INSTANCE_GPUS:
             raise InvalidInput(f"gpus: {self.gpus:,} GPUs per instance is more than {MAX_INSTANCE_GPUS:,}; an "
                             "instance is one model replica")
+        if self.layout is not None and self.layout.gpus != self.gpus:
+            raise InvalidInput(f"layout.gpus: the layout spans {self.layout.gpus} GPUs but the instance has "
+                               f"{self.gpus}; give both the same count")
+
+    @property
+    def parallel(self) -> Layout:
+        """The instance's layout, TP over all its GPUs when none was given."""
+        return self.layout or Layout(self.gpus)
+
+    @property
+    def engine_profile(self) -> EngineProfile:
+        """The instance's serving-engine profile (the default one when none was given)."""
+        return self.engine or default_engine()
 
     @property
     def name(self) -> str:
@@ -140,7 +166,9 @@ def list_gpus(extra_dirs: tuple[Path, ...] = ()) -> list[GPU]:
     return [load_gpu(p) for p in list_entries("prfaas_plan.data.hardware_db", tuple(Path(d) for d in extra_dirs))]
 
 
-def instance(gpu: str | GPU, gpus: int = 8, extra_dirs: tuple[Path, ...] = ()) -> Instance:
-    """An instance of ``gpus`` GPUs of the given type (id, path or :class:`GPU`)."""
+def instance(gpu: str | GPU, gpus: int = 8, extra_dirs: tuple[Path, ...] = (), layout: Layout | None = None,
+             engine: str | EngineProfile | None = None) -> Instance:
+    """An instance of ``gpus`` GPUs of the given type (id, path or :class:`GPU`) in ``layout``
+    (None: TP over all of them) under the engine profile ``engine`` (id, path or profile)."""
     spec = gpu if isinstance(gpu, GPU) else load_gpu(gpu, extra_dirs)
-    return Instance(spec, int(gpus))
+    return Instance(spec, int(gpus), layout, load_engine(engine) if engine is not None else None)

@@ -3,17 +3,21 @@
 
 Per-request bytes (:func:`kv_bytes`, :func:`kv_bytes_per_token`, :func:`fixed_state_bytes`, the
 engine rules of :class:`CacheSettings`) are computed in :mod:`prfaas_plan.model.cache` from the
-layer kinds' element counts and re-exported here. This module adds the deployment view: which
-tensor-parallel degrees can shard a model (:func:`check_tp`) and the bytes one rank holds
-(:func:`per_gpu_kv_bytes`), and the same formulas as sympy expressions (:func:`kv_bytes_expr`)
-for reports.
+layer kinds' element counts and re-exported here. This module adds the deployment view: the bytes one rank holds
+under a tensor-parallel degree or a :class:`~prfaas_plan.layout.Layout` (:func:`per_gpu_kv_bytes`;
+which degrees can shard a model is :func:`prfaas_plan.layout.check_tp`, re-exported here), how
+many requests an instance's free memory holds (:func:`requests_per_instance_memory`), and the
+same formulas as sympy expressions (:func:`kv_bytes_expr`) for reports.
 """
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from prfaas_plan.errors import InvalidInput
+from prfaas_plan.layout import Layout, check_layout, check_tp
 from prfaas_plan.model.arch import ModelSpec
 from prfaas_plan.model.cache import (
     DEFAULT_SETTINGS,
@@ -31,50 +35,51 @@ from prfaas_plan.model.cache import (
 from prfaas_plan.units import DTYPE_BYTES
 
 
-def _tp_problem(model: ModelSpec, tp: int) -> str | None:
-    """Why ``tp`` cannot shard ``model``'s attention the way vLLM does, or None (each kind's rule:
-    :meth:`prfaas_plan.model.kinds.GQA.tp_problem`)."""
-    for name, attn in model.attention.items():
-        problem = attn.tp_problem(tp)
-        if problem:
-            return f"{name} attention {problem}"
-    return None
+def per_gpu_kv_bytes(model: ModelSpec, tokens: float, tp_or_layout: int | Layout,
+                     settings: CacheSettings | None = None) -> int:
+    """Cache bytes of one request of ``tokens`` tokens on the busiest GPU that holds it.
 
-
-def check_tp(model: ModelSpec, tp: int, field: str = "tp") -> int:
-    """``tp`` when it is a tensor-parallel degree that can shard ``model`` (see :func:`_tp_problem`),
-    else a one-line PlanError naming ``field`` and the valid degrees up to 64. Linear-attention
-    states shard by heads too, but unevenly split heads are allowed: the busiest rank is counted."""
-    if isinstance(tp, bool) or int(tp) != tp or tp < 1:
-        raise InvalidInput(f"{field}: tensor-parallel degree must be a whole number >= 1, got {tp!r}")
-    problem = _tp_problem(model, int(tp))
-    if problem:
-        valid = ", ".join(str(t) for t in range(1, 65) if _tp_problem(model, t) is None)
-        raise InvalidInput(f"{field}: {model.id} cannot be split over {tp} GPUs ({problem}); valid degrees: {valid}")
-    return int(tp)
-
-
-def per_gpu_kv_bytes(model: ModelSpec, tokens: float, tp: int, settings: CacheSettings | None = None) -> int:
-    """Cache bytes one tensor-parallel rank holds for a request of ``tokens`` tokens.
-
-    GQA/SWA KV heads shard across ranks down to one head per rank (then replicate); the MLA
-    latent has no head axis and is replicated on every rank; linear states shard by heads
-    (each kind's ``rank_kv_elements_per_token`` and ``rank_state_fraction``).
-    A ``tp`` that vLLM could not run (:func:`check_tp`) is a PlanError.
+    An int is a tensor-parallel degree: GQA/SWA KV heads shard across ranks down to one head per
+    rank (then replicate); the MLA latent has no head axis and is on every rank; linear states
+    shard by heads (each kind's ``rank_kv_elements_per_token`` and ``rank_state_fraction``).
+    A :class:`~prfaas_plan.layout.Layout` places the cache on its ``ranks_per_request`` GPUs:
+    the attention TP degree splits it as above (1 under DP attention: the rank holding the
+    request holds all of it), and DCP token-shards the growing cache over ``dcp`` ranks (each
+    holds ``ceil(tokens / dcp)`` tokens of the KV heads of ``attn_tp / dcp`` ranks); fixed
+    states are request-indexed and not sharded by DCP. A degree or layout the model cannot take
+    (:func:`~prfaas_plan.layout.check_layout`) is a PlanError.
     """
-    tp = check_tp(model, tp)
+    if isinstance(tp_or_layout, Layout):
+        layout = check_layout(model, tp_or_layout)
+        tp, dcp = layout.attn_tp, layout.dcp
+    else:
+        tp, dcp = check_tp(model, tp_or_layout), 1
     settings = settings or DEFAULT_SETTINGS
     b = DTYPE_BYTES[settings.kv_dtype]
     counts = model.layer_counts()
     total = 0.0
     for name, attn in model.attention.items():
-        per_token = attn.rank_kv_elements_per_token(tp) * b
+        # DCP ranks of one group share the KV heads of tp / dcp ranks, each a token stripe
+        per_token = attn.rank_kv_elements_per_token(tp // dcp) * b
         if per_token:
-            total += counts[name] * per_token * float(tokens_kept(np.asarray(float(tokens)), attn.window,
-                                                                  settings.block_tokens))
+            kept = float(tokens_kept(np.asarray(float(tokens)), attn.window, settings.block_tokens))
+            total += counts[name] * per_token * (kept if dcp == 1 else math.ceil(kept / dcp))
         conv, rec = state_bytes(attn, settings)
         total += counts[name] * (conv + rec) * attn.rank_state_fraction(tp)
     return int(round(total))
+
+
+def requests_per_instance_memory(model: ModelSpec, layout: int | Layout, tokens: float, free_bytes_per_gpu: float,
+                                 settings: CacheSettings | None = None) -> int:
+    """Requests of ``tokens`` tokens whose caches fit an instance with ``free_bytes_per_gpu``
+    bytes left on every GPU: each attention DP rank fits ``floor(free / per-rank bytes)`` of its
+    own (:func:`per_gpu_kv_bytes`), and there are ``attn_dp`` of them (one under TP: every rank
+    holds a share of every request). An int ``layout`` is a TP degree."""
+    dp = layout.attn_dp if isinstance(layout, Layout) else 1
+    per_request = per_gpu_kv_bytes(model, tokens, layout, settings)
+    if per_request <= 0:
+        raise InvalidInput(f"tokens: a request of {tokens} tokens holds no cache; give a positive length")
+    return dp * int(max(free_bytes_per_gpu, 0.0) // per_request)
 
 
 def kv_bytes_expr(model: ModelSpec, settings: CacheSettings | None = None):
@@ -101,5 +106,5 @@ def kv_bytes_expr(model: ModelSpec, settings: CacheSettings | None = None):
 __all__ = [
     "CacheSettings", "DEFAULT_SETTINGS", "check_tp", "conv_state_elements", "fixed_state_bytes",
     "kv_bytes", "kv_bytes_expr", "kv_bytes_per_token", "linear_state_bytes", "per_gpu_kv_bytes",
-    "per_layer_table", "recurrent_dtype",
+    "per_layer_table", "recurrent_dtype", "requests_per_instance_memory",
 ]

@@ -25,13 +25,16 @@ from prfaas_plan.defaults import (
     PAPER_SIGMA_LOG_TOKENS,
     PREFIX_BLOCK_TOKENS,
 )
+from prfaas_plan.engine import DEFAULT_ENGINE_PROFILE, EngineProfile, load_engine
 from prfaas_plan.errors import InvalidInput, shown
 from prfaas_plan.hardware import MAX_INSTANCE_GPUS, MAX_POOL_GPUS, Instance, instance
 from prfaas_plan.kvcache import CacheSettings
+from prfaas_plan.layout import Layout, check_layout
 from prfaas_plan.model import ModelSpec, load_model
-from prfaas_plan.perf.roofline import ENGINE_RESERVE_GIB_PER_GPU, MeasuredProfile
+from prfaas_plan.perf.latency import ENGINE_RESERVE_GIB_PER_GPU
+from prfaas_plan.perf.roofline import MeasuredProfile
 from prfaas_plan.units import MIB_BYTES
-from prfaas_plan.vocab import LengthKind, TraceFormat
+from prfaas_plan.vocab import AttentionLayout, ExpertLayout, LengthKind, TraceFormat
 
 QUICK_ORIGIN = "command-line flags"
 """The origin of a :meth:`Scenario.quick` (a model and two pools given on the command line, no file)."""
@@ -54,12 +57,26 @@ class ProfileSpec(_Strict):
         return MeasuredProfile(tuple(self.tokens), tuple(self.prefill_s), kv, self.source)
 
 
+class LayoutSpec(_Strict):
+    """How each instance of a pool runs the model (:class:`prfaas_plan.layout.Layout`): attention
+    ``tp`` or ``dp``, routed experts ``tp`` or ``ep``, decode context parallelism ``dcp``."""
+
+    attention: AttentionLayout = "tp"
+    experts: ExpertLayout = "tp"
+    dcp: PositiveInt = 1
+
+    def to_layout(self, gpus: int) -> Layout | None:
+        """The layout over ``gpus`` GPUs; None for the default (TP everywhere, the instance's own default)."""
+        return None if self == LayoutSpec() else Layout(gpus, self.attention, self.experts, self.dcp)
+
+
 class PoolSpec(_Strict):
-    """A pool of GPUs of one type, cut into instances of ``gpus_per_instance`` GPUs."""
+    """A pool of GPUs of one type, cut into instances of ``gpus_per_instance`` GPUs laid out as ``layout``."""
 
     gpu: str
     gpus: int = Field(ge=0, le=MAX_POOL_GPUS)
     gpus_per_instance: PositiveInt = Field(default=DEFAULT_INSTANCE_GPUS, le=MAX_INSTANCE_GPUS)
+    layout: LayoutSpec = LayoutSpec()
     profile: ProfileSpec | None = None
 
     @model_validator(mode="after")
@@ -131,6 +148,10 @@ class ScenarioSpec(_Strict):
     name: str
     description: str | None = None
     model: str
+    engine_profile: str = Field(default=DEFAULT_ENGINE_PROFILE, description="serving-engine profile both pools run "
+                                "(an engine_db id or a YAML path): kernel tables, host overheads, chunked prefill")
+    gemm_dtypes: dict[str, str | int] = Field(default_factory=dict, description="GEMM dtypes overriding the "
+                                              "checkpoint's, e.g. {experts: bf16} (ModelSpec.with_gemm_dtypes)")
     cache: CacheSettings = CacheSettings()
     prfaas: PoolSpec
     local: PoolSpec
@@ -153,15 +174,28 @@ class Scenario:
 
     @cached_property
     def model(self) -> ModelSpec:
-        return load_model(self.spec.model, self.extra_model_dirs)
+        model = load_model(self.spec.model, self.extra_model_dirs)
+        return model.with_gemm_dtypes(**self.spec.gemm_dtypes) if self.spec.gemm_dtypes else model
+
+    @cached_property
+    def engine(self) -> EngineProfile:
+        """The serving-engine profile both pools run."""
+        return load_engine(self.spec.engine_profile)
+
+    def _instance(self, pool: PoolSpec, name: str) -> Instance:
+        """A pool's instance; a layout the model cannot take is an InvalidInput naming ``name.layout``."""
+        layout = pool.layout.to_layout(pool.gpus_per_instance)
+        if layout is not None:
+            check_layout(self.model, layout, f"{name}.layout")
+        return instance(pool.gpu, pool.gpus_per_instance, layout=layout, engine=self.engine)
 
     @cached_property
     def prfaas_instance(self) -> Instance:
-        return instance(self.spec.prfaas.gpu, self.spec.prfaas.gpus_per_instance)
+        return self._instance(self.spec.prfaas, "prfaas")
 
     @cached_property
     def local_instance(self) -> Instance:
-        return instance(self.spec.local.gpu, self.spec.local.gpus_per_instance)
+        return self._instance(self.spec.local, "local")
 
     @property
     def cache(self) -> CacheSettings:
@@ -245,7 +279,7 @@ def load_scenario(ref: str | Path, extra_model_dirs: tuple[Path, ...] = ()) -> S
     path = find_entry(ref, "prfaas_plan.data.scenarios", "scenario")
     spec = validate(ScenarioSpec, read_yaml(path), str(path))
     sc = Scenario(spec, str(path), tuple(Path(d) for d in extra_model_dirs))
-    _ = sc.model, sc.prfaas_instance, sc.local_instance  # resolved now: an unknown model or GPU is reported here
+    _ = sc.model, sc.engine, sc.prfaas_instance, sc.local_instance  # resolved now: an unknown model or GPU is reported here
     return sc
 
 

@@ -35,6 +35,21 @@ BenchDevice = Literal["auto", "cpu", "cuda"]
 """Where the microbenchmark harness runs."""
 BenchStatistic = Literal["min", "median"]
 """Which per-case time of the repeats calibration uses."""
+GemmDtype = Literal["bf16", "fp8", "fp8_block", "int4_w4a16", "fp32"]
+"""How a GEMM runs: bf16; FP8 e4m3 with per-tensor scales; FP8 with 128x128 block scales
+(DeepSeek-style); int4 weights in groups with bf16 activations (Marlin-style W4A16); fp32 (the
+CPU microbenchmark's torch drafts only)."""
+GemmClass = Literal["attention", "dense_ffn", "experts", "lm_head"]
+"""The GEMM classes a checkpoint quantises separately (projections of attention, dense FFNs and
+shared experts, routed experts, the output head)."""
+AttentionLayout = Literal["tp", "dp"]
+"""Attention across an instance's GPUs: tensor parallel (heads split) or data parallel (each rank
+runs whole attention for its own requests)."""
+ExpertLayout = Literal["tp", "ep"]
+"""Routed experts across an instance's GPUs: tensor parallel (each expert split) or expert
+parallel (whole experts per rank, all-to-all dispatch)."""
+KernelFamily = Literal["gemm", "moe", "attention", "mla", "linear_attention", "comm"]
+"""Families of measured kernel tables (``hardware_db/kernels``)."""
 
 DTYPES: tuple[str, ...] = get_args(Dtype)
 KV_DTYPES: tuple[str, ...] = get_args(KvDtype)
@@ -49,3 +64,8 @@ TRACE_FORMATS: tuple[str, ...] = get_args(TraceFormat)
 TABLE_FORMATS: tuple[str, ...] = get_args(TableFormat)
 BENCH_DEVICES: tuple[str, ...] = get_args(BenchDevice)
 BENCH_STATISTICS: tuple[str, ...] = get_args(BenchStatistic)
+GEMM_DTYPES: tuple[str, ...] = get_args(GemmDtype)
+GEMM_CLASSES: tuple[str, ...] = get_args(GemmClass)
+ATTENTION_LAYOUTS: tuple[str, ...] = get_args(AttentionLayout)
+EXPERT_LAYOUTS: tuple[str, ...] = get_args(ExpertLayout)
+KERNEL_FAMILIES: tuple[str, ...] = get_args(KernelFamily)

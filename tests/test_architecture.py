@@ -20,7 +20,7 @@ PACKAGE = Path(__file__).resolve().parents[1] / "prfaas_plan"
 LAYERS: tuple[tuple[str, ...], ...] = (
     ("errors", "units", "vocab", "defaults", "display"),
     ("data",),
-    ("model", "hardware"),
+    ("model", "hardware", "layout", "engine"),
     ("kvcache",),
     ("perf",),
     ("bandwidth", "catalog"),
@@ -174,5 +174,18 @@ def test_every_folder_of_the_package_is_a_regular_package():
     # setuptools' packages.find ships only folders with an __init__.py: a namespace folder would
     # work in the editable checkout and be missing from a wheel
     folders = {p.parent for p in PACKAGE.rglob("*.py")} | {p.parent for p in PACKAGE.rglob("*.yaml")}
+    kernels = PACKAGE / "data" / "hardware_db" / "kernels"  # data only, shipped by package-data globs
     assert not sorted(str(f.relative_to(PACKAGE)) for f in folders
-                      if not (f / "__init__.py").exists() and f.name != "grids")
+                      if not (f / "__init__.py").exists() and f.name != "grids" and not f.is_relative_to(kernels))
+
+
+def test_every_data_file_is_shipped_by_a_package_data_glob():
+    # a data file no glob names works in the editable checkout and is missing from a wheel (as the
+    # engine profiles were once)
+    import tomllib
+
+    globs = tomllib.loads((PACKAGE.parent / "pyproject.toml").read_text())["tool"]["setuptools"]["package-data"]
+    data = PACKAGE / "data"
+    shipped = {p for pattern in globs["prfaas_plan.data"] for p in data.glob(pattern)}
+    files = {p for p in data.rglob("*") if p.is_file() and p.suffix not in (".py", ".pyc")}
+    assert not sorted(str(p.relative_to(data)) for p in files - shipped)

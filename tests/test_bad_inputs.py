@@ -219,3 +219,34 @@ def test_machine_formats_keep_their_column_names():
     assert {"plan", "threshold_tokens", "lambda_max_rps", "throughput_vs_this", "egress_gbps"} <= set(header)
     assert not math.isnan(float(r.stdout.splitlines()[1].split(",")[header.index("lambda_max_rps")]))
 
+
+
+# ------------------------------------------------- the kernel model's inputs in a scenario file
+
+CASE_STUDY = ROOT / "prfaas_plan" / "data" / "scenarios" / "paper-case-study.yaml"
+
+
+@pytest.mark.parametrize("edit, needles", [
+    ({"gemm_dtypes": {"experts": "int3"}}, ("gemm_dtypes", "int3")),
+    ({"gemm_dtypes": {"router": "bf16"}}, ("gemm_dtypes", "router")),
+    ({"engine_profile": "tgi"}, ("unknown engine profile", "tgi")),
+    ({"local": {"layout": {"attention": "sp"}}}, ("local.layout.attention",)),
+    ({"local": {"gpus": 4, "gpus_per_instance": 1, "layout": {"attention": "dp"}}},
+     ("local.layout.attention", "at least 2 GPUs")),
+    ({"prfaas": {"gpus": 1024, "gpus_per_instance": 512, "layout": {"experts": "ep"}}},
+     ("prfaas.layout.experts", "has 384")),
+    ({"local": {"layout": {"dcp": 3}}}, ("local.layout.dcp", "must divide")),
+])
+def test_kernel_model_inputs_in_a_scenario_are_one_line_errors(edit, needles, tmp_path):
+    import yaml
+
+    data = yaml.safe_load(CASE_STUDY.read_text())
+    for key, value in edit.items():
+        if isinstance(value, dict) and isinstance(data.get(key), dict) and key != "gemm_dtypes":
+            data[key] = {**data[key], **value}
+        else:
+            data[key] = value
+    path = tmp_path / "bad.yaml"
+    path.write_text(yaml.safe_dump(data))
+    assert_one_line_error(run("plan", str(path), "--mode", "paper", cwd=tmp_path), *needles)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["bad.yaml"]

@@ -19,7 +19,7 @@ from prfaas_plan.errors import PlanError
 from prfaas_plan.kvcache import CacheSettings
 from prfaas_plan.model import load_model
 from prfaas_plan.model.hf_config import SUPPORTED_MODEL_TYPES, count_params, load_hf_config
-from prfaas_plan.perf.roofline import layer_costs
+from prfaas_plan.model.quant import GemmDtypes
 
 HF_DIR = Path(__file__).parent / "fixtures" / "hf"
 
@@ -57,6 +57,7 @@ def test_fixture_matches_model_db(fixture, db_id):
     assert hf.layer_kinds == db.layer_kinds
     assert hf.layer_counts() == db.layer_counts()
     assert (hf.hidden_size, hf.vocab_size) == (db.hidden_size, db.vocab_size)
+    assert hf.gemm_dtypes == db.gemm_dtypes  # from the config's quantization_config (or its absence)
     for name, settings in SETTINGS.items():
         assert hf.kv_bytes_per_token(settings) == db.kv_bytes_per_token(settings), name
         if fixture == "qwen3.5-397b-a17b.json" and settings.engine == "vllm" and settings.state_dtype is None:
@@ -88,26 +89,74 @@ def test_published_parameter_totals():
         assert 0.999 * total <= counted <= total, fixture
 
 
-def test_weight_dtype_from_quantization_config():
-    assert load_hf_config(HF_DIR / "deepseek-v3.json").weight_dtype == "fp8"
-    assert load_hf_config(HF_DIR / "minimax-m2.7.json").weight_dtype == "fp8"
-    assert load_hf_config(HF_DIR / "kimi-linear-48b-a3b.json").weight_dtype == "bf16"
+def test_gemm_dtypes_from_quantization_config():
+    # DeepSeek-V3 / MiniMax-M2.7: quant_method fp8, weight_block_size [128, 128] (MiniMax also
+    # modules_to_not_convert [gate, e_score_correction_bias, lm_head]): fp8_block, LM head bf16
+    fp8_block = {"attention": "fp8_block", "dense_ffn": "fp8_block", "experts": "fp8_block", "lm_head": "bf16"}
+    for fixture in ("deepseek-v3.json", "minimax-m2.7.json"):
+        g = load_hf_config(HF_DIR / fixture).gemm_dtypes
+        assert ({c: g.of(c) for c in fp8_block}, g.block, g.group_size) == (fp8_block, 128, None), fixture
+    assert load_hf_config(HF_DIR / "kimi-linear-48b-a3b.json").gemm_dtypes == GemmDtypes.uniform("bf16")
+
+
+def _with_quant(tmp_path, fixture: str, quant: dict) -> Path:
+    raw = json.loads((HF_DIR / fixture).read_text())
+    raw["quantization_config"] = quant
+    (tmp_path / "config.json").write_text(json.dumps(raw))
+    return tmp_path / "config.json"
+
+
+# Kimi-K2-Thinking's quantization_config (hardware_db/MEASUREMENTS.md #21; the same block ships in
+# Kimi-K2.5's config, aiconfigurator-core 0.12.0 model_configs/moonshotai--Kimi-K2.5_config.json)
+KIMI_K2_THINKING_QUANT = {
+    "quant_method": "compressed-tensors", "format": "pack-quantized",
+    "config_groups": {"group_0": {"targets": ["Linear"], "weights": {
+        "num_bits": 4, "type": "int", "symmetric": True, "strategy": "group", "group_size": 32}}},
+    "ignore": ["lm_head", "re:.*self_attn.*", "re:.*shared_experts.*", "re:.*mlp\\.(gate|up|gate_up|down)_proj.*"],
+}
 
 
 def test_int4_qat_layout_from_quantization_config(tmp_path):
-    # Kimi-K2's config with Kimi-K2-Thinking's quantization_config (compressed-tensors, int4 groups
-    # of 32, attention / shared experts / dense MLP / lm_head left in bf16): 594 GB, as published
-    raw = json.loads((HF_DIR / "kimi-k2.json").read_text())
-    raw["quantization_config"] = {
-        "quant_method": "compressed-tensors", "format": "pack-quantized",
-        "config_groups": {"group_0": {"targets": ["Linear"], "weights": {
-            "num_bits": 4, "type": "int", "symmetric": True, "strategy": "group", "group_size": 32}}},
-        "ignore": ["lm_head", "re:.*self_attn.*", "re:.*shared_experts.*", "re:.*mlp\\.(gate|up|gate_up|down)_proj.*"],
-    }
-    (tmp_path / "config.json").write_text(json.dumps(raw))
-    m = load_hf_config(tmp_path / "config.json")
-    assert (m.weight_dtype, m.dense_weight_dtype, m.weight_group_size) == ("int4", "bf16", 32)
-    assert layer_costs(m).weight_bytes / 1e9 == pytest.approx(594, rel=0.005)
+    # Kimi-K2's config with Kimi-K2-Thinking's quantization_config: int4 g32 routed experts,
+    # attention / shared experts / dense MLP / lm_head bf16: 594 GB, as published, = the model_db entry
+    m = load_hf_config(_with_quant(tmp_path, "kimi-k2.json", KIMI_K2_THINKING_QUANT))
+    assert m.gemm_dtypes == load_model("kimi-k2-thinking").gemm_dtypes
+    assert m.gemm_dtypes.describe() == "bf16 (experts int4_w4a16 g32)"
+    assert m.weight_bytes().total_bytes / 1e9 == pytest.approx(594, rel=0.005)
+
+
+def test_qwen3_fp8_modules_to_not_convert(tmp_path):
+    # Qwen3-235B-A22B-FP8 (aiconfigurator-core 0.12.0 model_configs/Qwen--Qwen3-235B-A22B-FP8_config.json):
+    # routers (mlp.gate) and norms are listed per layer; neither is a GEMM class
+    quant = {"activation_scheme": "dynamic", "fmt": "e4m3", "quant_method": "fp8", "weight_block_size": [128, 128],
+             "modules_to_not_convert": ["lm_head", "model.layers.0.input_layernorm", "model.layers.0.mlp.gate",
+                                        "model.layers.0.post_attention_layernorm"]}
+    m = load_hf_config(_with_quant(tmp_path, "qwen3-235b-a22b.json", quant))
+    assert m.gemm_dtypes == load_model("qwen3-235b-a22b-fp8").gemm_dtypes
+
+
+@pytest.mark.parametrize("weights, expected", [
+    ({"num_bits": 8, "type": "float", "strategy": "channel"}, "fp8"),
+    ({"num_bits": 8, "type": "float", "strategy": "block", "block_structure": [128, 128]}, "fp8_block"),
+])
+def test_compressed_tensors_fp8(tmp_path, weights, expected):
+    quant = {"quant_method": "compressed-tensors", "config_groups": {"g": {"targets": ["Linear"], "weights": weights}},
+             "ignore": ["lm_head"]}
+    g = load_hf_config(_with_quant(tmp_path, "qwen3-235b-a22b.json", quant)).gemm_dtypes
+    assert (g.experts, g.attention, g.lm_head) == (expected, expected, "bf16")
+
+
+@pytest.mark.parametrize("quant, words", [
+    ({"quant_method": "awq", "bits": 4}, ["quantization_config.quant_method", "'awq'", "fp8, compressed-tensors"]),
+    ({"quant_method": "fp8", "weight_block_size": [128, 64]}, ["quantization_config.weight_block_size", "square"]),
+    ({"quant_method": "compressed-tensors", "config_groups": {"g": {"weights": {"num_bits": 2, "type": "int"}}}},
+     ["quantization_config.config_groups", "int4 groups"]),
+])
+def test_unsupported_quantization_is_one_line(tmp_path, quant, words):
+    with pytest.raises(PlanError) as err:
+        load_hf_config(_with_quant(tmp_path, "qwen3-235b-a22b.json", quant))
+    assert "\n" not in str(err.value) and str(tmp_path) in str(err.value)
+    assert all(w in str(err.value) for w in words), str(err.value)
 
 
 def test_kimi_linear_one_based_full_attn_layers():

@@ -29,6 +29,7 @@ PUBLISHED_TOTALS = {
     "mimo-v2-flash": (309e9, "https://huggingface.co/XiaomiMiMo/MiMo-V2-Flash"),
     "minimax-m2.5": (229e9, "https://huggingface.co/MiniMaxAI/MiniMax-M2.5"),
     "qwen3-235b-a22b": (235e9, "https://huggingface.co/Qwen/Qwen3-235B-A22B"),
+    "qwen3-235b-a22b-fp8": (235e9, "https://huggingface.co/Qwen/Qwen3-235B-A22B-FP8"),
     "qwen3-next-80b-a3b": (80e9, "https://huggingface.co/Qwen/Qwen3-Next-80B-A3B-Instruct"),
     "qwen3.5-397b-a17b": (397e9, "https://huggingface.co/Qwen/Qwen3.5-397B-A17B"),
     "ring-2.5-1t": (1012.5e9, "https://huggingface.co/inclusionAI/Ring-2.5-1T"),
@@ -70,10 +71,11 @@ def test_kda_layer_has_the_checkpoints_low_rank_output_gate(model_id, hidden, he
 def _perf_params(model) -> float:
     """Parameters the roofline streams: its weight bytes over the bytes of each weight."""
     c = layer_costs(model)
-    dense_b = 2.0 if model.dense_weight_dtype == "bf16" or model.weight_dtype == "bf16" else None
-    routed_b = 0.5 + 2 / 32 if model.weight_group_size == 32 else 2.0
-    assert dense_b is not None
-    return c.dense_weight_bytes / dense_b + (c.weight_bytes - c.dense_weight_bytes) / routed_b
+    dense_b = model.weight_bytes_per_param("attention")
+    assert dense_b == 2.0  # both models keep every weight but the routed experts in bf16
+    routed_b = model.weight_bytes_per_param("experts")
+    routed = model.param_counts().routed
+    return (c.weight_bytes - routed * routed_b) / dense_b + routed
 
 
 @pytest.mark.parametrize("model_id", ["kimi-linear-48b-a3b", "kimi-linear-1t"])

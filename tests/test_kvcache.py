@@ -39,6 +39,7 @@ PINNED = {
     # Qwen3-235B-A22B: 94 x 4 KV heads x (128 + 128) x 2 B = 192,512 B/token.
     # 32K: 192,512 x 32,768 = 6,308,233,216 B.
     "qwen3-235b-a22b": (192_512, 0, 0, 6_308_233_216),
+    "qwen3-235b-a22b-fp8": (192_512, 0, 0, 6_308_233_216),  # the same architecture, FP8 block weights
     # Llama-3.1-70B: 80 x 8 x (128 + 128) x 2 B = 327,680 B/token; 32K: 10,737,418,240 B (10 GiB).
     "llama-3.1-70b": (327_680, 0, 0, 10_737_418_240),
     # DeepSeek-V3: 61 MLA layers x (kv_lora 512 + rope 64) x 2 B = 70,272 B/token (head count
@@ -118,14 +119,14 @@ def test_mimo_swa_block_rounding_keeps_144_tokens():
 def test_per_gpu_bytes_under_tp8():
     # MLA latent has no head axis: every rank holds the whole cache.
     ds = load_model("deepseek-v3")
-    assert per_gpu_kv_bytes(ds, 32768, tp=8) == 2_302_672_896
+    assert per_gpu_kv_bytes(ds, 32768, 8) == 2_302_672_896
     # Qwen3.5: 2 KV heads cannot split 8 ways -> 1 head per rank: 15 x 1 x 512 x 2 = 15,360 B/token
     # -> 503,316,480 B at 32K; GDN state shards by V heads (64 / 8): 192,061,440 / 8 = 24,007,680 B.
     q35 = load_model("qwen3.5-397b-a17b")
-    assert per_gpu_kv_bytes(q35, 32768, tp=8) == 503_316_480 + 24_007_680
+    assert per_gpu_kv_bytes(q35, 32768, 8) == 503_316_480 + 24_007_680
     # MiniMax: 8 KV heads -> exactly 1 per rank: 62 x 1 x 256 x 2 = 31,744 B/token -> 1,040,187,392 B.
     mm = load_model("minimax-m2.5")
-    assert per_gpu_kv_bytes(mm, 32768, tp=8) == 1_040_187_392 == 8_321_499_136 // 8
+    assert per_gpu_kv_bytes(mm, 32768, 8) == 1_040_187_392 == 8_321_499_136 // 8
 
 
 @pytest.mark.parametrize("model", ALL_MODELS, ids=lambda m: m.id)

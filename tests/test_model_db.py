@@ -14,7 +14,7 @@ MODEL_DB = Path(__file__).parent.parent / "prfaas_plan" / "data" / "model_db"
 EXPECTED_IDS = {
     "minimax-m2.5", "mimo-v2-flash", "qwen3.5-397b-a17b", "qwen3-235b-a22b", "qwen3-next-80b-a3b",
     "ring-2.5-1t", "kimi-linear-48b-a3b", "kimi-linear-1t", "deepseek-v3", "kimi-k2", "kimi-k2-thinking",
-    "llama-3.1-70b",
+    "llama-3.1-70b", "qwen3-235b-a22b-fp8",
 }
 
 
@@ -108,3 +108,15 @@ def test_uncovered_field_needs_a_source(tmp_path, base_yaml):
     text = base_yaml.replace("covers: [total_params, active_params]", "covers: [total_params]")
     _, message = _load_error(tmp_path, text)
     assert "active_params" in message and "source" in message
+
+
+def test_gemm_dtypes_need_a_source(tmp_path, base_yaml):
+    text = base_yaml.replace("covers: [gemm_dtypes]", "covers: [hidden_size]")
+    _, message = _load_error(tmp_path, text)
+    assert "gemm_dtypes" in message and "source" in message
+
+
+def test_missing_gemm_dtypes(tmp_path, base_yaml):
+    text = "\n".join(line for line in base_yaml.splitlines() if not line.startswith("gemm_dtypes:"))
+    _, message = _load_error(tmp_path, text)
+    assert "field gemm_dtypes" in message and "missing required field" in message

@@ -1,4 +1,11 @@
-"""Performance model against the PrfaaS paper's published 8xH200 measurements and closed forms."""
+"""The kernel model against the PrfaaS paper's published 8xH200 measurements, the kernel tables it
+is built from, and closed forms.
+
+Nothing of the kernel model is fitted to the paper: the tables are NVIDIA's measured kernels; the
+`paper-sglang-0.5.9` engine profile takes one constant, its request overhead, fitted to Table 5
+*after* the kernel model (tests below re-fit it and check the profile holds the result). Table 3 is
+then out of sample. The README states every figure these tests compute.
+"""
 
 from __future__ import annotations
 
@@ -16,85 +23,121 @@ from prfaas_plan.bandwidth import (
     max_prefill_gpus,
     pd_balance,
 )
+from prfaas_plan.engine import load_engine
 from prfaas_plan.kvcache import per_gpu_kv_bytes
-from prfaas_plan.perf.roofline import (
-    MeasuredProfile,
-    analytic_prefill,
-    decode_capacity,
-    decode_step_s,
-    expected_experts_touched,
-    layer_costs,
-)
+from prfaas_plan.perf.calibration import fit_request_overhead, load_observations
+from prfaas_plan.perf.kernels import kernel_tables
+from prfaas_plan.perf.latency import decode_capacity, decode_step_s, prefill_latency
+from prfaas_plan.perf.ops import forward_ops
+from prfaas_plan.perf.roofline import MeasuredProfile, expected_experts_touched, layer_costs
 
+ROOT = Path(__file__).resolve().parents[1]
+PAPER_POINTS = ROOT / "bench_results" / "prfaas-paper-h200.yaml"
 # PrfaaS paper Table 3: Phi_kv at 32K tokens on 8xH200, Gbps
 PAPER_PHI_32K_GBPS = {"minimax-m2.5": 59.93, "qwen3-235b-a22b": 33.35, "qwen3.5-397b-a17b": 8.25,
                       "mimo-v2-flash": 4.66}
 README_NAMES = {"minimax-m2.5": "MiniMax-M2.5", "qwen3-235b-a22b": "Qwen3-235B", "qwen3.5-397b-a17b": "Qwen3.5-397B",
                 "mimo-v2-flash": "MiMo-V2-Flash"}
+# PrfaaS paper Table 5: the 1T hybrid model on 8xH200, seconds
+TABLE5_PREFILL_S = {1024: 0.44, 8192: 0.72, 32768: 1.84, 131072: 7.40}
+TABLE5_LABELS = {1024: "1K", 8192: "8K", 32768: "32K", 131072: "128K"}
 
 
 def readme_anchors() -> str:
     """The README's "How the numbers are anchored" section, one line (its claims are read from it)."""
-    text = (Path(__file__).resolve().parents[1] / "README.md").read_text(encoding="utf-8")
+    text = (ROOT / "README.md").read_text(encoding="utf-8")
     return " ".join(text.split("## How the numbers are anchored", 1)[1].split("\n## ", 1)[0].split())
 
 
-def readme_phi_error_percent(model_id: str) -> int:
-    """Our Phi_kv at 32K against Table 3, in percent, as the README states it for ``model_id``."""
-    match = re.search(re.escape(README_NAMES[model_id]) + r" ([+-]?\d+)%", readme_anchors())
-    assert match, f"README states no Phi_kv error for {model_id}"
+def readme_percent(label: str) -> int:
+    """The signed percentage the README states right after ``label`` (``"MiniMax-M2.5 -12%"``)."""
+    match = re.search(re.escape(label) + r" ([+-]?\d+)%", readme_anchors())
+    assert match, f"README states no error for {label}"
     return int(match.group(1))
-# PrfaaS paper Table 5: the 1T hybrid model on 8xH200, seconds
-TABLE5_PREFILL_S = {1024: 0.44, 8192: 0.72, 32768: 1.84, 131072: 7.40}
 
 
 @pytest.fixture(scope="module")
-def h200():
-    return pp.instance("h200", gpus=8)
+def paper_h200():
+    """8xH200 under the paper's deployment profile (SGLang kernels + the fitted request overhead)."""
+    return pp.instance("h200", gpus=8, engine="paper-sglang-0.5.9")
 
 
-# The H200 efficiency factors are fitted to these same eight published points (in-sample: these
-# bands test that one set of factors fits every model); the leave-one-out test below is the
-# out-of-sample check.
+def test_paper_profile_holds_the_request_overhead_fitted_to_table5():
+    # the one fitted constant: re-fit it from the kernel model and Table 5, compare with the profile
+    engine = load_engine("paper-sglang-0.5.9")
+    table5 = [o for o in load_observations(PAPER_POINTS) if o.label.startswith("Table 5")]
+    overhead_s, _ = fit_request_overhead(table5, engine)
+    assert engine.request_overhead_s == pytest.approx(overhead_s, abs=0.0005)
+
+
+@pytest.mark.parametrize("tokens", sorted(TABLE5_PREFILL_S))
+def test_1t_prefill_vs_table5(paper_h200, tokens):
+    t = float(prefill_latency(pp.load_model("kimi-linear-1t"), paper_h200, tokens).total_s)
+    err = round(100 * (t / TABLE5_PREFILL_S[tokens] - 1))
+    assert err == readme_percent(f"Table 5 {TABLE5_LABELS[tokens]}")
+    assert abs(err) <= 45  # a gross regression of the kernel model fails here, whatever the README says
+
+
 @pytest.mark.parametrize("model_id", sorted(PAPER_PHI_32K_GBPS))
-def test_phi_kv_at_32k_within_30_percent_of_paper(h200, model_id):
-    phi = kv_throughput_gbps(pp.load_model(model_id), h200, 32768)
-    assert phi == pytest.approx(PAPER_PHI_32K_GBPS[model_id], rel=0.30)
-    # and off by the percentage the README states for it
-    assert round(100 * (phi / PAPER_PHI_32K_GBPS[model_id] - 1)) == readme_phi_error_percent(model_id)
+def test_phi_kv_at_32k_vs_table3_out_of_sample(paper_h200, model_id):
+    phi = kv_throughput_gbps(pp.load_model(model_id), paper_h200, 32768)
+    # Phi = S/T: the prefill time's error is the inverse of Phi's
+    t_err = round(100 * (PAPER_PHI_32K_GBPS[model_id] / phi - 1))
+    assert t_err == readme_percent(README_NAMES[model_id])
+    assert abs(t_err) <= 45
 
 
-def test_phi_kv_ratios_within_25_percent(h200):
-    phi = {m: kv_throughput_gbps(pp.load_model(m), h200, 32768) for m in PAPER_PHI_32K_GBPS}
-    p = PAPER_PHI_32K_GBPS
-    assert phi["minimax-m2.5"] / phi["mimo-v2-flash"] == pytest.approx(p["minimax-m2.5"] / p["mimo-v2-flash"], rel=0.25)
-    assert phi["qwen3-235b-a22b"] / phi["qwen3.5-397b-a17b"] == pytest.approx(
-        p["qwen3-235b-a22b"] / p["qwen3.5-397b-a17b"], rel=0.25)
+def test_fp8_checkpoint_prefills_faster_by_the_ratio_of_its_gemm_tables(paper_h200):
+    # MiniMax-M2.5 ships FP8 (block 128); forced to bf16, only the GEMM-class ops change, each by
+    # what the H200 tables say for its shape
+    fp8 = pp.load_model("minimax-m2.5")
+    bf16 = fp8.with_gemm_dtypes(attention="bf16", dense_ffn="bf16", experts="bf16")
+    l = 32768.0
+    a, b = prefill_latency(fp8, paper_h200, l), prefill_latency(bf16, paper_h200, l)
+    assert float(b.total_s) > float(a.total_s)
+    gemm_fams = ("gemm", "moe")
+    diff = sum(float(b.families[f]) - float(a.families[f]) for f in gemm_fams)
+    assert float(b.total_s) - float(a.total_s) == pytest.approx(diff, rel=1e-9)
+    # the attention-projection GEMM (qkv, chunks of 8,192 tokens) by the table ratio itself
+    t = kernel_tables(paper_h200.gpu, "sglang")
+    qkv = next(s.op for s in forward_ops(fp8, paper_h200.parallel) if s.op.name == "full.column")
+    ratio = float(t.gemm(8192.0, qkv.n, qkv.k, "bf16").latency_s / t.gemm(8192.0, qkv.n, qkv.k, "fp8_block").latency_s)
+    assert float(b.ops["full.column"] / a.ops["full.column"]) == pytest.approx(ratio, rel=1e-9)
+    assert ratio > 1.2
 
 
-def test_eq2_worked_examples(h200):
+def test_every_op_time_names_its_source(paper_h200):
+    lat = prefill_latency(pp.load_model("kimi-linear-1t"), paper_h200, 131072)
+    assert set(lat.sources) == set(lat.ops)
+    assert all("h200" in s for s in lat.sources.values())
+    assert "FLOP law" in lat.sources["mla.mla"]  # 128K is beyond the measured 32K grid
+
+
+def test_h20_borrows_a_measured_hoppers_tables_and_says_so():
+    h20 = pp.instance("h20", 8)
+    lat = prefill_latency(pp.load_model("kimi-linear-1t"), h20, 8192)
+    assert all("transfer" in s for s in lat.sources.values())
+    # the same request on 8xH200 is faster: more peak FLOP/s, more HBM bandwidth
+    assert float(lat.total_s) > float(prefill_latency(pp.load_model("kimi-linear-1t"), pp.instance("h200", 8),
+                                                      8192).total_s)
+
+
+def test_eq2_worked_examples():
     # Eq. 2 with the paper's own Phi: 512 / 8 instances x 59.93 Gbps = 3.84 Tbps; x 33.35 = 2.13 Tbps
+    h200 = pp.instance("h200", 8)
     for model_id, tbps in (("minimax-m2.5", 3.8), ("qwen3-235b-a22b", 2.1)):
         m = pp.load_model(model_id)
         t = float(pp.kv_bytes(m, 32768)) * 8 / (PAPER_PHI_32K_GBPS[model_id] * 1e9)
         prof = MeasuredProfile((1024, 32768), (t / 32, t))
         assert cluster_egress_gbps(m, h200, 512, 32768, profile=prof) / 1e3 == pytest.approx(tbps, rel=0.02)
-        # and with our own latency model, within the Phi band
-        assert cluster_egress_gbps(m, h200, 512, 32768) / 1e3 == pytest.approx(tbps, rel=0.30)
 
 
-@pytest.mark.parametrize("tokens", sorted(TABLE5_PREFILL_S))
-def test_1t_prefill_vs_table5(h200, tokens):
-    lat = analytic_prefill(pp.load_model("kimi-linear-1t"), h200, tokens)
-    assert float(lat.total_s) == pytest.approx(TABLE5_PREFILL_S[tokens], rel=0.15)
-    assert lat.bound == "compute"
-
-
-def test_vectorised_matches_scalar(h200):
+def test_vectorised_matches_scalar():
+    h200 = pp.instance("h200", 8)
     m = pp.load_model("mimo-v2-flash")
     ls = np.array([1024, 5000, 32768, 100000])
     vec = pp.prefill_time_s(m, h200, ls)
-    assert np.allclose(vec, [pp.prefill_time_s(m, h200, int(x)) for x in ls])
+    assert np.allclose(vec, [pp.prefill_time_s(m, h200, int(x)) for x in ls], rtol=1e-12)
     assert np.all(np.diff(vec) > 0)
 
 
@@ -116,11 +159,12 @@ def test_decode_capacity_meets_slo_and_is_maximal():
     # A TPOT SLO tight enough to bind before memory does: the batch is the largest whose step
     # meets it, one more misses it
     m, h20 = pp.load_model("kimi-linear-1t"), pp.instance("h20", 8)
-    cap = decode_capacity(m, h20, 28000, 0.0125)
+    slo = 1.05 * decode_step_s(m, h20, 3, 28000)
+    cap = decode_capacity(m, h20, 28000, slo)
     assert cap.binding == "tpot" and cap.batch_max < cap.memory_batch_max
-    assert decode_step_s(m, h20, cap.batch_max, 28000) <= 0.0125 < decode_step_s(m, h20, cap.batch_max + 1, 28000)
+    assert decode_step_s(m, h20, cap.batch_max, 28000) <= slo < decode_step_s(m, h20, cap.batch_max + 1, 28000)
     assert cap.step_s == decode_step_s(m, h20, cap.batch_max, 28000)
-    assert decode_capacity(m, h20, 100000, 0.025).batch_max <= decode_capacity(m, h20, 28000, 0.025).batch_max
+    assert decode_capacity(m, h20, 100000, 0.05).batch_max <= decode_capacity(m, h20, 28000, 0.05).batch_max
 
 
 def test_int4_qat_layout_gives_kimi_k2_thinkings_checkpoint_size():
@@ -136,6 +180,14 @@ def test_every_tp_rank_holds_the_whole_mla_latent_as_vllm_reports():
     assert held / 2**30 == pytest.approx(46.80, abs=0.005)
 
 
+def test_kimi_k2_thinking_memory_split_matches_vllms_log():
+    # 0.9 x 141 GiB - the weights one GPU holds - the engine reserve = the 46.80 GiB vLLM reports
+    from prfaas_plan.perf.latency import free_cache_bytes_per_gpu
+
+    free = free_cache_bytes_per_gpu(pp.load_model("kimi-k2-thinking"), pp.instance("h200", 8))
+    assert free / 2**30 == pytest.approx(46.80, abs=0.01)
+
+
 def _kimi_linear_1t_weight_bytes() -> float:
     """The INT4 QAT layout by hand from the model_db shapes: routed experts int4 + a bf16 scale per
     32 weights (0.5625 B), every other weight bf16; KDA gates low-rank as in Kimi-Linear's
@@ -148,38 +200,45 @@ def _kimi_linear_1t_weight_bytes() -> float:
 
 
 def test_decode_batch_fills_what_weights_and_engine_reserve_leave():
-    # kimi-linear-1t on 8xH20 at the case study's decode context (27,600 + 512 tokens), by hand:
-    # per GPU 0.9 x 96 GiB, minus 595.50 GB / 8 of weights, minus 10.9 GiB of engine reserve;
-    # per request per GPU 15 MLA layers x 1,152 B x 28,112 tokens (the latent, replicated) plus
-    # 8 of the 60 KDA heads' states (45 layers x 60 heads x 67,840 B x 8 / 60)
+    # kimi-linear-1t on 8xH20 at the case study's decode context (28,112 tokens), by hand: per GPU
+    # 0.9 x 96 GiB, minus what one GPU holds of the weights (layout.weight_bytes_per_gpu: the
+    # TP-split part plus what every rank keeps whole), minus 9.15 GiB of engine reserve; per
+    # request per GPU 15 MLA layers x 1,152 B x 28,112 tokens (the latent, replicated) plus 8 of
+    # the 60 KDA heads' states (45 layers x 60 heads x 67,840 B x 8 / 60)
+    from prfaas_plan.layout import Layout, weight_bytes_per_gpu
+
     m, h20 = pp.load_model("kimi-linear-1t"), pp.instance("h20", 8)
     weights = _kimi_linear_1t_weight_bytes()
     assert weights / 1e9 == pytest.approx(595.50, abs=0.005)
     assert layer_costs(m).weight_bytes == weights
-    free = 0.9 * 96 * 2**30 - weights / 8 - 10.9 * 2**30
+    per_gpu = weight_bytes_per_gpu(m, Layout(8))
+    assert weights / 8 < per_gpu < weights / 8 * 1.03  # the replicated low-rank projections and routers
+    free = 0.9 * 96 * 2**30 - per_gpu - 9.15 * 2**30
     per_req = 15 * 1152 * 28112 + 45 * 60 * 67840 * 8 / 60
-    cap = decode_capacity(m, h20, 28112, 0.025)
-    assert cap.memory_batch_max == int(free // per_req) == 12
-    assert cap.binding == "memory" and cap.batch_max == 12
+    cap = decode_capacity(m, h20, 28112, 0.05)
+    assert cap.memory_batch_max == int(free // per_req)
+    assert cap.binding == "memory" and cap.batch_max == cap.memory_batch_max
 
 
 def test_pd_balance_is_rate_ratio():
     m = pp.load_model("kimi-linear-1t")
-    bal = pd_balance(m, pp.instance("h200"), pp.instance("h20"), 32768, 1024, 0.025)
+    bal = pd_balance(m, pp.instance("h200"), pp.instance("h20"), 32768, 1024, 0.05)
     assert bal.decode_per_prefill_instance == pytest.approx(bal.prefill_rps_per_instance / bal.decode_rps_per_instance)
     assert bal.decode_rps_per_instance == pytest.approx(bal.decode_batch_max / (bal.decode_step_s * 1024))
 
 
-def test_max_prefill_gpus_fits_link(h200):
+def test_max_prefill_gpus_fits_link():
+    h200 = pp.instance("h200", 8)
     m = pp.load_model("minimax-m2.5")
     gpus = max_prefill_gpus(m, h200, 32768, 100, 0.9)
     phi = kv_throughput_gbps(m, h200, 32768)
     assert gpus / 8 * phi <= 90 < (gpus / 8 + 1) * phi
 
 
-def test_bandwidth_table_columns_against_closed_forms(h200):
+def test_bandwidth_table_columns_against_closed_forms():
     # The table the CLI prints: Eq. 1 from its own S_kv and T columns, Eq. 2 and the largest
     # prefill cluster a 100 Gbps line (90% usable) feeds, each by its closed form
+    h200 = pp.instance("h200", 8)
     models = [pp.load_model(m) for m in ("minimax-m2.5", "kimi-linear-1t")]
     df = bandwidth_table(models, h200, [8192, 32768], cluster_gpus=512, link_gbps=100, link_efficiency=0.9)
     for row in df.itertuples():
@@ -191,7 +250,8 @@ def test_bandwidth_table_columns_against_closed_forms(h200):
         assert instances * phi <= 90 < (instances + 1) * phi
 
 
-def test_bad_inputs_are_plan_errors(h200):
+def test_bad_inputs_are_plan_errors():
+    h200 = pp.instance("h200", 8)
     m = pp.load_model("qwen3-235b-a22b")
     with pytest.raises(pp.PlanError, match="gpus"):
         pp.instance("h200", gpus=0)
@@ -199,23 +259,9 @@ def test_bad_inputs_are_plan_errors(h200):
         pp.instance("h2000")
     with pytest.raises(pp.PlanError, match="exceeds"):
         pp.prefill_time_s(m, h200, m.max_context_tokens + 1)
-
-
-def test_h200_fit_leave_one_out():
-    """Fit the three H200 factors on seven of the paper's eight measurements, predict the eighth.
-    Out of sample the prefill latency is off by the median and worst percentages the README states."""
-    from prfaas_plan.perf.calibration import fit_prefill, load_observations, predict
-
-    obs = load_observations(Path(__file__).resolve().parents[1] / "bench_results" / "prfaas-paper-h200.yaml")
-    start = pp.load_gpu("h200").efficiency
-    errors = []
-    for i, held_out in enumerate(obs):
-        eff, _ = fit_prefill(obs[:i] + obs[i + 1:], start, ("gemm", "attention", "prefill_overhead_s"))
-        errors.append(predict([held_out], eff)[0] / held_out.prefill_s - 1)
-    errors = np.abs(errors)
-    claim = re.search(r"held-out prefill latency is off by (\d+)% \(median\) and (\d+)% \(worst, ([^)]+)\)",
-                      readme_anchors())
-    assert claim, "README states no leave-one-out figures"
-    assert round(100 * np.median(errors)) == int(claim.group(1)), errors
-    assert round(100 * errors.max()) == int(claim.group(2)), errors
-    assert README_NAMES[obs[int(np.argmax(errors))].model.id] == claim.group(3)
+    with pytest.raises(pp.PlanError, match="unknown engine profile"):
+        pp.instance("h200", 8, engine="tgi")
+    with pytest.raises(pp.PlanError, match="layout"):
+        pp.prefill_time_s(pp.load_model("llama-3.1-70b"), pp.instance("h200", 8, layout=pp.Layout(8, experts="ep")), 1024)
+    with pytest.raises(pp.PlanError, match="layout"):
+        pp.prefill_time_s(m, pp.instance("h200", 1, layout=pp.Layout(1, attention="dp")), 1024)

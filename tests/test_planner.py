@@ -6,6 +6,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import yaml
 
 import prfaas_plan as pp
 from prfaas_plan import planner as P
@@ -40,30 +41,49 @@ def test_paper_mode_egress_headline(paper):
     assert paper.plan.link_utilisation < 0.2
 
 
+def _readme_case_study() -> str:
+    text = (Path(__file__).resolve().parents[1] / "README.md").read_text(encoding="utf-8")
+    return " ".join(text.split("## How the numbers are anchored", 1)[1].split("\n## ", 1)[0].split())
+
+
 def test_paper_mode_vs_naive_headline(paper):
     # PrfaaS paper: +32% throughput over naive heterogeneous (all prefill on H200, no threshold).
-    # Decode binds here: our H20 decode batch is memory-bound (see test_perf's decode tests).
-    assert paper.ratio("naive-heterogeneous") == pytest.approx(1.32, abs=0.08)
+    # The kernel model gives less (nothing is tuned to keep the paper's ratio): every H20 prefill
+    # pays the paper deployment's 0.34 s request overhead, so the local PD-P pool binds sooner and
+    # the threshold falls. The README states the figure.
+    ratio = paper.ratio("naive-heterogeneous")
+    assert f"PrfaaS-PD / naive heterogeneous = {ratio:.2f} (paper 1.32)" in _readme_case_study()
+    assert 1.32 - 0.20 < ratio < 1.32  # below the paper's band, not by a gross regression
     assert paper.inputs.decode_source.startswith("performance model (memory-bound;")
 
 
-@pytest.mark.parametrize("reserve_gib", [10.5, 12.2])
-def test_paper_headlines_hold_around_the_derived_engine_reserve(sc, reserve_gib):
-    # The engine reserve (10.9 GiB per GPU) is derived from one public vLLM log. From 10.5 to
-    # 12.2 GiB (decode batches 13 down to 10) the headlines stay inside the paper's bands, as the
-    # README says.
-    res = pp.plan(sc.with_updates(**{"decode.reserve_gib_per_gpu": reserve_gib}), mode="paper")
-    assert res.ratio("homogeneous-pd") == pytest.approx(1.54, abs=0.10)
-    assert res.ratio("naive-heterogeneous") == pytest.approx(1.32, abs=0.08)
-    assert res.egress_gbps == pytest.approx(13.0, abs=3.0)
+@pytest.mark.parametrize("reserve_gib", [8.0, 10.9])
+def test_case_study_does_not_move_with_the_engine_reserve(sc, exact, reserve_gib):
+    # The engine reserve (9.15 GiB per GPU) is derived from one public vLLM log. From 8.0 to
+    # 10.9 GiB decode batches go from 14 (TPOT-bound) to 11, but local prefill binds, not decode:
+    # the plan does not move, as the README says.
+    res = pp.plan(sc.with_updates(**{"decode.reserve_gib_per_gpu": reserve_gib}), mode="exact")
+    assert res.lambda_max_rps == pytest.approx(exact.lambda_max_rps, rel=1e-9)
+    assert res.instances == exact.instances and res.plan.binding == exact.plan.binding == "local prefill (PD-P)"
 
 
-def test_a_smaller_engine_reserve_leaves_the_homogeneous_band(sc):
-    # ...and at 10.4 GiB one more request fits per decode instance (14), which lifts homogeneous
-    # PD more than PrfaaS-PD: the ratio falls below the paper's band, as the README says.
-    res = pp.plan(sc.with_updates(**{"decode.reserve_gib_per_gpu": 10.4}), mode="paper")
-    assert res.inputs.decode_batch_max == 14
-    assert res.ratio("homogeneous-pd") < 1.54 - 0.10
+@pytest.mark.parametrize("overhead_s", [0.015, 0.5])
+def test_case_study_sensitivity_to_the_h20_request_overhead(sc, exact, overhead_s, tmp_path):
+    # The least certain input: the request overhead fitted to the paper's H200 deployment, charged
+    # to every H20 prefill too. From SGLang's own 0.015 s to 0.5 s the headlines move as the
+    # README states.
+    from prfaas_plan.engine import load_engine
+
+    base = load_engine("paper-sglang-0.5.9")
+    path = tmp_path / "engine.yaml"
+    path.write_text(yaml.safe_dump({**base.model_dump(exclude_none=True), "id": "variant",
+                                    "request_overhead_s": overhead_s}))
+    res = pp.plan(sc.with_updates(engine_profile=str(path)), mode="exact")
+    claim = (f"at {overhead_s:g} s: Lambda_max {res.lambda_max_rps:.2f} req/s, "
+             f"{res.ratio('homogeneous-pd'):.2f}x homogeneous, {res.ratio('naive-heterogeneous'):.2f}x naive")
+    assert claim in _readme_case_study()
+    # more overhead per local prefill: less capacity, and PrfaaS helps more against homogeneous PD
+    assert (res.lambda_max_rps < exact.lambda_max_rps) == (overhead_s > base.request_overhead_s)
 
 
 def test_paper_mode_is_eqs_3_to_6_by_hand(sc, paper):
@@ -231,6 +251,9 @@ def test_trace_plan_uses_one_prefix_cache_per_cluster(sc):
     inp = res.inputs
     shared = P.plan_exact(inp, P.buckets(inp, P.DEFAULT_BUCKETS))  # as if both clusters shared one cache
     assert res.lambda_max_rps < shared.lambda_max_rps  # fewer hits per cluster, less capacity
-    # the routing the plan reports reproduces itself through the replay (a fixed point, to a bucket)
+    # the routing the plan reports reproduces itself through the replay (a fixed point): the same
+    # share of requests offloaded and the same rate (the threshold itself is loosely determined
+    # where almost every request is offloaded: buckets below it hold almost no probability)
     again = P.plan_exact(inp, P.split_cache_buckets(inp, res.threshold_tokens, P.DEFAULT_BUCKETS))
-    assert again.threshold_tokens == pytest.approx(res.threshold_tokens, rel=0.15)
+    assert again.offload_fraction == pytest.approx(res.plan.offload_fraction, rel=0.02)
+    assert again.lambda_max_rps == pytest.approx(res.lambda_max_rps, rel=0.01)

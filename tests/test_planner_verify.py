@@ -21,6 +21,7 @@ from prfaas_plan.planner import milp as M
 
 BENCH = Path(__file__).resolve().parents[1] / "benchmarks" / "bench_sweep.py"
 HEADROOM_REL = 1e-6  # the MILP's tie-break stage may give up this much Lambda for headroom
+CBC_AGREE_REL = 5e-6  # HiGHS and CBC answers agree to this (relative), each after its tie-break
 
 
 def _bench_grid() -> list[dict]:
@@ -63,19 +64,19 @@ def test_grid_is_the_benchmarks_200_cells():
 
 
 def test_example_cell_plans_the_best_fixed_count_lp(sc):
-    # the issue's cell: CBC said "Optimal" with Lambda = 0; its own LP at N_p = 3, N_d = 5 serves a
-    # positive rate (2.394 req/s when the issue was filed; 2.456 since the KDA gate became low-rank)
+    # the issue's cell: CBC said "Optimal" with Lambda = 0; the best fixed-count LP serves a
+    # positive rate (2.394 req/s at N_p = 3, N_d = 5 when the issue was filed; 2.248 at 2 + 6 with
+    # the kernel model's slower H20 decode steps)
     inp, b = _inputs(sc, EXAMPLE)
     lp = P.best_fixed_count_lp(inp, b, inp.n_prfaas, inp.n_local)
-    assert (lp.n_p, lp.n_d) == (3, 5)
     assert lp.lambda_rps > 2.0
     milp = P.solve_exact(inp, b, inp.n_prfaas, inp.n_local)
     assert milp.solver == "highs"  # the MILP itself, verified, not a fallback
-    assert (milp.n_p, milp.n_d) == (3, 5)
+    assert (milp.n_p, milp.n_d) == (lp.n_p, lp.n_d)
     assert milp.lambda_rps == pytest.approx(lp.lambda_rps, rel=2 * HEADROOM_REL)
     res = pp.plan(sc.with_updates(**EXAMPLE))
     assert res.lambda_max_rps == pytest.approx(lp.lambda_rps, rel=2 * HEADROOM_REL)
-    assert res.instances == {"prfaas": 5, "pd_p": 3, "pd_d": 5}
+    assert res.instances == {"prfaas": 5, "pd_p": lp.n_p, "pd_d": lp.n_d}
 
 
 @pytest.mark.parametrize("cell", _sample(), ids=lambda c: "-".join(f"{v:g}" for v in c.values()))
@@ -90,10 +91,11 @@ def test_milp_matches_fixed_count_lp_on_a_sample_of_the_grid(sc, cell):
     assert np.dot(milp.y_rps, b.t_remote_s) <= inp.n_prfaas * (1 + 1e-6)
     assert np.dot(milp.z_rps, b.t_local_s) <= milp.n_p * (1 + 1e-6)
     assert np.dot(milp.y_rps, 8 * b.kv_bytes) <= inp.link_bits_per_s * (1 + 1e-6)
-    # the fallback solver agrees: same split, Lambda within 1e-6 req/s
+    # the fallback solver agrees: same split, Lambda within CBC_AGREE_REL (on link-bound cells CBC's
+    # feasibility tolerance leaves its optimum up to 2.5e-6 below HiGHS's and the LP's)
     cbc = M.cbc_solution(inp, b, M.Pools(inp.n_prfaas, inp.n_local))
     assert (cbc.n_p, cbc.n_d) == (milp.n_p, milp.n_d)
-    assert abs(cbc.lambda_rps - milp.lambda_rps) <= 1e-6
+    assert abs(cbc.lambda_rps - milp.lambda_rps) <= CBC_AGREE_REL * milp.lambda_rps
 
 
 def test_baselines_match_fixed_count_lp(sc):
@@ -197,3 +199,47 @@ def test_no_prfaas_pool_and_one_local_instance_names_both_prefill_paths(sc):
     # used to say "decode (PD-D)": decode has capacity, nothing can prefill
     with pytest.raises(Infeasible, match=r"binding constraint: PrfaaS prefill \(compute\) and local prefill"):
         pp.plan(sc.with_updates(**{"prfaas.gpus": 0, "local.gpus": 8}))
+
+
+def _solutions(inp, b) -> list:
+    """The case study's three MILPs (PrfaaS-PD and both baselines) and the LP at every split."""
+    sols = [M.solve_exact(inp, b, inp.n_prfaas, inp.n_local),
+            M.solve_exact(inp, b, 0, inp.n_baseline, allow_remote=False),
+            M.solve_exact(inp, b, inp.n_prfaas, inp.n_local, allow_local_prefill=False, min_decode=inp.n_local)]
+    pools = M.Pools(inp.n_prfaas, inp.n_local)
+    return sols + [M.fixed_count_lp(inp, b, pools, n_p) for n_p in range(inp.n_local)]
+
+
+@pytest.mark.parametrize("cell", [{}, EXAMPLE], ids=["case-study", "mu-10.7"])
+def test_highs_loaded_alone_answers_as_scipy_optimize_does(sc, cell, monkeypatch):
+    # scipy's HiGHS bindings loaded on their own (no scipy.optimize import) against scipy.optimize.milp
+    # and linprog(method="highs-ds") on the same models: the same floats, bit for bit
+    assert M._highs_core() is not None  # this scipy lays its bindings out as the loader expects
+    inp, b = _inputs(sc, cell)
+    alone = _solutions(inp, b)
+    monkeypatch.setattr(M, "_highs_core", lambda: None)
+    via_scipy = _solutions(inp, b)
+    assert [s.solver for s in alone] == [s.solver for s in via_scipy]
+    for a, s in zip(alone, via_scipy):
+        assert (a.lambda_rps, a.n_p, a.n_d) == (s.lambda_rps, s.n_p, s.n_d)
+        assert np.array_equal(a.y_rps, s.y_rps) and np.array_equal(a.z_rps, s.z_rps)
+    assert alone[0].lambda_rps > 0 and alone[0].solver == "highs"
+
+
+def test_model_matrix_is_scipys_compressed_columns(sc):
+    # the MILP's and the LP's rows, built without scipy.sparse, are the arrays scipy.sparse.csc_array
+    # holds for the same matrices (canonical form: rows ascending per column, no stored zeros)
+    from scipy.sparse import csc_array
+
+    inp, b = _inputs(sc, EXAMPLE)
+    k = M._Coefficients.of(inp, b)
+    for pools in (M.Pools(inp.n_prfaas, inp.n_local), M.Pools(0, inp.n_baseline, allow_remote=False)):
+        a, _, _ = M._highs_model(k, pools)
+        dense = np.zeros(a.shape)
+        dense[a.index, np.repeat(np.arange(a.shape[1]), np.diff(a.start))] = a.value
+        ref = csc_array(dense)
+        assert np.array_equal(a.start, ref.indptr) and np.array_equal(a.index, ref.indices)
+        assert np.array_equal(a.value, ref.data) and (a.value != 0).all()
+        n = len(b.tokens)
+        assert np.array_equal(dense[:n, 0], -np.ones(n)) and np.array_equal(dense[:n, 1:n + 1], np.eye(n))
+        assert np.array_equal(dense[n + 1, 1:n + 1], k.remote)  # the PrfaaS-busy row

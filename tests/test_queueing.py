@@ -19,6 +19,7 @@ from prfaas_plan.queueing import (
     ServiceMix,
     TTFTDist,
     WaitDist,
+    brentq,
     erlang_c,
     max_rate_for_slo,
     mixed_ttft,
@@ -489,3 +490,28 @@ def test_bad_input_raises_plan_error():
             t.quantile(q)
     with pytest.raises(PlanError):
         _path_goodput(4, 0.9, -1.0)
+
+
+def _brent_cases():
+    """Functions with a bracketed root: smooth, flat-then-steep, a kink, the planner's own SLO slack."""
+    yield (lambda x: math.exp(2.0 * x) - 3.0), -1.0, 2.0, 1e-12
+    yield (lambda x: (x - 0.3) ** 3 + 1e-4 * (x - 0.3)), -2.0, 2.0, 1e-12
+    yield (lambda x: math.tanh(40 * (x - 1.1)) + 1e-3), 0.0, 3.0, 1e-9
+    yield (lambda x: abs(x - 0.7) - 0.2), 0.0, 0.7, 1e-12
+    service = ServiceMix(np.array([0.4, 1.3, 6.0]), np.array([0.5, 0.3, 0.2]))
+    hi = 8 / service.mean_s * (1 - 1e-6)
+    yield (lambda r: float(ttft_distribution(r, 8, service).cdf(1.5)) - 0.7), 0.0, hi, 1e-12 * hi
+
+
+@pytest.mark.parametrize("case", list(range(5)))
+def test_brentq_returns_scipys_float(case):
+    # the start-up-light Brent's method is scipy.optimize.brentq's iteration, bit for bit
+    from scipy.optimize import brentq as scipy_brentq
+
+    f, a, b, xtol = list(_brent_cases())[case]
+    rtol = 4 * np.finfo(float).eps
+    assert brentq(f, a, b, xtol, rtol, 500) == scipy_brentq(f, a, b, xtol=xtol, rtol=rtol, maxiter=500)
+    with pytest.raises(RuntimeError):
+        brentq(f, a, b, xtol, rtol, 1)
+    with pytest.raises(ValueError):
+        brentq(f, a, a + 1e-12, xtol, rtol, 500)

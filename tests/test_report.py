@@ -313,8 +313,10 @@ def test_formulas_assumptions_and_provenance(paper, paper_page):
         assert a in plain
     assert res.inputs.decode_source in plain
     assert sc.prfaas_profile.source in plain
-    assert sc.prfaas_instance.gpu.efficiency.provenance in plain
-    assert sc.local_instance.gpu.efficiency.provenance in plain
+    from prfaas_plan.perf.latency import latency_source
+
+    assert sc.engine.provenance in plain
+    assert latency_source(sc.local_instance) in plain  # H20: the kernel model, from a measured Hopper's tables
     assert "measured" in plain and "modelled" in plain
 
 

@@ -58,3 +58,11 @@ def test_kv_loads_no_statistics_symbolic_chart_solver_or_dataframe_module():
 def test_the_check_sees_a_heavy_module():
     # the checker itself: a run that imports one reports it
     assert loaded("import sympy", HEAVY) == ["sympy"]
+
+
+def test_plan_loads_no_dataframe_optimizer_or_solver_module():
+    # planning needs numpy and scipy.special only: its tables are records until shown or exported,
+    # Brent's method and the HiGHS bindings (and their sparse rows) come without scipy.optimize's
+    # package, CBC only as the fallback
+    assert loaded(CLI.format(argv=["plan", "paper-case-study"]), (*HEAVY, "pandas", "scipy.optimize", "scipy.sparse",
+                                                                    "pulp", "torch")) == []

@@ -390,7 +390,7 @@ class ScaledModel:
 
     def __init__(self, spec: ModelSpec, device: str = "cpu", dtype: str | None = None, seed: int = 0) -> None:
         self.spec, self.device = spec, device
-        self.dtype = torch_dtype(dtype or spec.weight_dtype)
+        self.dtype = torch_dtype(dtype or spec.gemm_dtypes.attention)  # scale_model's drafts are one dtype
         init = _Init(device, self.dtype, seed)
         h = spec.hidden_size
         self.embed = init.weight(1, spec.vocab_size, h)

@@ -15,6 +15,7 @@ from typing import Any
 from prfaas_plan.errors import InvalidInput
 from prfaas_plan.model.arch import FFN, Layers, ModelSpec
 from prfaas_plan.model.kinds import Attention
+from prfaas_plan.model.quant import GemmDtypes
 from prfaas_plan.units import MIB_BYTES
 
 DIM_ALIGN = 8
@@ -254,8 +255,8 @@ def scale_model(model: ModelSpec, spec: ScaleSpec, weight_dtype: str = "fp32") -
     draft = model.model_copy(update={
         "id": f"{model.id}-scaled", "name": f"{model.name} (scaled down for benchmarking)",
         "hidden_size": spec.hidden_size, "vocab_size": spec.vocab_size, "attention": attention,
-        "layers": pattern, "ffn": ffn, "weight_dtype": weight_dtype, "activation_dtype": weight_dtype,
-        "dense_weight_dtype": None, "weight_group_size": None,  # the torch draft is one dtype throughout
+        "layers": pattern, "ffn": ffn,
+        "gemm_dtypes": GemmDtypes.uniform(weight_dtype),  # the torch draft is one dtype throughout
         "total_params": 1.0, "active_params": 1.0,
         "notes": f"scaled from {model.id}: hidden {model.hidden_size}->{spec.hidden_size}, "
                  f"layers {model.layers.count}->{spec.layers}, dims x{spec.dim_scale}",

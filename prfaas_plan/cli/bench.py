@@ -175,3 +175,54 @@ def bench_validate(
     if max_error_pct is not None and med > max_error_pct:
         typer.echo(f"prfaas-plan: median |error| {med:.1f}% exceeds --max-error-pct {max_error_pct:g}", err=True)
         raise typer.Exit(1)
+
+
+@bench_app.command("import-kernels")
+def bench_import_kernels(
+    wheel: Annotated[Optional[Path], typer.Option("--wheel", help="aiconfigurator-core .whl file to read")] = None,
+    folder: Annotated[Optional[Path], typer.Option("--dir", help="unpacked aiconfigurator_core folder to read")] = None,
+    gpus: Annotated[str, typer.Option(help="comma-separated hardware_db ids")] = "h200,h100,a100-80g,l40s,b200",
+    out: Annotated[Optional[Path], typer.Option(help="tables folder (default: the bundled hardware_db/kernels)")] = None,
+) -> None:
+    """Reduce NVIDIA's per-kernel measurements (aiconfigurator-core wheel) to our kernel tables.
+
+    Default source: the installed aiconfigurator_core package (pip install 'prfaas-plan[kernels]').
+    Writes <out>/<gpu>/<engine>-<version>/<family>.npz and a provenance.yaml per version folder, all or none."""
+    from prfaas_plan.bench.kernels_import import import_kernels
+    from prfaas_plan.perf.kernels import kernels_dir
+
+    if wheel is not None and folder is not None:
+        raise InvalidInput("--wheel / --dir: give one source, not both")
+    ids = [g.strip() for g in gpus.split(",") if g.strip()]
+    if not ids:
+        raise InvalidInput("--gpus: give at least one GPU id, e.g. --gpus h200")
+    sizes = import_kernels(ids, out if out is not None else kernels_dir(), wheel, folder, echo=typer.echo)
+    total = sum(sum(per_gpu.values()) for per_gpu in sizes.values())
+    typer.echo(f"wrote kernel tables for {', '.join(sizes)} ({total:,} bytes)")
+
+
+@bench_app.command("calibrate-engine")
+def bench_calibrate_engine(
+    source: Annotated[Path, typer.Argument(help="observations YAML of measured prefill latencies "
+                                           "(as bench_results/prfaas-paper-h200.yaml)")],
+    engine: Annotated[str, typer.Option(help="engine profile (engine_db id or YAML) whose request overhead is fitted")],
+    label: Annotated[Optional[str], typer.Option(help="fit only observations whose label starts with this")] = None,
+    fmt: FormatOpt = "table",
+) -> None:
+    """Fit an engine profile's request overhead on top of the kernel model; print it and the residuals.
+
+    The kernels come from the measured tables; only the one per-request constant is fitted
+    (least squares in log space). Paste the value into the profile's request_overhead_s."""
+    from prfaas_plan.engine import load_engine
+    from prfaas_plan.perf.calibration import fit_request_overhead, load_observations
+
+    obs = [o for o in load_observations(source) if label is None or o.label.startswith(label)]
+    if not obs:
+        raise InvalidInput(f"--label: no observation of {source} has a label starting with {label!r}")
+    profile = load_engine(engine)
+    overhead_s, errors = fit_request_overhead(obs, profile)
+    rows = [{"label": o.label, "model": o.model.id, "tokens": o.tokens,
+             "measured_s": o.prefill_s, "predicted_s": o.prefill_s * (1 + e), "error_pct": 100 * e}
+            for o, e in zip(obs, errors)]
+    emit(rows, fmt, f"{profile.id}: request_overhead_s = {overhead_s:.3f} s fitted to {len(obs)} observations",
+         floats="{:,.3f}")

@@ -172,8 +172,9 @@ def bandwidth(
             "kv_mib": "S_kv (MiB)", "prefill_s": "T_prefill (s)", "phi_kv_gbps": "Phi_kv (Gbps)",
             "cluster_egress_gbps": f"egress of {cluster_gpus:,} GPUs (Gbps)",
             "max_prefill_gpus_on_link": f"max GPUs on {link_gbps:g} Gbps"})
-    emit(df, fmt, f"KV throughput on {inst.name} ({kv_dtype} KV; {inst.gpu.efficiency.provenance})",
-         floats="{:,.2f}")
+    from prfaas_plan.perf.latency import latency_source
+
+    emit(df, fmt, f"KV throughput on {inst.name} ({kv_dtype} KV; {latency_source(inst)})", floats="{:,.2f}")
 
 
 def _profile_records(m: ModelSpec, inst: Instance, contexts: list[int], tpot_s: float,
@@ -181,10 +182,10 @@ def _profile_records(m: ModelSpec, inst: Instance, contexts: list[int], tpot_s: 
     """One row per context on ``inst``: predicted prefill latency and its bound, the ``measured``
     latency (and the error) where it has the context, and decode capacity at ``tpot_s`` seconds
     per output token."""
-    from prfaas_plan.perf.roofline import analytic_prefill, decode_capacity
+    from prfaas_plan.perf.latency import decode_capacity, prefill_latency
     from prfaas_plan.units import format_tokens
 
-    lat = analytic_prefill(m, inst, contexts)
+    lat = prefill_latency(m, inst, contexts)
     rows = []
     for i, l in enumerate(contexts):
         cap = decode_capacity(m, inst, l, tpot_s)

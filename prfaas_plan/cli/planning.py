@@ -44,14 +44,14 @@ def _print_plan(sc: Scenario, res: PlanResult, mode: PlanMode) -> None:
                f"{p.binding}; decode BS_max {res.inputs.decode_batch_max} at {res.inputs.decode_step_s * 1e3:.1f} "
                f"ms/step ({res.inputs.decode_source}); output length L_out {res.inputs.output_tokens:,.0f} tokens "
                f"({sc.output_tokens_source})")
-    df = res.display_frame()  # no single t for per-bucket routing: the line above says how it routes
+    rows = res.display_records()  # no single t for per-bucket routing: the line above says how it routes
     cols = {"plan": "plan", "threshold_tokens": "t (tokens)", "n_prfaas": "PrfaaS", "n_pd_p": "PD-P",
             "n_pd_d": "PD-D", "lambda_max_rps": "Lambda_max (req/s)", "throughput_vs_this": "PrfaaS-PD / this (x)",
             "egress_gbps": "egress (Gbps)", "usd_per_million_tokens": "cost ($/M tokens)",
             f"p{q}_ttft_s_common_rate": f"P{q} TTFT (s)", "binding": "binding"}
-    common_rps = res.ttft[res.ttft.basis == "common rate"].rate_rps.iloc[0]
-    emit(df[[c for c in cols if c in df.columns]].rename(columns=cols), "table",
-         f"Plans (P{q} TTFT at a common rate of {common_rps:.2f} req/s)",
+    shown = [c for c in cols if any(c in r for r in rows)]
+    emit([{cols[c]: r.get(c, float("nan")) for c in shown} for r in rows], "table",
+         f"Plans (P{q} TTFT at a common rate of {res.common_rate_rps:.2f} req/s)",
          floats="{:,.3f}", col_floats={"t (tokens)": "{:,.0f}"})
 
 

@@ -19,7 +19,8 @@ from pydantic import BaseModel, ConfigDict, Field, PositiveInt, model_validator
 from prfaas_plan.data import find_entry, list_entries, read_yaml, validate
 from prfaas_plan.errors import InvalidInput
 from prfaas_plan.model.kinds import FFN, GDN, GQA, KDA, MLA, SWA, Attention, Lightning
-from prfaas_plan.vocab import Dtype
+from prfaas_plan.model.quant import GemmDtypes
+from prfaas_plan.vocab import GemmClass, GemmDtype
 
 if TYPE_CHECKING:
     from prfaas_plan.model.cache import CacheSettings
@@ -72,13 +73,8 @@ class ModelSpec(_Frozen):
     family: str
     total_params: float = Field(gt=0, description="all parameters (count)")
     active_params: float = Field(gt=0, description="parameters used per token (count)")
-    weight_dtype: Dtype = Field(description="dtype of the routed-expert weights (of all weights in a dense model)")
-    dense_weight_dtype: Dtype | None = Field(
-        default=None, description="dtype of every other weight (attention, dense FFN, shared experts, embeddings); "
-        "default weight_dtype. INT4 QAT checkpoints such as Kimi-K2-Thinking keep these in bf16")
-    weight_group_size: PositiveInt | None = Field(
-        default=None, description="weights per bf16 scale when weight_dtype is group-quantised (int4 g32: +0.5 bit)")
-    activation_dtype: Dtype = "bf16"
+    gemm_dtypes: GemmDtypes = Field(description="dtype of each GEMM class, from the checkpoint's "
+                                    "quantization_config (prfaas_plan.model.quant)")
     max_context_tokens: PositiveInt = Field(description="longest usable context (tokens), RoPE-scaled when "
                                             "context_extension is set")
     context_extension: ContextExtension | None = Field(
@@ -112,7 +108,7 @@ class ModelSpec(_Frozen):
                              f"original_tokens and within its {ext.extended_tokens:,} tokens ({ext.describe()})")
         covered = {field for src in self.sources for field in src.covers}
         needed = {"total_params", "active_params", "layers", "attention", "ffn", "hidden_size",
-                  "vocab_size", "max_context_tokens", "weight_dtype"} | ({"context_extension"} if ext else set())
+                  "vocab_size", "max_context_tokens", "gemm_dtypes"} | ({"context_extension"} if ext else set())
         missing = sorted(needed - covered)
         if missing:
             raise ValueError(f"no source covers {', '.join(missing)}; add a sources entry with its URL")
@@ -142,7 +138,8 @@ class ModelSpec(_Frozen):
     def _display_rows(self) -> list[tuple[str, object, str]]:
         mix = ", ".join(f"{self.attention[k].kind} {n}" for k, n in self.layer_counts().items() if n)
         return [("layers", f"{self.layers.count} ({mix})", ""), ("total parameters", self.total_params / 1e9, "B"),
-                ("active parameters", self.active_params / 1e9, "B"), ("weights", self.weight_dtype, "dtype"),
+                ("active parameters", self.active_params / 1e9, "B"), ("GEMM dtypes", self.gemm_dtypes.describe(), ""),
+                ("weights", self.weight_bytes().total_bytes / 1e9, "GB"),
                 ("KV cache per token", self.kv_bytes_per_token(), "bytes (bf16, vLLM)"),
                 ("fixed state per request", self.fixed_state_bytes(), "bytes"),
                 ("max context", self.max_context_tokens,
@@ -163,15 +160,39 @@ class ModelSpec(_Frozen):
     def param_counts(self) -> ParamCounts:
         """Parameters of every part of the model, from the layer kinds' weight shapes."""
         h, f = self.hidden_size, self.ffn
-        kinds = [self.attention[name] for name in self.layer_kinds]
-        moe_layers = sum(f.is_moe_layer(i) for i in range(self.layers.count))
+        counts = self.layer_counts()  # per kind, then times its layers (not once per layer)
+        moe_layers = max(self.layers.count - f.first_dense_layers, 0) if f.num_experts else 0
         return ParamCounts(
-            attention_gemm=sum(a.gemm_params(h) for a in kinds),
-            attention_vector=sum(a.vector_params(h) for a in kinds),
+            attention_gemm=sum(n * self.attention[k].gemm_params(h) for k, n in counts.items()),
+            attention_vector=sum(n * self.attention[k].vector_params(h) for k, n in counts.items()),
             dense_ffn=(self.layers.count - moe_layers) * f.dense_params(h),
             moe_dense=moe_layers * f.moe_dense_params(h),
-            routed_expert=f.expert_params(h), moe_layers=moe_layers, num_experts=f.num_experts,
-            experts_per_token=f.experts_per_token, embedding=2 * self.vocab_size * h)
+            router=moe_layers * f.num_experts * h, routed_expert=f.expert_params(h), moe_layers=moe_layers,
+            num_experts=f.num_experts, experts_per_token=f.experts_per_token, embedding=2 * self.vocab_size * h)
+
+    def gemm_dtype(self, cls: GemmClass) -> GemmDtype:
+        """The dtype GEMM class ``cls`` runs in (``attention``, ``dense_ffn``, ``experts``, ``lm_head``)."""
+        return self.gemm_dtypes.of(cls)
+
+    def weight_bytes_per_param(self, cls: GemmClass) -> float:
+        """Bytes per weight of GEMM class ``cls``, scales included (int4 g32: 0.5625 B; fp8_block
+        128: 1 + 4 / 128^2 B); see :mod:`prfaas_plan.model.quant`."""
+        return self.gemm_dtypes.bytes_per_param(cls)
+
+    def with_gemm_dtypes(self, **overrides: str | int | None) -> ModelSpec:
+        """This model run in other dtypes, e.g. ``with_gemm_dtypes(experts="bf16")`` (a scenario's
+        override). Unknown classes or dtypes: one-line InvalidInput naming the allowed values."""
+        return self.model_copy(update={"gemm_dtypes": self.gemm_dtypes.replace(**overrides)})
+
+    def weight_bytes(self) -> WeightBytes:
+        """Bytes of every weight by GEMM class (scales included), all layers summed."""
+        p, bpp = self.param_counts(), self.weight_bytes_per_param
+        return WeightBytes(
+            attention_bytes=p.attention_gemm * bpp("attention"),
+            dense_ffn_bytes=(p.dense_ffn + p.moe_dense - p.router) * bpp("dense_ffn"),
+            experts_bytes=p.routed * bpp("experts"), lm_head_bytes=p.lm_head * bpp("lm_head"),
+            unquantised_bytes=(p.embedding - p.lm_head + p.router + p.attention_vector) * self.gemm_dtypes.unquantised_bytes_per_param,
+            expert_bytes=p.routed_expert * bpp("experts"))
 
     # Convenience API of docs/design.md section 7: the arithmetic lives in prfaas_plan.model.cache.
     def kv_bytes_per_token(self, settings: CacheSettings | None = None) -> int:
@@ -200,19 +221,25 @@ class ParamCounts:
 
     attention_gemm / attention_vector: the attention layers' matmul weights, and their other
     parameters (short-conv filters, decay parameters). dense_ffn: the dense FFN layers.
-    moe_dense: shared experts and routers of the MoE layers. routed_expert: one routed expert.
-    embedding: the input embedding and the LM head (untied).
+    moe_dense: shared experts and routers of the MoE layers; router: the routers' part of it.
+    routed_expert: one routed expert. embedding: the input embedding and the LM head (untied).
     """
 
     attention_gemm: int
     attention_vector: int
     dense_ffn: int
     moe_dense: int
+    router: int
     routed_expert: int
     moe_layers: int
     num_experts: int
     experts_per_token: int
     embedding: int
+
+    @property
+    def lm_head(self) -> int:
+        """The LM head, half of ``embedding`` (embeddings are untied in every model of the schema)."""
+        return self.embedding // 2
 
     @property
     def routed(self) -> int:
@@ -242,6 +269,34 @@ class ParamCounts:
         return self.gemm_per_token + self.attention_vector
 
 
+@dataclass(frozen=True)
+class WeightBytes:
+    """Bytes of a model's weights (scales included) by GEMM class, all layers summed
+    (:meth:`ModelSpec.weight_bytes`).
+
+    dense_ffn_bytes: dense FFN layers and shared experts. experts_bytes: every routed expert;
+    expert_bytes: one routed expert of one layer. unquantised_bytes: the input embedding, the
+    routers and the linear-attention vector parameters, bf16 in every checkpoint. Norms and
+    multi-token-prediction layers are left out, as in :class:`ParamCounts`.
+    """
+
+    attention_bytes: float
+    dense_ffn_bytes: float
+    experts_bytes: float
+    lm_head_bytes: float
+    unquantised_bytes: float
+    expert_bytes: float
+
+    @property
+    def outside_experts_bytes(self) -> float:
+        """Everything but the routed experts (what a decode step reads whatever the batch)."""
+        return self.attention_bytes + self.dense_ffn_bytes + self.lm_head_bytes + self.unquantised_bytes
+
+    @property
+    def total_bytes(self) -> float:
+        return self.outside_experts_bytes + self.experts_bytes
+
+
 def load_model_yaml(ref: str | Path, extra_dirs: tuple[Path, ...] = ()) -> ModelSpec:
     """A model by ``model_db`` id or YAML path; :func:`prfaas_plan.model.load_model`, the loader
     to use, also reads Hugging Face ``config.json`` files."""
@@ -256,5 +311,5 @@ def list_model_specs(extra_dirs: tuple[Path, ...] = ()) -> list[ModelSpec]:
     return [load_model_yaml(p) for p in list_entries("prfaas_plan.data.model_db", tuple(Path(d) for d in extra_dirs))]
 
 
-__all__ = ["FFN", "GDN", "GQA", "KDA", "MLA", "SWA", "Attention", "ContextExtension", "Layers", "Lightning",
-           "ModelSpec", "ParamCounts", "Source", "list_model_specs", "load_model_yaml"]
+__all__ = ["FFN", "GDN", "GQA", "KDA", "MLA", "SWA", "Attention", "ContextExtension", "GemmDtypes", "Layers",
+           "Lightning", "ModelSpec", "ParamCounts", "Source", "WeightBytes", "list_model_specs", "load_model_yaml"]

@@ -4,7 +4,9 @@
 attention kinds and head shapes, which layer uses which kind (from ``layer_types``,
 ``full_attention_interval``, ``linear_attn_config.full_attn_layers`` (1-based),
 ``hybrid_layer_pattern``, ``attn_type_list`` or ``layer_group_size``), the FFN / MoE sizes,
-hidden size, vocabulary, context length and weight dtype.
+hidden size, vocabulary, context length and the GEMM dtype of each class (from
+``quantization_config``: the ``fp8`` method with ``weight_block_size``, compressed-tensors int4
+groups or fp8, and their ``ignore`` / ``modules_to_not_convert`` lists).
 
 Both schemas are read: configs as published on the hub and as transformers 5 writes them
 (``to_dict`` / ``save_pretrained``), which renames some fields (``num_local_experts``,
@@ -43,13 +45,13 @@ from typing import Any
 from prfaas_plan.data import read_text, validate
 from prfaas_plan.errors import InvalidInput, PlanError
 from prfaas_plan.model.arch import ModelSpec
+from prfaas_plan.vocab import GEMM_CLASSES
 
 SUPPORTED_MODEL_TYPES: tuple[str, ...] = (
     "llama", "qwen3", "qwen3_moe", "deepseek_v3", "kimi_k2", "qwen3_next", "qwen3_5_moe",
     "qwen3_5_moe_text", "kimi_linear", "mimo_v2_flash", "minimax_m2", "bailing_hybrid",
 )
 
-_TORCH_DTYPES = {"bfloat16": "bf16", "float16": "fp16", "float32": "fp32"}
 _STATE_DTYPES = {"float32": "fp32", "bfloat16": "bf16"}
 _HUB_REPO = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
 
@@ -322,45 +324,64 @@ _BUILDERS: dict[str, Callable[[_Config], dict]] = {
 }
 
 
-def _weight_dtype(c: _Config) -> str:
-    """Weight element type: from ``quantization_config`` when there is one, else the torch dtype."""
-    quant = c.raw.get("quantization_config")
-    if isinstance(quant, dict):
-        text = json.dumps(quant).lower()
-        bits = re.findall(r'"(?:num_bits|bits)": (\d+)', text)
-        if quant.get("quant_method") == "fp8" or "fp8" in str(quant.get("quant_algo", "")).lower():
-            return "fp8"
-        if bits and int(bits[0]) == 4 or "fp4" in text or "int4" in text:
-            return "int4"
-        if bits and int(bits[0]) == 8:
-            return "fp8" if '"type": "float"' in text else "int8"
-    return _torch_dtype(c)
+def _quant_dtype(c: _Config, quant: dict) -> tuple[str, dict]:
+    """(GEMM dtype, extra GemmDtypes fields) of the quantised Linear layers of a
+    ``quantization_config``: the ``fp8`` method (``weight_block_size`` -> fp8_block) or
+    compressed-tensors (int4 groups -> int4_w4a16; fp8 blocks -> fp8_block; other fp8 -> fp8)."""
+    method = quant.get("quant_method")
+    if method == "fp8":
+        block = quant.get("weight_block_size")
+        if block is None:
+            return "fp8", {}
+        if not (isinstance(block, list) and len(block) == 2 and block[0] == block[1] and isinstance(block[0], int)):
+            raise c.fail("quantization_config.weight_block_size", f"{block!r}: only square blocks [n, n] are supported")
+        return "fp8_block", {"block": block[0]}
+    if method == "compressed-tensors":
+        groups = [g.get("weights") or {} for g in (quant.get("config_groups") or {}).values() if isinstance(g, dict)]
+        if len(groups) != 1:
+            raise c.fail("quantization_config.config_groups", f"{len(groups)} weight schemes; exactly one is supported")
+        w = groups[0]
+        if w.get("num_bits") == 4 and w.get("type") == "int" and w.get("strategy") == "group" and w.get("group_size"):
+            return "int4_w4a16", {"group_size": int(w["group_size"])}
+        if w.get("num_bits") == 8 and w.get("type") == "float":
+            block = w.get("block_structure")
+            if w.get("strategy") == "block" and block:
+                if len(block) != 2 or block[0] != block[1]:
+                    raise c.fail("quantization_config.config_groups", f"block_structure {block!r}: only square blocks")
+                return "fp8_block", {"block": int(block[0])}
+            return "fp8", {}
+        raise c.fail("quantization_config.config_groups", f"weights {w!r}: supported are int4 groups (W4A16) and fp8")
+    raise c.fail("quantization_config.quant_method", f"{method!r} is not supported; supported: fp8, compressed-tensors")
 
 
-def _torch_dtype(c: _Config) -> str:
-    dtype = c.opt("torch_dtype") or c.opt("dtype") or "bfloat16"
-    return _TORCH_DTYPES.get(str(dtype), "bf16")
-
-
-_GROUP_RE = re.compile(r'"group_size": (\d+)')
-
-
-def _quant_layout(c: _Config, weight_dtype: str) -> dict:
-    """Group scales and unquantised modules of an int4/int8 ``quantization_config``: a
-    ``group_size`` (one bf16 scale per group), and, when attention or shared experts are in its
-    ``ignore`` list (Kimi-K2-Thinking's compressed-tensors layout), the torch dtype for every
-    weight outside the routed experts."""
-    quant = c.raw.get("quantization_config")
-    if not isinstance(quant, dict) or weight_dtype not in ("int4", "int8"):
-        return {}
-    out: dict = {}
-    group = _GROUP_RE.findall(json.dumps(quant).lower())
-    if group and int(group[0]) > 0:
-        out["weight_group_size"] = int(group[0])
-    ignored = " ".join(map(str, quant.get("ignore") or [])).lower()
-    if "self_attn" in ignored or "shared_expert" in ignored:
-        out["dense_weight_dtype"] = _torch_dtype(c)
+def _unconverted_classes(quant: dict) -> set[str]:
+    """GEMM classes a ``quantization_config`` leaves unquantised (``ignore``,
+    ``modules_to_not_convert``): a class any entry names, whole layers' lists included, stays in
+    the torch dtype. Routers (``gate``, ``mlp.gate``) belong to no class and are bf16 anyway."""
+    out = {"lm_head"}  # neither the fp8 method nor compressed-tensors quantise the LM head in vLLM / SGLang
+    for entry in (*(quant.get("ignore") or ()), *(quant.get("modules_to_not_convert") or ())):
+        e = str(entry).lower()
+        if "self_attn" in e or "linear_attn" in e or ".attention" in e:  # Bailing names it "attention"
+            out.add("attention")
+        if "shared_expert" in e or ("mlp" in e and "_proj" in e and "experts" not in e):
+            out.add("dense_ffn")  # shared experts, and DeepSeek-style dense MLP layers (mlp.gate_proj ...)
+        elif "experts" in e:
+            out.add("experts")
     return out
+
+
+def _gemm_dtypes(c: _Config) -> dict:
+    """``gemm_dtypes`` from ``quantization_config``; a checkpoint without one is bf16 throughout
+    (engines serve fp16 and fp32 checkpoints in 16 bits, at the bf16 size and rate)."""
+    quant = c.raw.get("quantization_config")
+    if not isinstance(quant, dict):
+        return dict.fromkeys(GEMM_CLASSES, "bf16")
+    dtype, extra = _quant_dtype(c, quant)
+    unconverted = _unconverted_classes(quant)
+    out = {cls: "bf16" if cls in unconverted else dtype for cls in GEMM_CLASSES}
+    if "group_size" in extra and "int4_w4a16" not in out.values():
+        extra = {}
+    return {**out, **extra}
 
 
 def _yarn_entry(c: _Config) -> tuple[str, dict] | None:
@@ -432,18 +453,17 @@ def load_hf_config(path: str | Path) -> ModelSpec:
     c = _Config(raw, path)
     model_id, repo = _model_id(raw, path)
     body = _BUILDERS[model_type](c)
-    weight_dtype = _weight_dtype(c)
     context = _context(c)
     data = {
         "id": model_id, "name": repo or model_id, "family": model_type,
         "total_params": 1.0, "active_params": 1.0,  # placeholders until counted below
-        "weight_dtype": weight_dtype, **_quant_layout(c, weight_dtype), **context,
+        "gemm_dtypes": _gemm_dtypes(c), **context,
         "hidden_size": c.req("hidden_size"), "vocab_size": c.req("vocab_size"),
         **body,
         "sources": [{
             "url": f"https://huggingface.co/{repo or model_id}/blob/main/config.json",
             "covers": ["total_params", "active_params", "layers", "attention", "ffn", "hidden_size",
-                       "vocab_size", *context, "weight_dtype"],
+                       "vocab_size", *context, "gemm_dtypes"],
             "note": f"imported from the local file {path}; parameter counts computed from the "
                     "architecture by prfaas_plan.model.hf_config.count_params",
         }],

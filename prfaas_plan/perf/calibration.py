@@ -1,4 +1,5 @@
-"""Fitting the performance model's named efficiency factors to measured prefill latencies.
+"""Fitting to measured prefill latencies: the roofline's named efficiency factors, and an engine
+profile's request overhead on top of the kernel model.
 
 Least squares on ``log(predicted / measured)`` (scipy), so every observation weighs the same
 in relative terms whatever its length. The fitted values are written back with their
@@ -14,10 +15,12 @@ import numpy as np
 from scipy.optimize import least_squares
 
 from prfaas_plan.data import read_yaml
+from prfaas_plan.engine import EngineProfile
 from prfaas_plan.errors import InvalidInput
 from prfaas_plan.hardware import GPU, Efficiency, Instance, load_gpu
 from prfaas_plan.kvcache import kv_bytes
 from prfaas_plan.model import ModelSpec, load_model
+from prfaas_plan.perf.latency import prefill_latency
 from prfaas_plan.perf.roofline import analytic_prefill, layer_costs
 from prfaas_plan.units import BITS_PER_BYTE, GBPS_BITS_PER_S
 
@@ -97,3 +100,23 @@ def load_observations(path: str | Path) -> list[PrefillObservation]:
         except KeyError as exc:
             raise InvalidInput(f"{path}: field observations.{i}.{exc.args[0]}: missing required field") from None
     return obs
+
+
+def fit_request_overhead(obs: list[PrefillObservation], engine: EngineProfile) -> tuple[float, np.ndarray]:
+    """The one constant an engine profile may take from end-to-end measurements: its request
+    overhead, fitted AFTER the kernel model (the kernels alone, from the tables, plus a constant
+    per request), least squares in ``log(predicted / measured)`` over ``obs``. Returns the
+    overhead in seconds and the relative errors ``predicted / measured - 1`` per observation."""
+    from scipy.optimize import minimize_scalar
+
+    if not obs:
+        raise InvalidInput("calibration: no observations to fit the request overhead to")
+    bare = engine.model_copy(update={"request_overhead_s": 0.0})
+    kernels_s = np.array([float(prefill_latency(o.model, Instance(o.gpu, o.gpus, engine=bare), o.tokens).total_s)
+                          for o in obs])
+    measured = np.array([o.prefill_s for o in obs])
+    if np.any(measured <= 0):
+        raise InvalidInput("calibration: measured prefill times must be positive")
+    sol = minimize_scalar(lambda r: float(np.sum(np.log((kernels_s + r) / measured) ** 2)),
+                          bounds=(0.0, float(measured.max())), method="bounded", options={"xatol": 1e-6})
+    return float(sol.x), (kernels_s + sol.x) / measured - 1.0

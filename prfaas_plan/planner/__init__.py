@@ -48,6 +48,7 @@ from prfaas_plan.planner.ttft import (
     offload_fractions,
     slo_rate,
     ttft_at,
+    ttft_records,
     ttft_table,
     unhidden_transfer_s,
 )
@@ -63,7 +64,7 @@ __all__ = [
     "baselines_exact", "baselines_paper", "best_fixed_count_lp", "buckets", "exact_plan", "fixed_count_lp",
     "make_plan", "offload_fractions", "paper_stage_rates", "plan", "plan_exact", "plan_exact_per_cluster",
     "plan_inputs", "plan_paper", "slo_rate", "solve_exact", "split_cache_buckets", "sweep_np",
-    "sweep_threshold", "threshold_grid", "ttft_at", "ttft_table", "unhidden_transfer_s",
+    "sweep_threshold", "threshold_grid", "ttft_at", "ttft_records", "ttft_table", "unhidden_transfer_s",
 ]
 
 
@@ -93,7 +94,7 @@ def plan(sc: Scenario, mode: PlanMode = "exact", load: float | None = None,
         raise Infeasible(f"infeasible: no request rate can be served; binding constraint: {best.binding}")
     plans = {best.name: best, **base}
     plan_buckets = {name: (b_best if name == best.name else b) for name in plans}
-    ttft = ttft_table(inp, plans, plan_buckets, load)
+    ttft = tuple(ttft_records(inp, plans, plan_buckets, load))
     slo = {}
     s = sc.spec.slo
     if s.ttft_s is not None:

@@ -1,7 +1,7 @@
 """What the planner plans from: a scenario resolved into :class:`PlanInputs`, and length buckets.
 
 :func:`plan_inputs` turns a scenario into prefill-time and cache-byte functions of the uncached
-length (a measured profile where the scenario gives one, else the roofline), the decode capacity
+length (a measured profile where the scenario gives one, else the kernel model), the decode capacity
 and the pool sizes. :func:`buckets` cuts the length distribution into :class:`Buckets` for exact
 mode; :func:`split_cache_buckets` rebuilds them for a trace replayed with one prefix cache per
 cluster. Lengths are tokens (uncached prefill lengths), times seconds, link rates bit/s.
@@ -19,7 +19,7 @@ import numpy as np
 from prfaas_plan.defaults import DEFAULT_BUCKETS
 from prfaas_plan.errors import InvalidInput
 from prfaas_plan.kvcache import kv_bytes
-from prfaas_plan.perf.roofline import analytic_prefill, decode_capacity
+from prfaas_plan.perf.latency import decode_capacity, prefill_time_s
 from prfaas_plan.scenario import Scenario, build_workload
 from prfaas_plan.units import GBPS_BITS_PER_S
 
@@ -80,11 +80,11 @@ class PlanInputs:
 
 
 def _prefill_timer(sc: Scenario, inst: Instance, prof: MeasuredProfile | None) -> LengthFn:
-    """Prefill seconds on ``inst``: the measured profile when given, else the roofline."""
+    """Prefill seconds on ``inst``: the measured profile when given, else the kernel model."""
     if prof is not None:
         return lambda tokens: np.asarray(prof.prefill_time_s(np.asarray(tokens, dtype=float)), dtype=float)
-    return lambda tokens: np.asarray(analytic_prefill(sc.model, inst, np.asarray(tokens, dtype=float)).total_s,
-                                     dtype=float)
+    return lambda tokens: np.asarray(prefill_time_s(sc.model, inst, np.asarray(tokens, dtype=float),
+                                                    settings=sc.cache), dtype=float)
 
 
 def _kv_bytes_fn(sc: Scenario) -> LengthFn:
@@ -97,7 +97,7 @@ def _kv_bytes_fn(sc: Scenario) -> LengthFn:
 
 def plan_inputs(sc: Scenario) -> PlanInputs:
     """Resolve a scenario: workload, prefill time functions (measured profile when the scenario
-    gives one, else the roofline), cache bytes, and decode capacity."""
+    gives one, else the kernel model), cache bytes, and decode capacity."""
     resolved = build_workload(sc)
     wl = resolved.workload
     out_tokens = float(wl.output_tokens)

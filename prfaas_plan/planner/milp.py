@@ -7,7 +7,10 @@ solve keeps ``Lambda`` at its optimum (less :data:`HEADROOM_REL`) and minimises 
 prefill stage's utilisation, so that ties are broken towards headroom. The reported ``t`` is the
 shortest offloaded bucket; ``is_threshold`` says whether the optimal offload set is one.
 
-Solvers: HiGHS in-process (:func:`scipy.optimize.milp`) first. Its answer stands when it is
+Solvers: HiGHS in-process first, through scipy's bundled HiGHS bindings loaded on their own
+(:func:`_highs_core`; the model and options exactly as :func:`scipy.optimize.milp` and
+``linprog(method="highs-ds")`` pass them, so the answers are theirs, without importing
+``scipy.optimize``, 0.66 s of start-up). Its answer stands when it is
 feasible in the model written the plain way and the fixed-count LP (:func:`fixed_count_lp`, a
 different formulation) at its split agrees on Lambda; otherwise CBC (pulp's bundled binary,
 imported only then) solves the same model. A "no
@@ -17,11 +20,13 @@ seconds, link rates Gbit/s inside the models.
 
 from __future__ import annotations
 
+import sys
 from dataclasses import dataclass
+from functools import lru_cache
+from types import ModuleType
 from typing import TYPE_CHECKING
 
 import numpy as np
-import pandas as pd
 
 from prfaas_plan.errors import InvalidInput
 from prfaas_plan.planner.inputs import split_cache_buckets
@@ -29,6 +34,8 @@ from prfaas_plan.planner.result import Plan, PlanPoint, make_plan
 from prfaas_plan.units import BITS_PER_BYTE, GBPS_BITS_PER_S
 
 if TYPE_CHECKING:
+    from scipy.sparse import csc_array
+
     from prfaas_plan.planner.inputs import Buckets, PlanInputs
 
 RATE_TOL_RPS = 1e-9
@@ -92,15 +99,119 @@ class _Coefficients:
 
 
 # ----------------------------------------------------------------------------- HiGHS
+MILP_OPTIONS = {"log_to_console": False, "mip_rel_gap": 0.0}
+"""HiGHS options of the MILP: as ``scipy.optimize.milp(options={"disp": False, "mip_rel_gap": 0})`` sets them."""
+LP_OPTIONS = {"presolve": "on", "solver": "simplex", "log_to_console": False, "output_flag": False,
+              "simplex_strategy": 1}
+"""HiGHS options of the fixed-count LP: as ``scipy.optimize.linprog(method="highs-ds")`` sets them (1 = dual)."""
+LP_CHECK_TOL = 10 * 1e-9 ** 0.5
+"""Residual tolerance of linprog's check of a HiGHS LP answer (``10 sqrt(tol)``, tol 1e-9)."""
+
+
+@dataclass(frozen=True)
+class _Csc:
+    """A sparse matrix in compressed-column form as HiGHS takes it: column starts, row indices
+    (ascending within a column), values, no stored zeros; the canonical form, the same arrays
+    ``scipy.sparse.csc_array`` holds for the same matrix (built here without importing scipy.sparse)."""
+
+    start: np.ndarray
+    index: np.ndarray
+    value: np.ndarray
+    shape: tuple[int, int]
+
+    @classmethod
+    def of(cls, rows: np.ndarray, cols: np.ndarray, values: np.ndarray, shape: tuple[int, int]) -> _Csc:
+        """From entries (row, column, value), each position at most once; zeros are left out."""
+        keep = values != 0
+        rows, cols, values = rows[keep], cols[keep], values[keep]
+        order = np.lexsort((rows, cols))
+        start = np.r_[0, np.cumsum(np.bincount(cols, minlength=shape[1]))]
+        return cls(start.astype(np.int32), rows[order].astype(np.int32), values[order].astype(np.float64), shape)
+
+    @classmethod
+    def dense(cls, m: np.ndarray) -> _Csc:
+        rows, cols = np.nonzero(m)
+        return cls.of(rows, cols, m[rows, cols], m.shape)
+
+    def scipy(self) -> csc_array:
+        from scipy.sparse import csc_array
+
+        return csc_array((self.value, self.index, self.start), shape=self.shape)
+
+
+@lru_cache(maxsize=1)
+def _highs_core() -> ModuleType | None:
+    """scipy's bundled HiGHS bindings (the ``highspy`` API, scipy's own HiGHS build), loaded on
+    their own: importing them as ``scipy.optimize._highspy._core`` first runs ``scipy.optimize``'s
+    package (linalg, fft, ...; 0.66 s), which ``plan`` does not need. None when this scipy lays
+    them out otherwise; the solves then go through ``scipy.optimize`` (same HiGHS, same answers)."""
+    import importlib.util
+    from pathlib import Path
+
+    import scipy
+
+    name = "scipy.optimize._highspy._core"
+    if name in sys.modules:
+        return sys.modules[name]
+    for path in sorted((Path(scipy.__file__).parent / "optimize" / "_highspy").glob("_core.*")):
+        spec = importlib.util.spec_from_file_location(name, path)
+        if spec is None or spec.loader is None:
+            continue
+        core = importlib.util.module_from_spec(spec)
+        try:
+            spec.loader.exec_module(core)
+        except ImportError:
+            return None
+        return core if all(hasattr(core, a) for a in ("_Highs", "HighsLp", "HighsOptions")) else None
+    return None
+
+
+def _highs_run(cost: np.ndarray, a: _Csc, row_lo: np.ndarray, row_hi: np.ndarray, col_lo: np.ndarray,
+               col_hi: np.ndarray, integral: np.ndarray, options: dict) -> tuple[np.ndarray, float] | None:
+    """HiGHS on ``min cost x`` s.t. ``row_lo <= a x <= row_hi``,
+    ``col_lo <= x <= col_hi``, columns with ``integral == 1`` integer: ``(x, objective)``, or None
+    without an optimum. The model and options are passed as scipy.optimize's HiGHS wrapper passes
+    them, so the answer is the one scipy.optimize.milp / linprog give."""
+    h = _highs_core()
+    if h is None:
+        return _scipy_run(cost, a, row_lo, row_hi, col_lo, col_hi, integral, options)
+    lp = h.HighsLp()
+    lp.num_col_, lp.num_row_ = len(cost), len(row_hi)
+    lp.a_matrix_.num_col_, lp.a_matrix_.num_row_ = len(cost), len(row_hi)
+    lp.a_matrix_.format_ = h.MatrixFormat.kColwise
+    lp.col_cost_, lp.col_lower_, lp.col_upper_ = cost, col_lo, col_hi
+    lp.row_lower_, lp.row_upper_ = row_lo, row_hi
+    lp.a_matrix_.start_, lp.a_matrix_.index_, lp.a_matrix_.value_ = a.start, a.index, a.value
+    if integral.any():
+        lp.integrality_ = [h.HighsVarType(int(i)) for i in integral]
+    highs, opts = h._Highs(), h.HighsOptions()
+    for key, value in options.items():
+        setattr(opts, key, value)
+    if (highs.passOptions(opts) == h.HighsStatus.kError or highs.passModel(lp) == h.HighsStatus.kError
+            or highs.run() == h.HighsStatus.kError or highs.getModelStatus() != h.HighsModelStatus.kOptimal):
+        return None
+    return np.array(highs.getSolution().col_value), float(highs.getInfo().objective_function_value)
+
+
+def _scipy_run(cost: np.ndarray, a: _Csc, row_lo: np.ndarray, row_hi: np.ndarray, col_lo: np.ndarray,
+               col_hi: np.ndarray, integral: np.ndarray, options: dict) -> tuple[np.ndarray, float] | None:
+    """:func:`_highs_run` through scipy.optimize (where scipy's HiGHS bindings cannot be loaded alone)."""
+    from scipy.optimize import Bounds, LinearConstraint, linprog, milp
+
+    if integral.any():
+        r = milp(cost, integrality=integral, bounds=Bounds(col_lo, col_hi),
+                 constraints=LinearConstraint(a.scipy(), row_lo, row_hi), options={"disp": False, "mip_rel_gap": 0.0})
+    else:  # the LP's rows are all "<="
+        r = linprog(cost, A_ub=a.scipy().toarray(), b_ub=row_hi, bounds=np.c_[col_lo, col_hi], method="highs-ds")
+    return None if r.status != 0 or r.x is None else (r.x, float(r.fun))
+
+
 def _highs_model(k: _Coefficients, pools: Pools) -> tuple:
     """Both stages' rows over ``x = [Lambda, off_0..off_n-1, N_p, N_d, u]``, ``off_b`` the offloaded
     rate per unit of probability (``loc_b = Lambda - off_b``). Rows: ``off_b <= Lambda``; the pool;
-    PrfaaS busy; PD-P busy; link; decode; and the tie-break's two utilisation rows (open in stage 1)."""
-    from scipy.optimize import LinearConstraint
-    from scipy.sparse import csr_array, eye, hstack, vstack
-
+    PrfaaS busy; PD-P busy; link; decode; and the tie-break's two utilisation rows (open in stage 1).
+    Returns the rows (:class:`_Csc`) and their lower and upper sides."""
     n = len(k.remote)
-    balance = hstack([csr_array(-np.ones((n, 1))), eye(n, format="csr"), csr_array((n, 3))])
     rows = np.zeros((7, n + 4))
     rows[0, [n + 1, n + 2]] = 1.0  # N_p + N_d <= n_local
     rows[1, 1:n + 1] = k.remote  # PrfaaS busy instances <= n_prfaas
@@ -109,40 +220,38 @@ def _highs_model(k: _Coefficients, pools: Pools) -> tuple:
     rows[4, 0], rows[4, n + 2] = 1.0, -k.decode_rps  # Lambda <= decode rate
     rows[5, 1:n + 1], rows[5, n + 3] = k.remote, -max(pools.n_prfaas, 1)  # PrfaaS busy <= u * pool
     rows[6, 0], rows[6, 1:n + 1], rows[6, n + 3] = k.local.sum(), -k.local, -pools.n_local  # PD-P busy <= u * pool
-    a = vstack([balance, csr_array(rows)], format="csr")
+    dense_r, dense_c = np.nonzero(rows)
+    balance = np.arange(n)  # row b: off_b - Lambda <= 0
+    a = _Csc.of(np.r_[balance, balance, n + dense_r], np.r_[np.zeros(n, dtype=int), balance + 1, dense_c],
+                np.r_[-np.ones(n), np.ones(n), rows[dense_r, dense_c]], (n + 7, n + 4))
     lower = np.r_[np.full(n, 0.0 if not pools.allow_local_prefill else -np.inf), np.full(7, -np.inf)]
     upper = np.r_[np.zeros(n), pools.n_local, pools.n_prfaas, 0.0, k.link_gbps, 0.0, np.inf, np.inf]
-    return a, lower, upper, LinearConstraint
+    return a, lower, upper
 
 
 def _highs_milp(k: _Coefficients, pools: Pools) -> tuple[np.ndarray, float, int, int] | None:
     """HiGHS on the MILP, then on the headroom tie-break: ``(off, Lambda, N_p, N_d)``, or None when
     HiGHS reports no optimum for the first stage."""
-    from scipy.optimize import Bounds, milp
-
     n = len(k.remote)
-    a, lower, upper, constraint = _highs_model(k, pools)
-    integral = np.zeros(n + 4)
+    a, lower, upper = _highs_model(k, pools)
+    integral = np.zeros(n + 4, dtype=np.uint8)
     integral[[n + 1, n + 2]] = 1
     lo = np.r_[0.0, np.zeros(n), 0.0, pools.decode_floor, 0.0]
     hi = np.r_[np.inf, np.full(n, np.inf if pools.allow_remote else 0.0), pools.n_local, pools.n_local, 0.0]
-    options = {"disp": False, "mip_rel_gap": 0.0}
     cost = np.zeros(n + 4)
     cost[0] = -1.0
-    first = milp(cost, integrality=integral, bounds=Bounds(lo, hi), constraints=constraint(a, lower, upper),
-                 options=options)
-    if first.status != 0 or first.x is None:
+    first = _highs_run(cost, a, lower, upper, lo, hi, integral, MILP_OPTIONS)
+    if first is None:
         return None
-    x, lam = first.x, float(first.x[0])
+    x, lam = first[0], float(first[0][0])
     if lam > 0:  # second stage: same throughput, most headroom on the busier prefill stage
         lo[0], hi[-1] = lam * (1 - HEADROOM_REL), np.inf
         upper[-2:] = 0.0
         cost[:] = 0.0
         cost[-1] = 1.0
-        second = milp(cost, integrality=integral, bounds=Bounds(lo, hi), constraints=constraint(a, lower, upper),
-                      options=options)
-        if second.status == 0 and second.x is not None:  # numerically tiny optima: keep the first
-            x, lam = second.x, float(second.x[0])
+        second = _highs_run(cost, a, lower, upper, lo, hi, integral, MILP_OPTIONS)
+        if second is not None:  # numerically tiny optima: keep the first
+            x, lam = second[0], float(second[0][0])
     off = np.clip(x[1:n + 1], 0.0, lam)
     return off, lam, int(round(x[n + 1])), int(round(x[n + 2]))
 
@@ -171,7 +280,9 @@ def cbc_solution(inp: PlanInputs, b: Buckets, pools: Pools) -> ExactSolution | N
     import pulp
 
     def solved(prob: pulp.LpProblem) -> bool:
-        return pulp.LpStatus[prob.solve(pulp.PULP_CBC_CMD(msg=False))] == "Optimal"
+        # without its row scaling CBC lands within 1e-6 of HiGHS on link-bound cells (with it,
+        # 8.5e-6 short of the optimum on the 11.3 Gbps cells of the sweep grid)
+        return pulp.LpStatus[prob.solve(pulp.PULP_CBC_CMD(msg=False, options=['scaling off']))] == "Optimal"
 
     k, nb, n_local = _Coefficients.of(inp, b), len(b.tokens), pools.n_local
     with warnings.catch_warnings():  # pulp 3.3 announces API changes for 4.0 on every variable
@@ -221,9 +332,8 @@ def fixed_count_lp(inp: PlanInputs, b: Buckets, pools: Pools, n_p: int) -> Exact
     MILP: with ``f_b`` the offloaded share of bucket ``b`` and ``w = 1 / Lambda`` (Charnes-Cooper),
     minimise ``w`` subject to ``sum_b p_b T_H200(l_b) f_b <= n_prfaas w``, egress ``<= link w``,
     ``sum_b p_b T_H20(l_b) (1 - f_b) <= N_p w``, ``w >= 1 / (N_d x decode rate)``, ``0 <= f_b <= 1``.
-    Solved by HiGHS's dual simplex (scipy). Lambda = 0 (all rates zero) when no rate is feasible."""
-    from scipy.optimize import linprog
-
+    Solved by HiGHS's dual simplex, as ``scipy.optimize.linprog(method="highs-ds")`` solves it, with
+    linprog's residual check. Lambda = 0 (all rates zero) when no rate is feasible."""
     k, nb = _Coefficients.of(inp, b), len(b.tokens)
     n_d = pools.n_local - n_p
     none = ExactSolution(0.0, np.zeros(nb), np.zeros(nb), n_p, n_d, "lp")
@@ -233,19 +343,32 @@ def fixed_count_lp(inp: PlanInputs, b: Buckets, pools: Pools, n_p: int) -> Exact
     a_ub[0, :nb], a_ub[0, nb] = k.remote, -pools.n_prfaas
     a_ub[1, :nb], a_ub[1, nb] = k.egress_gbps, -k.link_gbps
     a_ub[2, :nb], a_ub[2, nb] = -k.local, -n_p
+    b_ub = np.array([0.0, 0.0, -k.local.sum()])
     f_lo = 0.0 if pools.allow_local_prefill else 1.0
     f_hi = 1.0 if pools.allow_remote else 0.0
     bounds = np.r_[np.tile([f_lo, f_hi], (nb, 1)), [[1.0 / (k.decode_rps * n_d), np.inf]]]
     cost = np.zeros(nb + 1)
     cost[nb] = 1.0
-    r = linprog(cost, A_ub=a_ub, b_ub=[0.0, 0.0, -k.local.sum()], bounds=bounds, method="highs-ds")
-    if r.status != 0 or not r.fun > 0:
+    found = _highs_run(cost, _Csc.dense(a_ub), np.full(3, -np.inf), b_ub, bounds[:, 0].copy(), bounds[:, 1].copy(),
+                       np.zeros(0, dtype=np.uint8), LP_OPTIONS)
+    if found is None or not _lp_checked(found[0], found[1], a_ub, b_ub, bounds) or not found[1] > 0:
         return none
-    lam = 1.0 / float(r.fun)
+    x, fun = found
+    lam = 1.0 / fun
     if lam <= RATE_TOL_RPS:
         return none
-    share = np.clip(r.x[:nb], 0.0, 1.0)
+    share = np.clip(x[:nb], 0.0, 1.0)
     return ExactSolution(lam, lam * b.probs * share, lam * b.probs * (1 - share), n_p, n_d, "lp")
+
+
+def _lp_checked(x: np.ndarray, fun: float, a_ub: np.ndarray, b_ub: np.ndarray, bounds: np.ndarray) -> bool:
+    """linprog's check of an optimal LP answer: no NaN, within the bounds and the rows to
+    :data:`LP_CHECK_TOL` (else linprog reports status 4, numerical difficulties)."""
+    if np.isnan(x).any() or np.isnan(fun):
+        return False
+    slack = b_ub - a_ub @ x
+    return bool(np.all((x >= bounds[:, 0] - LP_CHECK_TOL) & (x <= bounds[:, 1] + LP_CHECK_TOL))
+                and not (slack < -LP_CHECK_TOL).any())
 
 
 def best_fixed_count_lp(inp: PlanInputs, b: Buckets, n_pf: int, n_local: int, allow_remote: bool = True,
@@ -329,8 +452,8 @@ def exact_plan(inp: PlanInputs, b: Buckets, name: str, sol: ExactSolution, n_pf:
             link_r = None if inp.link_bits_per_s > 0 else 0.0
         if name != "naive-heterogeneous" and n_p == 0:
             stage["pd_p"] = 0.0
-    routing = pd.DataFrame({"tokens": b.tokens, "prob": b.probs, "offload_fraction": frac,
-                            "t_remote_s": b.t_remote_s, "t_local_s": b.t_local_s, "kv_bytes": b.kv_bytes})
+    routing = {"tokens": b.tokens, "prob": b.probs, "offload_fraction": frac,
+               "t_remote_s": b.t_remote_s, "t_local_s": b.t_local_s, "kv_bytes": b.kv_bytes}
     return make_plan(inp, PlanPoint(name, "exact", t, n_pf, n_p, n_d, lam, p, stage, egress, link_r, routing,
                                     is_threshold))
 

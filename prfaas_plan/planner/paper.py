@@ -12,13 +12,14 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 import numpy as np
-import pandas as pd
 
 from prfaas_plan.errors import InvalidInput
 from prfaas_plan.planner.result import PATHS, Plan, PlanPoint, make_plan
 from prfaas_plan.units import BITS_PER_BYTE
 
 if TYPE_CHECKING:
+    import pandas as pd
+
     from prfaas_plan.planner.inputs import PlanInputs
 
 T_GRID_POINTS = 400
@@ -108,6 +109,8 @@ def baselines_paper(inp: PlanInputs) -> dict[str, Plan]:
 
 def sweep_threshold(inp: PlanInputs, n_p: int, points: int = T_GRID_POINTS) -> pd.DataFrame:
     """Lambda_max and each stage's rate against t at a fixed N_p (paper model)."""
+    import pandas as pd
+
     t = threshold_grid(inp, points)
     g = paper_stage_rates(inp, t, np.array([n_p]))
     return pd.DataFrame({"threshold_tokens": t, "offload_fraction": g["p"][:, 0],
@@ -117,6 +120,8 @@ def sweep_threshold(inp: PlanInputs, n_p: int, points: int = T_GRID_POINTS) -> p
 
 def sweep_np(inp: PlanInputs, threshold_tokens: float) -> pd.DataFrame:
     """Lambda_max and each stage's rate against N_p at a fixed t (paper model)."""
+    import pandas as pd
+
     n_p = np.arange(0, inp.n_local)
     g = paper_stage_rates(inp, np.array([threshold_tokens]), n_p)
     return pd.DataFrame({"n_pd_p": n_p, "n_pd_d": inp.n_local - n_p, "prfaas_rps": g["prfaas"][0],

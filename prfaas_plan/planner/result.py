@@ -7,14 +7,16 @@ Rates are requests per second, link rates Gbps (1e9 bit/s), prices US dollars pe
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import pandas as pd
 
 from prfaas_plan.units import GBPS_BITS_PER_S
 
 if TYPE_CHECKING:
+    import pandas as pd
+
     from prfaas_plan.planner.inputs import Buckets, PlanInputs
     from prfaas_plan.scenario import Scenario
     from prfaas_plan.vocab import PlanMode
@@ -31,7 +33,8 @@ class Plan:
     """One deployment's capacity plan (PrfaaS-PD or a baseline).
 
     stage_rps: the request rate each stage alone could sustain (Eq. 6's three terms).
-    routing: per-bucket offloaded fraction (exact mode) as a DataFrame, else None.
+    routing_columns: per-bucket columns (exact mode: tokens, prob, offload_fraction, t_remote_s,
+    t_local_s, kv_bytes), else None; :attr:`routing` is the same as a DataFrame.
     """
 
     name: str
@@ -49,7 +52,17 @@ class Plan:
     mean_input_tokens: float
     output_tokens: float
     is_threshold: bool = True
-    routing: pd.DataFrame | None = field(default=None, compare=False, repr=False)
+    routing_columns: dict[str, np.ndarray] | None = field(default=None, compare=False, repr=False)
+
+    @cached_property
+    def routing(self) -> pd.DataFrame | None:
+        """The per-bucket routing (exact mode) as a DataFrame, else None; built on first use, so
+        that planning imports no pandas."""
+        if self.routing_columns is None:
+            return None
+        import pandas as pd
+
+        return pd.DataFrame(self.routing_columns)
 
     @property
     def routing_kind(self) -> str:
@@ -66,10 +79,10 @@ class Plan:
         """Runs of consecutive length buckets with one offload share, as ``(first_tokens,
         last_tokens, share)`` (bucket representative lengths in tokens; share 0-1), shortest
         first. Empty for paper-mode plans, which route by threshold and have no buckets."""
-        if self.routing is None:
+        if self.routing_columns is None:
             return []
-        tokens = self.routing["tokens"].to_numpy(dtype=float)
-        share = self.routing["offload_fraction"].to_numpy(dtype=float).round(3)
+        tokens = np.asarray(self.routing_columns["tokens"], dtype=float)
+        share = np.asarray(self.routing_columns["offload_fraction"], dtype=float).round(3)
         starts = np.flatnonzero(np.r_[True, np.diff(share) != 0])
         ends = np.r_[starts[1:] - 1, len(share) - 1]
         return [(float(tokens[a]), float(tokens[b]), float(share[a])) for a, b in zip(starts, ends)]
@@ -144,7 +157,7 @@ class PlanPoint:
     stage_rps: dict[str, float]
     egress_bits_per_s: float
     link_rps: float | None = None
-    routing: pd.DataFrame | None = field(default=None, compare=False, repr=False)
+    routing_columns: dict[str, np.ndarray] | None = field(default=None, compare=False, repr=False)
     is_threshold: bool = True
 
 
@@ -183,7 +196,7 @@ def make_plan(inp: PlanInputs, point: PlanPoint) -> Plan:
         stage_rps=point.stage_rps, egress_gbps=float(point.egress_bits_per_s / GBPS_BITS_PER_S),
         link_gbps=sc.spec.link.gbps, binding=binding_constraint(point.stage_rps, point.link_rps),
         cost_usd_per_hour=cost, mean_input_tokens=inp.mean_tokens, output_tokens=inp.output_tokens,
-        is_threshold=point.is_threshold, routing=point.routing,
+        is_threshold=point.is_threshold, routing_columns=point.routing_columns,
     )
 
 
@@ -191,10 +204,11 @@ def make_plan(inp: PlanInputs, point: PlanPoint) -> Plan:
 class PlanResult:
     """A scenario's plan, its baselines, and their latencies.
 
-    ttft: one row per plan and path (prfaas, pd_p, all) with mean/P50/P90/P99 TTFT in seconds,
+    ttft_records: one row per plan and path (prfaas, pd_p, all) with mean/P50/P90/P99 TTFT in seconds,
         at the scenario's ``load`` times the plan's own Lambda_max (``basis = "own load"``) and at
         one common rate all plans can serve (``basis = "common rate"``).
     slo_rps: the largest rate meeting the TTFT percentile SLO, per plan (when the SLO is set).
+    :attr:`ttft` is ``ttft_records`` as a DataFrame (built on first use: planning imports no pandas).
     """
 
     scenario: Scenario
@@ -203,7 +217,7 @@ class PlanResult:
     baselines: dict[str, Plan]
     inputs: PlanInputs
     buckets: Buckets  # the recommended plan's (per-cluster caches for trace workloads)
-    ttft: pd.DataFrame
+    ttft_records: tuple[dict[str, Any], ...]
     slo_rps: dict[str, float]
     baseline_buckets: Buckets | None = None  # the baselines' (one shared cache); None = ``buckets``
 
@@ -258,22 +272,21 @@ class PlanResult:
     def common_rate_rps(self) -> float:
         """The one rate (requests/s) at which every plan's TTFT is compared: ``load`` times the
         smallest Lambda_max."""
-        return float(self.ttft[self.ttft.basis == "common rate"].rate_rps.iloc[0])
+        return float(next(r["rate_rps"] for r in self.ttft_records if r["basis"] == "common rate"))
+
+    @cached_property
+    def ttft(self) -> pd.DataFrame:
+        """The TTFT table (``ttft_records``) as a DataFrame."""
+        import pandas as pd
+
+        return pd.DataFrame(list(self.ttft_records))
 
     def ratio(self, baseline: str) -> float:
         """PrfaaS-PD throughput over a baseline's (NaN when the baseline serves nothing)."""
         other = self.baselines[baseline].lambda_max_rps
         return self.plan.lambda_max_rps / other if other > 0 else float("nan")
 
-    def display_frame(self) -> pd.DataFrame:
-        """:meth:`to_frame` as tables show it to people: ``threshold_tokens`` is 0 where everything
-        is offloaded and blank (NaN) where no single threshold describes the routing."""
-        df = self.to_frame()
-        df.loc[df["routing"] == "per-bucket", "threshold_tokens"] = np.nan
-        df.loc[df["routing"] == "all", "threshold_tokens"] = 0.0
-        return df
-
-    def to_frame(self) -> pd.DataFrame:
+    def records(self) -> list[dict[str, Any]]:
         """One row per plan: routing, instances, Lambda_max, egress, binding, cost, P90 TTFT."""
         rows = []
         q = self.scenario.spec.slo.ttft_quantile
@@ -282,12 +295,36 @@ class PlanResult:
             r = p.row()
             r["throughput_vs_this"] = self.plan.lambda_max_rps / p.lambda_max_rps if p.lambda_max_rps else np.nan
             r["rps_per_usd_hour"] = p.rps_per_usd_hour
-            sel = self.ttft[(self.ttft.plan == name) & (self.ttft.path == "all") & (self.ttft.basis == "common rate")]
-            r[f"p{round(q * 100)}_ttft_s_common_rate"] = float(sel[col].iloc[0]) if len(sel) else np.nan
+            sel = [t[col] for t in self.ttft_records
+                   if t["plan"] == name and t["path"] == "all" and t["basis"] == "common rate"]
+            r[f"p{round(q * 100)}_ttft_s_common_rate"] = float(sel[0]) if sel else np.nan
             if name in self.slo_rps:
                 r["slo_rps"] = self.slo_rps[name]
             rows.append(r)
-        return pd.DataFrame(rows)
+        return rows
+
+    def display_records(self) -> list[dict[str, Any]]:
+        """:meth:`records` as tables show them to people: ``threshold_tokens`` is 0 where everything
+        is offloaded and blank (NaN) where no single threshold describes the routing."""
+        rows = self.records()
+        for r in rows:
+            if r["routing"] == "per-bucket":
+                r["threshold_tokens"] = np.nan
+            elif r["routing"] == "all":
+                r["threshold_tokens"] = 0.0
+        return rows
+
+    def display_frame(self) -> pd.DataFrame:
+        """:meth:`display_records` as a DataFrame."""
+        import pandas as pd
+
+        return pd.DataFrame(self.display_records())
+
+    def to_frame(self) -> pd.DataFrame:
+        """:meth:`records` as a DataFrame."""
+        import pandas as pd
+
+        return pd.DataFrame(self.records())
 
     def json_dict(self) -> dict[str, Any]:
         """The plan JSON document (``prfaas-plan plan --out``): the scenario, the plans (one record

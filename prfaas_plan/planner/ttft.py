@@ -11,13 +11,14 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import pandas as pd
 
 from prfaas_plan.errors import InvalidInput
 from prfaas_plan.queueing import ServiceMix, TTFTDist, max_rate_for_slo, mixed_ttft, ttft_distribution
 from prfaas_plan.units import BITS_PER_BYTE
 
 if TYPE_CHECKING:
+    import pandas as pd
+
     from prfaas_plan.planner.inputs import Buckets, PlanInputs
     from prfaas_plan.planner.result import Plan
 
@@ -29,8 +30,9 @@ SLO_RATE_CAP = 1 - 1e-6
 
 def offload_fractions(plan: Plan, b: Buckets) -> np.ndarray:
     """Fraction of each bucket's requests that the plan sends to the PrfaaS cluster."""
-    if plan.routing is not None and len(plan.routing) == len(b.tokens):
-        return plan.routing["offload_fraction"].to_numpy()
+    routing = plan.routing_columns
+    if routing is not None and len(routing["offload_fraction"]) == len(b.tokens):
+        return routing["offload_fraction"]
     if plan.instances.get("prfaas", 0) == 0 or plan.threshold_tokens is None:
         return np.zeros_like(b.tokens)
     return (b.tokens > plan.threshold_tokens).astype(float)
@@ -80,11 +82,11 @@ def ttft_at(inp: PlanInputs, plan: Plan, b: Buckets, rate_rps: float) -> dict[st
     return out
 
 
-def ttft_table(inp: PlanInputs, plans: dict[str, Plan], plan_buckets: dict[str, Buckets],
-               load: float) -> pd.DataFrame:
+def ttft_records(inp: PlanInputs, plans: dict[str, Plan], plan_buckets: dict[str, Buckets],
+                 load: float) -> list[dict[str, Any]]:
     """Mean/P50/P90/P99 TTFT (seconds) of every plan that serves a rate, per path, at ``load`` times
     its own Lambda_max (``basis = "own load"``) and at ``load`` times the smallest Lambda_max of
-    them all (``"common rate"``)."""
+    them all (``"common rate"``): one dict per plan, basis and path."""
     common = load * min(p.lambda_max_rps for p in plans.values() if p.lambda_max_rps > 0)
     rows: list[dict[str, Any]] = []
     for name, p in plans.items():
@@ -95,7 +97,15 @@ def ttft_table(inp: PlanInputs, plans: dict[str, Plan], plan_buckets: dict[str, 
                 pc = dist.percentiles()
                 rows.append({"plan": name, "basis": basis, "path": path, "rate_rps": rate,
                              "mean_s": pc["mean"], "p50_s": pc["p50"], "p90_s": pc["p90"], "p99_s": pc["p99"]})
-    return pd.DataFrame(rows)
+    return rows
+
+
+def ttft_table(inp: PlanInputs, plans: dict[str, Plan], plan_buckets: dict[str, Buckets],
+               load: float) -> pd.DataFrame:
+    """:func:`ttft_records` as a DataFrame."""
+    import pandas as pd
+
+    return pd.DataFrame(ttft_records(inp, plans, plan_buckets, load))
 
 
 def slo_rate(inp: PlanInputs, plan: Plan, b: Buckets, quantile: float, slo_s: float) -> float:

@@ -22,6 +22,7 @@ from prfaas_plan.defaults import (
     DEFAULT_CONTEXT_TOKENS,
     DEFAULT_LINK_EFFICIENCY,
 )
+from prfaas_plan.perf.latency import latency_source
 from prfaas_plan.report.charts import (
     BAR_WIDTH,
     CHART_HEIGHT,
@@ -93,7 +94,7 @@ def compare_page(c: CompareReport) -> Report:
                 f"({z['lines_100g']:.0f}× 100 Gbps lines).")
         if pair == FLAGSHIP_PAIR and ref == 32768 and inst.gpu.id == "h200" and gpus == 8:
             lead += (" (The PrfaaS paper's Table 3 measures 60 vs 4.66 Gbps, 12.9×, on 8×H200; the numbers here are "
-                     f"the roofline model on {_e(inst_txt)}.)")
+                     f"the kernel model on {_e(inst_txt)}.)")
     lines_txt = " / ".join(f"{v:g}" for v in STANDARD_LINES_GBPS)
     cards.append(("Models", str(len(specs)), ", ".join(names)))
 
@@ -133,7 +134,7 @@ def compare_page(c: CompareReport) -> Report:
     s_chart = curve_chart("kv_mib", "KV cache of one request, S_kv(l)", "S_kv (MiB, log scale)",
                           "each model stops at its maximum context")
     phi_chart = curve_chart("phi_gbps", f"KV throughput of one {inst_txt} instance, Φ_kv(l)",
-                            "Φ_kv (Gbps, log scale)", f"Eq. 1: S_kv(l) / T_prefill(l), roofline model on {inst_txt}")
+                            "Φ_kv (Gbps, log scale)", f"Eq. 1: S_kv(l) / T_prefill(l), kernel model on {inst_txt}")
     lines_df = pd.DataFrame({"y": list(STANDARD_LINES_GBPS), "label": [f"{v:g} Gbps" for v in STANDARD_LINES_GBPS]})
     link_width = CHART_WIDTH - 60  # the line labels sit right of the plot, clear of the bars and curves
     rules = (alt.Chart(lines_df).mark_rule(color="#c8443c", strokeDash=[4, 3]).encode(y=alt.Y("y:Q")),
@@ -183,8 +184,7 @@ def compare_page(c: CompareReport) -> Report:
     assumptions = [
         f"Cache bytes: exact arithmetic from each model's architecture ({settings.kv_dtype} KV cache, "
         f"{settings.engine} state dtypes; no paging).",
-        f"T_prefill: the roofline performance model on {_e(inst_txt)} ({_e(inst.gpu.name)}), no measured profile; "
-        f"efficiency factors: {_e(inst.gpu.efficiency.provenance)}.",
+        f"T_prefill on {_e(inst_txt)} ({_e(inst.gpu.name)}), no measured profile: {_e(latency_source(inst))}.",
         f"Link lines are nominal; 'smallest line' and 'max prefill GPUs' assume {link_efficiency:.0%} of it is usable.",
         "Token counts: K = 1024, M = 1024²; MiB = 2²⁰ B; Gbps = 10⁹ bit/s.",
         "Models whose maximum context is below a length are not drawn beyond it.",

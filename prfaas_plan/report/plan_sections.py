@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING
 import pandas as pd
 
 from prfaas_plan.defaults import PREFIX_BLOCK_TOKENS
+from prfaas_plan.perf.latency import latency_source
 from prfaas_plan.report.charts import CHART_HEIGHT, CHART_WIDTH, _log_token_axis
 from prfaas_plan.report.formulas import kv_latex, kv_pretty
 from prfaas_plan.report.page import Col, Figure, Table, _e, _tokens
@@ -164,17 +165,16 @@ def _assumption_blocks(sc: Scenario, res: PlanResult, sim: SimResult | None, sim
         f"{tag(pr is not None)}T_prefill on {_e(sc.prfaas_instance.name)}: "
         + (f"profile — {_e(pr.source)} (points at {', '.join(_tokens(t) for t in pr.tokens)} tokens, "
            "interpolated piecewise-linearly in l, extrapolated linearly)" if pr is not None
-           else f"roofline performance model with {_e(gpu_r.id)} efficiency factors"),
+           else _e(latency_source(sc.prfaas_instance))),
         f"{tag(pr is not None and pr.kv_bytes is not None)}S_kv (bytes shipped per request): "
         + ("the same measured profile" if pr is not None and pr.kv_bytes is not None
            else "the cache model (exact bytes from the model's architecture)"),
         f"{tag(pl is not None)}T_prefill on {_e(sc.local_instance.name)}: "
         + (f"profile — {_e(pl.source)}" if pl is not None
-           else f"roofline performance model with {_e(gpu_l.id)} efficiency factors"),
+           else _e(latency_source(sc.local_instance))),
         f"{tag(not inp.decode_source.startswith('performance model'))}Decode batch size and step time: "
         f"{_e(inp.decode_source)} (BS_max = {inp.decode_batch_max}, T_decode = {inp.decode_step_s * 1e3:.2f} ms)",
-        f"Efficiency factors of {_e(gpu_r.name)}: {_e(gpu_r.efficiency.provenance)}",
-        f"Efficiency factors of {_e(gpu_l.name)}: {_e(gpu_l.efficiency.provenance)}",
+        f"Serving engine: {_e(sc.engine.name)} — {_e(sc.engine.provenance)}",
         f"Prices: {_e(gpu_r.id)} ${gpu_r.price_usd_per_gpu_hour:.2f}/GPU-hour ({_e(gpu_r.price_date)}), "
         f"{_e(gpu_l.id)} ${gpu_l.price_usd_per_gpu_hour:.2f}/GPU-hour ({_e(gpu_l.price_date)}), link "
         f"${spec.link.price_usd_per_hour:g}/hour.",

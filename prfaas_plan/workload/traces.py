@@ -11,12 +11,15 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping, Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
-import pandas as pd
 
 from prfaas_plan.errors import InvalidInput, did_you_mean
 from prfaas_plan.vocab import TRACE_FORMATS, TraceFormat
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 MS_PER_S = 1000.0  # Mooncake timestamps are milliseconds
 
@@ -30,6 +33,8 @@ def _token_column(
     raw: Sequence[object] | pd.Series, path: Path, column: str, line_numbers: np.ndarray, minimum_tokens: int
 ) -> np.ndarray:
     """Validate a column of token counts: whole numbers >= minimum_tokens; int64 array."""
+    import pandas as pd
+
     raw_series = pd.Series(list(raw) if not isinstance(raw, pd.Series) else raw.to_list(), dtype=object)
     numeric = pd.to_numeric(raw_series, errors="coerce").to_numpy(dtype=float)
     fixes = f"token counts must be whole numbers >= {minimum_tokens}"
@@ -52,6 +57,8 @@ def _seconds_column(
     raw: Sequence[object] | pd.Series, path: Path, column: str, line_numbers: np.ndarray, scale_s: float
 ) -> np.ndarray:
     """Validate a numeric time column and convert it to float seconds (value * scale_s)."""
+    import pandas as pd
+
     raw_series = pd.Series(list(raw) if not isinstance(raw, pd.Series) else raw.to_list(), dtype=object)
     numeric = pd.to_numeric(raw_series, errors="coerce").to_numpy(dtype=float)
     bad = ~np.isfinite(numeric)
@@ -108,6 +115,8 @@ def _hash_id_lists(records: list[dict], path: Path, line_numbers: list[int]) -> 
 
 def _read_mooncake(path: Path) -> pd.DataFrame:
     """Mooncake JSONL: one object per line with timestamp (ms), input_length, output_length, hash_ids."""
+    import pandas as pd
+
     records, line_numbers = _mooncake_records(path)
     lines = np.asarray(line_numbers)
     timestamps_ms = _seconds_column([r["timestamp"] for r in records], path, "timestamp", lines, 1.0)
@@ -123,6 +132,8 @@ def _read_mooncake(path: Path) -> pd.DataFrame:
 
 
 def _read_csv_text(path: Path) -> pd.DataFrame:
+    import pandas as pd
+
     try:
         frame = pd.read_csv(path, dtype=str, keep_default_na=False)
     except pd.errors.EmptyDataError:
@@ -147,6 +158,8 @@ def _require_columns(frame: pd.DataFrame, path: Path, wanted: Sequence[str], fix
 
 def _read_azure(path: Path) -> pd.DataFrame:
     """Azure LLM inference trace 2023: TIMESTAMP (datetime string), ContextTokens, GeneratedTokens."""
+    import pandas as pd
+
     frame = _read_csv_text(path)
     _require_columns(
         frame,
@@ -188,6 +201,8 @@ def _column_mapping(columns: Mapping[str, str] | None) -> dict[str, str]:
 
 def _read_generic_csv(path: Path, columns: Mapping[str, str] | None) -> pd.DataFrame:
     """A CSV with arrival times in seconds and token counts, under names given by ``columns``."""
+    import pandas as pd
+
     mapping = _column_mapping(columns)
     frame = _read_csv_text(path)
     present = [str(c) for c in frame.columns]

@@ -1,0 +1,534 @@
+"""Import NVIDIA's per-kernel measurements from the ``aiconfigurator-core`` wheel into our tables.
+
+The wheel (``pip install 'prfaas-plan[kernels]'``, Apache-2.0, https://pypi.org/project/aiconfigurator-core/)
+ships parquet tables under ``aiconfigurator_core/systems/data/<gpu>/<family>/<engine>/<version>/``
+with latencies in **milliseconds** (``latency``) or **microseconds** (DeepEP ``*_us``). For each
+GPU, engine (SGLang; vLLM too for H200) and collected engine version (every version for
+:data:`ALL_VERSION_GPUS`, else the newest of each source) we take, per dtype, the kernel that
+engine runs by default, keep the shape grid the lookup interpolates on (GEMM m at powers of two;
+MoE balanced routing), and store per row the shape, ``latency_s`` and ``efficiency = roofline_s /
+latency_s`` (the FLOP and byte counts of :mod:`prfaas_plan.perf.kernels`, this repository's GPU
+peaks) as ``<gpu>/<engine>-<version>/<family>.npz`` plus a ``provenance.yaml`` naming every source
+file. SGLang's WideEP MLA tables (0.5.6.post2, 0.5.10) time the whole MLA module; only the
+attention part is stored (:func:`reduce_mla_module`). Column meanings (from the wheel's SDK and collectors):
+
+* gemm: ``m, n, k`` of [m x k] @ [k x n]; ``gemm_dtype`` bfloat16 / fp8 (per-tensor) / fp8_block.
+* moe: ``num_tokens`` entering the layer, ``hidden_size``, ``inter_size``, ``topk``, ``num_experts``,
+  ``moe_tp_size``, ``moe_ep_size``; latency per rank; ``distribution`` balanced kept.
+* attention: ``batch_size``, ``isl`` (context) or ``step`` (generation: tokens already cached, so
+  the step attends over ``step + 1``), per-rank ``num_heads`` / ``num_key_value_heads``,
+  ``head_dim``, ``window_size`` (0 = full), ``kv_cache_dtype``.
+* mla: per-rank ``num_heads`` (``tp_size`` = 128 / heads), DeepSeek-V3 dims (kv_lora 512, rope 64,
+  nope 128, v 128).
+* linear attention (GDN, KDA): per kernel rows (conv + recurrence) summed per shape; ``seq_len``
+  tokens per sequence; per-rank ``num_k_heads`` / ``num_v_heads``.
+* comm: custom all-reduce ``message_size`` in **elements** of bf16 (the SDK factors it as an element
+  count); DeepEP ``num_token`` per rank, one node of 8 GPUs (``node_num`` 1).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import io
+import re
+import zipfile
+from pathlib import Path
+
+import numpy as np
+import yaml
+
+from prfaas_plan.data import staged_files
+from prfaas_plan.errors import InvalidInput
+from prfaas_plan.hardware import GPU, load_gpu
+from prfaas_plan.perf import kernels as K
+
+PACKAGE = "aiconfigurator-core"
+INSTALL_HINT = "pip install 'prfaas-plan[kernels]'"
+GPU_DIRS = {"h200": "h200_sxm", "h100": "h100_sxm", "a100-80g": "a100_sxm", "l40s": "l40s", "b200": "b200_sxm"}
+"""Our hardware_db ids -> the wheel's system folders."""
+ENGINES = ("sglang", "vllm")
+"""Kernel engines imported: SGLang for every GPU, vLLM where :data:`VLLM_GPUS` (its tables stand in
+for the families vLLM has none of: MLA, DeepEP all-to-all)."""
+VLLM_GPUS = ("h200",)  # the 7 MB budget of committed tables holds one vLLM set
+ALL_VERSION_GPUS = ("h200",)
+"""GPUs whose tables of every collected engine version are kept (the others: the newest of each
+source), for engine profiles that name an older version (:func:`prfaas_plan.perf.kernels.pick_table`)."""
+DTYPES = {"bfloat16": "bf16", "fp8": "fp8", "fp8_block": "fp8_block", "int4_wo": "int4_w4a16"}
+"""Wheel dtype names -> ours (int4_wo: int4 weights, 16-bit activations, i.e. W4A16 Marlin)."""
+KERNEL_PREFERENCE = {
+    ("sglang", "gemm"): ("sglang_torch_linear", "sglang_sgl_kernel_fp8_scaled_mm", "sglang_deepgemm_gemm_nt_f8f8bf16",
+                         "sglang"),
+    ("sglang", "moe"): ("sglang_fused_moe_triton", "sglang_marlin_moe", "sglang_flashinfer_trtllm_moe"),
+    ("sglang", "attention"): ("fa3", "flash_attention", "flashinfer", "triton"),
+    ("vllm", "gemm"): ("torch.nn.functional.linear", "CutlassFP8ScaledMMLinearKernel", "DeepGemmFp8BlockScaledMMKernel",
+                       "CutlassFp8BlockScaledMMKernel"),
+    ("vllm", "moe"): ("vllm_unquantizedfusedmoe_triton_tritonexperts", "vllm_fp8moe_triton_tritonexperts",
+                      "vllm_modeloptfp8moe_flashinfer_cutlass_flashinferexperts",
+                      "vllm_compressedtensorswna16marlinmoe_marlin_marlinexperts"),
+    ("vllm", "attention"): ("vllm_flash_attn_fa3", "vllm_flash_attn_fa4"),
+}
+"""Per engine and family, the kernels the engine runs by default (first present wins per dtype or
+shape). SGLang: torch linear for bf16, sgl-kernel fp8_scaled_mm for per-tensor FP8, DeepGEMM for
+FP8 block; the Triton fused MoE (Marlin for int4); FA3 attention on Hopper (FlashAttention-2 on
+A100, FlashInfer on L40S). vLLM: torch linear, CUTLASS scaled_mm, DeepGEMM; Triton experts
+(FlashInfer CUTLASS for per-tensor FP8, Marlin for int4); FA3."""
+MLA_DIMS = {"kv_lora_rank": 512, "qk_rope_dim": 64, "qk_nope_dim": 128, "v_dim": 128}  # DeepSeek-V3
+LINEAR_KERNELS = {
+    ("sglang", "gdn", "context"): (("causal_conv1d_fn",), ("chunk_gated_delta_rule",)),
+    ("sglang", "gdn", "generation"): (("causal_conv1d_update",), ("fused_recurrent_gated_delta_rule_packed_decode",
+                                                                  "fused_recurrent_gated_delta_rule")),
+    ("sglang", "kda", "context"): (("causal_conv1d_fn_qkv3",), ("chunk_kda",)),
+    ("sglang", "kda", "generation"): (("causal_conv1d_update",), ("fused_recurrent_kda_packed_decode",)),
+    ("vllm", "gdn", "context"): (("causal_conv1d_fn",), ("chunk_gated_delta_rule_flashinfer", "chunk_gated_delta_rule")),
+    ("vllm", "gdn", "generation"): (("causal_conv1d_update",), ("fused_recurrent_gated_delta_rule_packed_decode",)),
+    ("vllm", "kda", "context"): (("causal_conv1d_fn_qkv3",), ("flashkda_fwd",)),
+    ("vllm", "kda", "generation"): (("fused_kda_decode",),),
+}
+"""The kernels one linear-attention layer runs per phase (the wheel SDK's model builders): the conv,
+then the delta rule (vLLM decodes KDA in one fused kernel); per slot the first kernel the wheel
+measured; a phase missing a slot is not imported."""
+DEEPEP_SMS = 20  # DeepEP normal-mode default SM count (deep_ep.Buffer.num_sms)
+GPUS_PER_NODE = 8
+MS, US = 1e-3, 1e-6
+
+
+def package_root(wheel: Path | None, folder: Path | None, scratch: Path) -> Path:
+    """The ``aiconfigurator_core`` package folder: unpacked from ``wheel`` (its data only), a given
+    unpacked folder, or the installed package."""
+    if wheel is not None:
+        if not zipfile.is_zipfile(wheel):
+            raise InvalidInput(f"--wheel: {wheel} is not a wheel (zip) file")
+        with zipfile.ZipFile(wheel) as zf:
+            zf.extractall(scratch, [n for n in zf.namelist() if "/systems/data/" in n or ".dist-info/" in n])
+        return scratch / "aiconfigurator_core"
+    if folder is not None:
+        for candidate in (folder, folder / "aiconfigurator_core"):
+            if (candidate / "systems" / "data").is_dir():
+                return candidate
+        raise InvalidInput(f"--dir: {folder} has no systems/data folder; give the unpacked aiconfigurator_core folder")
+    installed = installed_package()
+    if installed is None:
+        raise InvalidInput(f"bench import-kernels: {PACKAGE} is not installed; {INSTALL_HINT} (or give --wheel / --dir)")
+    return installed
+
+
+def installed_package() -> Path | None:
+    """Folder of the installed ``aiconfigurator_core`` package (found without importing it), or None."""
+    spec = importlib.util.find_spec("aiconfigurator_core")
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    return Path(next(iter(spec.submodule_search_locations)))
+
+
+def package_version(root: Path) -> str:
+    """The wheel's version from its dist-info next to the package (``unknown`` when absent)."""
+    for meta in sorted(root.parent.glob("aiconfigurator_core-*.dist-info/METADATA")):
+        found = re.search(r"^Version: (\S+)", meta.read_text(), re.M)
+        if found:
+            return found.group(1)
+    return "unknown"
+
+
+def _versions(base: Path, folder: str, files: tuple[str, ...], engine: str) -> dict[str, list[Path | None]]:
+    """Every collected version of ``<folder>/<engine>/<version>/`` that has one of ``files`` ->
+    the path of each file there (None where that version lacks it)."""
+    where = base / folder / engine
+    out = {}
+    for version in sorted(p.name for p in where.iterdir()) if where.is_dir() else ():
+        paths = [where / version / f if (where / version / f).is_file() else None for f in files]
+        if any(p is not None for p in paths):
+            out[version] = paths
+    return out
+
+
+def _meta(path: Path) -> dict:
+    meta = path.parent / "collection_meta.yaml"
+    return yaml.safe_load(meta.read_text()) if meta.is_file() else {}
+
+
+def _prefer(df, engine: str, family: str, by: list[str]):
+    """Per group ``by``, the rows of the engine's most preferred kernel present."""
+    rank = {k: i for i, k in enumerate(KERNEL_PREFERENCE[(engine, family)])}
+    df = df.assign(_rank=df["kernel_source"].map(lambda k: rank.get(k, len(rank))))
+    best = df.groupby(by)["_rank"].transform("min")
+    return df[df["_rank"] == best].drop(columns="_rank")
+
+
+def _cost(table: str, df) -> tuple:
+    """FLOPs, bytes and peak dtype of each row (the runtime lookup's own formulas)."""
+    c = {name: df[name].to_numpy() for name in df.columns if name not in ("kernel_source", "dtype", "kv_dtype")}
+    if table == "gemm":
+        return K.gemm_cost(c["m"], c["n"], c["k"], df["dtype"].iloc[0])
+    if table == "moe":
+        return K.moe_cost(c["tokens"], c["hidden"], c["inter"], c["topk"], c["experts"], c["moe_tp"], c["moe_ep"],
+                          df["dtype"].iloc[0])
+    if table in ("context_attention", "generation_attention"):
+        fn = K.context_attention_cost if table == "context_attention" else K.generation_attention_cost
+        length = c["isl"] if table == "context_attention" else c["context"]
+        return fn(c["batch"], length, c["heads"], c["kv_heads"], c["head_dim"], c["window"], df["kv_dtype"].iloc[0])
+    if table == "mla_context":
+        d = MLA_DIMS
+        return K.mla_context_cost(c["batch"], c["isl"], c["heads"], d["qk_nope_dim"], d["qk_rope_dim"], d["v_dim"],
+                                  df["kv_dtype"].iloc[0])
+    if table == "mla_generation":
+        return K.mla_generation_cost(c["batch"], c["context"], c["heads"], MLA_DIMS["kv_lora_rank"],
+                                     MLA_DIMS["qk_rope_dim"], df["kv_dtype"].iloc[0])
+    if table.startswith(("gdn_", "kda_")):
+        phase = table.split("_", 1)[1]
+        return K.linear_attention_cost(phase, c["batch"], c.get("tokens", 1.0), c["v_heads"], c["head_dim_k"],
+                                       c["head_dim_v"])
+    if table == "all_reduce":
+        return K.all_reduce_cost(c["message_bytes"], c["gpus"])
+    return K.all_to_all_cost(c["tokens"], c["hidden"], c["topk"], c["ep"])
+
+
+def efficiency(gpu: GPU, table: str, df) -> np.ndarray:
+    """roofline_s / latency_s per row, on ``gpu``; rows grouped by dtype (which sets the peak)."""
+    out = np.empty(len(df))
+    codes = [c for c in ("dtype", "kv_dtype") if c in df.columns]
+    groups = df.groupby(codes).indices if codes else {None: np.arange(len(df))}
+    for rows in groups.values():
+        part = df.iloc[rows]
+        flops, bytes_moved, pk = _cost(table, part)
+        out[rows] = K.roofline_s(gpu, flops, bytes_moved, pk) / part["latency_s"].to_numpy()
+    return out
+
+
+def _read(path: Path):
+    import pandas as pd
+
+    return pd.read_parquet(path)
+
+
+def reduce_gemm(engine: str, df):
+    """GEMM rows at m = 1, 2, 4 ... 32768 (the +-1 probe rows dropped), one kernel per dtype."""
+    df = df[df["gemm_dtype"].isin(DTYPES) & (df["m"] & (df["m"] - 1) == 0)].copy()
+    df["dtype"] = df["gemm_dtype"].map(DTYPES)
+    df = _prefer(df, engine, "gemm", ["dtype"])
+    df["latency_s"] = df["latency"] * MS
+    return {"gemm": df[["dtype", "m", "n", "k", "kernel_source", "latency_s"]]}
+
+
+def reduce_moe(engine: str, df):
+    """Fused-MoE rows of the balanced routing, one kernel per dtype."""
+    df = df[(df["distribution"] == "balanced") & df["moe_dtype"].isin(DTYPES)].copy()
+    df["dtype"] = df["moe_dtype"].map(DTYPES)
+    df = _prefer(df, engine, "moe", ["dtype"])
+    df = df.rename(columns={"num_tokens": "tokens", "hidden_size": "hidden", "inter_size": "inter",
+                            "num_experts": "experts", "moe_tp_size": "moe_tp", "moe_ep_size": "moe_ep"})
+    df["latency_s"] = df["latency"] * MS
+    return {"moe": df[["dtype", "tokens", "hidden", "inter", "topk", "experts", "moe_tp", "moe_ep",
+                       "kernel_source", "latency_s"]]}
+
+
+def _attention(engine: str, df, length: str, table: str):
+    df = df[df["kv_cache_dtype"].isin(("bfloat16", "fp8")) & (df["attn_dtype"] == "bfloat16")].copy()
+    df["kv_dtype"] = df["kv_cache_dtype"].map(DTYPES)
+    df = df.rename(columns={"batch_size": "batch", "num_heads": "heads", "num_key_value_heads": "kv_heads",
+                            "window_size": "window"})
+    if length == "context":
+        df["context"] = df["step"] + 1  # the step attends over the cached tokens and itself
+    if "window" not in df.columns:  # older collections (A100) measured full attention only
+        df["window"] = 0
+    df["windowed"] = np.where(df["window"] > 0, "yes", "no")
+    df = _prefer(df, engine, "attention", ["kv_dtype", "heads", "kv_heads", "head_dim", "window"])
+    df["latency_s"] = df["latency"] * MS
+    cols = ["kv_dtype", "windowed", "heads", "kv_heads", "head_dim", "window", "batch", length]
+    return {table: df[[*cols, "kernel_source", "latency_s"]]}
+
+
+def _mla(engine: str, df, length: str, table: str):
+    df = df[df["mla_dtype"] == "bfloat16"].copy()
+    df["kv_dtype"] = df["kv_cache_dtype"].map(DTYPES)
+    df = df.rename(columns={"batch_size": "batch", "num_heads": "heads"})
+    if length == "context":
+        df["context"] = df["step"] + 1
+    df["latency_s"] = df["latency"] * MS
+    return {table: df[["kv_dtype", "heads", "batch", length, "kernel_source", "latency_s"]]}
+
+
+def reduce_linear(engine: str, df, kind: str):
+    """Per shape, the sum of the layer's kernels (conv + delta rule) per phase; rows of models that
+    share head counts and differ only in d_model (which these kernels do not read) are averaged."""
+    out = {}
+    df = df.rename(columns={"batch_size": "batch", "seq_len": "tokens", "num_k_heads": "k_heads",
+                            "num_v_heads": "v_heads", "head_k_dim": "head_dim_k", "head_v_dim": "head_dim_v"})
+    for phase in ("context", "generation"):
+        measured = set(df.loc[df["phase"] == phase, "kernel_source"])
+        kernels = [next((k for k in slot if k in measured), None) for slot in LINEAR_KERNELS[(engine, kind, phase)]]
+        if None in kernels:
+            continue
+        part = df[(df["phase"] == phase) & df["kernel_source"].isin(kernels)]
+        shape = ["v_heads", "k_heads", "head_dim_k", "head_dim_v", "batch", *(["tokens"] if phase == "context" else [])]
+        per_model = part.groupby([*shape, "d_model"])
+        summed = per_model["latency"].sum()[per_model["kernel_source"].nunique() == len(kernels)]
+        table = summed.groupby(shape).mean().reset_index()
+        table["latency_s"] = table["latency"] * MS
+        table["kernel_source"] = "+".join(kernels)
+        out[f"{kind}_{phase}"] = table[[*shape, "kernel_source", "latency_s"]]
+    return out
+
+
+def reduce_all_reduce(engine: str, df):
+    """The engine's custom all-reduce under CUDA graphs (what decode runs); bf16 elements -> bytes."""
+    df = df[df["backend"] == f"{engine}_graph"] if "backend" in df.columns else df[df["op_name"] == "all_reduce"]
+    df = df.rename(columns={"num_gpus": "gpus"}).copy()
+    df["message_bytes"] = df["message_size"] * 2
+    df["latency_s"] = df["latency"] * MS
+    return {"all_reduce": df[["gpus", "message_bytes", "kernel_source", "latency_s"]]}
+
+
+def reduce_deepep(engine: str, normal, low_latency):
+    """DeepEP dispatch + combine per rank (microseconds in the wheel): normal mode at its default
+    SM count for context, low-latency mode for generation; one node of 8 GPUs."""
+    out = {}
+    for table, df, cols in (("all_to_all_context", normal, ("dispatch_transmit_us", "dispatch_notify_us",
+                                                            "combine_transmit_us", "combine_notify_us")),
+                            ("all_to_all_generation", low_latency, ("dispatch_avg_t_us", "combine_avg_t_us"))):
+        if df is None:
+            continue
+        if "dispatch_sms" in df.columns:
+            sms = DEEPEP_SMS if (df["dispatch_sms"] == DEEPEP_SMS).any() else df["dispatch_sms"].max()
+            df = df[(df["dispatch_sms"] == sms) & (df["combine_sms"] == sms)]
+        df = df.rename(columns={"num_token": "tokens", "hidden_size": "hidden", "num_topk": "topk",
+                                "num_experts": "experts"}).copy()
+        df["ep"] = df["node_num"] * GPUS_PER_NODE
+        df["latency_s"] = df[list(cols)].sum(axis=1) * US
+        df["kernel_source"] = f"deepep_{'normal' if table.endswith('context') else 'low_latency'}"
+        out[table] = df[["hidden", "topk", "experts", "ep", "tokens", "kernel_source", "latency_s"]]
+    return out
+
+
+SOURCES = {
+    "gemm": [("gemm", ("gemm_perf.parquet",), reduce_gemm)],
+    "moe": [("moe", ("moe_perf.parquet",), reduce_moe)],
+    "attention": [("attention", ("context_attention_perf.parquet",),
+                   lambda e, d: _attention(e, d, "isl", "context_attention")),
+                  ("attention", ("generation_attention_perf.parquet",),
+                   lambda e, d: _attention(e, d, "context", "generation_attention"))],
+    "mla": [("mla", ("context_mla_perf.parquet",), lambda e, d: _mla(e, d, "isl", "mla_context")),
+            ("mla", ("generation_mla_perf.parquet",), lambda e, d: _mla(e, d, "context", "mla_generation"))],
+    "linear_attention": [("linear_attention", ("gdn_perf.parquet",), lambda e, d: reduce_linear(e, d, "gdn")),
+                         ("kda", ("kda_perf.parquet",), lambda e, d: reduce_linear(e, d, "kda"))],
+    "comm": [("comm", ("custom_allreduce_perf.parquet",), reduce_all_reduce),
+             ("comm", ("wideep_deepep_normal_perf.parquet", "wideep_deepep_ll_perf.parquet"), reduce_deepep)],
+}
+"""Per family of ours: (wheel family folder, parquet files read together, reducer(engine, *frames) ->
+{table: rows}); vLLM's MLA and all-to-all tables use other schemas (module-level timings, per-phase
+rows) and are not read."""
+MODULE_SOURCES = {
+    "mla": [("mla", ("wideep_context_mla_perf.parquet",), lambda e, d, kt: reduce_mla_module(e, d, kt, "mla_context")),
+            ("mla", ("wideep_generation_mla_perf.parquet",),
+             lambda e, d, kt: reduce_mla_module(e, d, kt, "mla_generation"))],
+}
+"""Module-level tables read for a family only where a version has none of its :data:`SOURCES`
+files (SGLang's WideEP MLA at 0.5.6.post2 and 0.5.10 on H200, where 0.5.14 has the plain kernel
+tables); their reducers also take the GPU's GEMM lookup (:func:`reduce_mla_module`)."""
+MLA_MODULE_DIMS = {"q_lora_rank": 1536, "hidden": 7168}  # DeepSeek-V3, the tables' model column
+MODULE_BACKENDS = ("flashinfer", "fa3")  # SGLang WideEP MLA's default backend first (sdk/models/deepseek.py)
+MODULE_FLOOR_FRACTION = 0.05
+"""Least share of a module row left to the attention after subtracting the projection GEMMs (a
+guard against a GEMM lookup above the module time; the provenance counts the rows it caught)."""
+
+
+def module_projections(table: str, heads: int) -> list[tuple[str, int, int]]:
+    """(name, n, k) of the GEMMs a WideEP MLA module row times besides the attention, per rank at
+    ``heads``: prefill q_b, kv_b (latent -> per-head K_nope and V) and o; decode (absorbed, no
+    kv_b GEMM) q_b and o. The fused q_a/kv_a projection is outside the module (the SDK prices it
+    as its own GEMM)."""
+    d, m = MLA_DIMS, MLA_MODULE_DIMS
+    q_b = ("q_b", heads * (d["qk_nope_dim"] + d["qk_rope_dim"]), m["q_lora_rank"])
+    o = ("o", m["hidden"], heads * d["v_dim"])
+    if table == "mla_generation":
+        return [q_b, o]
+    return [q_b, ("kv_b", heads * (d["qk_nope_dim"] + d["v_dim"]), d["kv_lora_rank"]), o]
+
+
+def reduce_mla_module(engine: str, df, kt: K.KernelTables, table: str):
+    """WideEP MLA module rows -> the attention part: module latency minus its projection GEMMs
+    (:func:`module_projections`) timed by ``kt`` (this GPU's GEMM table at the nearest version),
+    floored at :data:`MODULE_FLOOR_FRACTION` of the row. Returns {table: rows} with the GEMM
+    source, the subtracted seconds and the floored count in ``df.attrs``."""
+    backend = next(b for b in (*MODULE_BACKENDS, *sorted(set(df["kernel_source"]))) if (df["kernel_source"] == b).any())
+    df = df[df["kernel_source"] == backend].copy()
+    df["kv_dtype"] = df["kv_cache_dtype"].map(DTYPES)
+    df = df.rename(columns={"batch_size": "batch", "num_heads": "heads"})
+    length = "isl" if table == "mla_context" else "context"
+    if length == "context":
+        df["context"] = df["isl"] + df["step"]  # WideEP decode rows: isl = cached tokens, step 0
+    tokens = (df["batch"] * df["isl"] if table == "mla_context" else df["batch"]).to_numpy(dtype=float)
+    module_s = df["latency"].to_numpy() * MS
+    gemm_s, sources = np.zeros(len(df)), set()
+    dtype = DTYPES[str(df["gemm_type"].iloc[0])] if "gemm_type" in df.columns else "fp8_block"
+    heads = df["heads"].to_numpy()
+    for h in np.unique(heads):
+        rows = heads == h
+        for _, n, k in module_projections(table, int(h)):
+            t = kt.gemm(tokens[rows], n, k, dtype)
+            gemm_s[rows] += t.latency_s
+            sources.add(t.source.split(";")[0])
+    attention_s = np.maximum(module_s - gemm_s, MODULE_FLOOR_FRACTION * module_s)
+    df["latency_s"] = attention_s
+    names = "+".join(p[0] for p in module_projections(table, 1))
+    df["kernel_source"] = f"{backend} (module - {names} GEMMs)"
+    out = df[["kv_dtype", "heads", "batch", length, "kernel_source", "latency_s"]]
+    out.attrs.update(gemm_sources=sorted(sources), gemm_dtype=dtype,
+                     floored_rows=int((module_s - gemm_s < MODULE_FLOOR_FRACTION * module_s).sum()))
+    return {table: out}
+
+
+COLUMN_UNITS = {
+    "latency_s": "seconds (wheel: latency in ms; DeepEP *_us in microseconds)",
+    "efficiency": "roofline_s / latency_s on the measuring GPU (perf.kernels *_cost formulas)",
+    "m, n, k": "GEMM [m x k] @ [k x n]", "tokens": "tokens (MoE: entering the layer; DeepEP: per rank; "
+    "linear attention: per sequence)", "batch": "sequences", "isl": "tokens per sequence",
+    "context": "KV tokens a decode step attends over (wheel step + 1)", "message_bytes": "bytes of bf16",
+    "heads, kv_heads, v_heads, k_heads": "per rank", "window": "tokens (0: full attention)",
+    "dtype, kv_dtype, windowed": "codes: index into perf.kernels.CODES", "kernel": "index into <table>.kernel_names",
+}
+
+
+def _dedupe(table: str, df):
+    """One row per shape (the median where a shape was measured twice)."""
+    spec = K.TABLES[table]
+    keys = [*spec.exact, *spec.nearest, *spec.axes]
+    return df.groupby(keys, as_index=False).agg(latency_s=("latency_s", "median"), kernel_source=("kernel_source", "first"))
+
+
+def _arrays(table: str, df, gpu: GPU, engine: str) -> dict[str, np.ndarray]:
+    spec = K.TABLES[table]
+    df = _dedupe(table, df)
+    eff = efficiency(gpu, table, df)
+    kernels = sorted(df["kernel_source"].unique())
+    out = {f"{table}.{c}": np.array([K.CODES[c].index(v) for v in df[c]], dtype=np.int8) for c in spec.exact}
+    out.update({f"{table}.{c}": df[c].to_numpy(dtype=np.int64) for c in (*spec.nearest, *spec.axes)})
+    out[f"{table}.latency_s"] = df["latency_s"].to_numpy(dtype=np.float32)
+    out[f"{table}.efficiency"] = eff.astype(np.float32)
+    out[f"{table}.kernel"] = np.array([kernels.index(k) for k in df["kernel_source"]], dtype=np.int8)
+    out[f"{table}.kernel_names"] = np.array(kernels)
+    out[f"{table}.engine"] = np.array(engine)
+    if table.startswith("mla_"):
+        out.update({f"{table}.{name}": np.array(v) for name, v in MLA_DIMS.items()})
+    return out
+
+
+def _kernels_by_dtype(df) -> dict:
+    code = next((c for c in ("dtype", "kv_dtype") if c in df.columns), None)
+    if code is None:
+        return {"all": sorted(df["kernel_source"].unique())}
+    return {str(k): sorted(v.unique()) for k, v in df.groupby(code)["kernel_source"]}
+
+
+MODULE_NOTE = ("latency_s is the attention part of SGLang's WideEP MLA module: the module rows time q_b/kv_b/o "
+               "projections + attention (aiconfigurator sdk/models/deepseek.py: 'q_b/kv_b/o projections live inside "
+               "the WideEP MLA module rows'); those GEMMs (decode: q_b and o; the absorbed w_kc/w_vc BMMs stay in), "
+               "timed from this GPU's gemm table, are subtracted. Heads "
+               "grid 16..128 at tp 1: a query below 16 heads per rank takes the 16-head efficiency with its own "
+               "roofline, i.e. scales linearly in heads.")
+
+
+def import_family(root: Path, gpu: GPU, family: str, engine: str, version: str, entries, kt=None) -> tuple[dict, dict]:
+    """(npz arrays, provenance) of one family at one engine version from ``entries`` ((wheel folder,
+    files, reducer, paths) each); ``kt`` is the GEMM lookup module reducers take."""
+    arrays, provenance = {}, {}
+    for _, _, reducer, paths in entries:
+        frames = [_read(p) if p is not None else None for p in paths]
+        tables = reducer(engine, *frames, kt) if kt is not None else reducer(engine, *frames)
+        for table, df in tables.items():
+            if df.empty:
+                continue
+            attrs = dict(df.attrs)
+            arrays.update(_arrays(table, df, gpu, f"{engine}-{version}"))
+            provenance[table] = {
+                "source_files": [str(p.relative_to(root.parent)) for p in paths if p is not None],
+                "engine": engine, "engine_version": version,
+                "kernel_source": _kernels_by_dtype(df), "rows": int(arrays[f"{table}.latency_s"].size),
+                "collection_meta": {str(p.relative_to(root.parent)): _meta(p) for p in paths if p is not None},
+            }
+            if kt is not None:
+                provenance[table].update(measures="module minus projection GEMMs", note=MODULE_NOTE, **attrs)
+    if provenance:
+        provenance = {"package": PACKAGE, "package_version": package_version(root), "tables": provenance}
+    return arrays, provenance
+
+
+def _plan(root: Path, gpu_id: str, engine: str, sources: dict) -> dict[str, dict[str, list]]:
+    """engine version -> family -> [(wheel folder, files, reducer, paths)]: every collected version
+    for :data:`ALL_VERSION_GPUS`, else the newest of each source."""
+    base = root / "systems" / "data" / GPU_DIRS[gpu_id]
+    plan: dict[str, dict[str, list]] = {}
+    for family, entries in sources.items():
+        for folder, files, reducer in entries:
+            found = _versions(base, folder, files, engine)
+            if gpu_id not in ALL_VERSION_GPUS and found:
+                found = {v: p for v, p in found.items() if v == K.nearest_version(found, None)}
+            for version, paths in found.items():
+                plan.setdefault(version, {}).setdefault(family, []).append((folder, files, reducer, paths))
+    return plan
+
+
+def import_gpu(root: Path, gpu_id: str, engine: str, out: Path, echo) -> dict[str, dict[str, int]]:
+    """Write ``out/<gpu_id>/<engine>-<version>/<family>.npz`` and ``provenance.yaml`` per collected
+    engine version, each folder all or none; returns the bytes of each file per folder name."""
+    gpu = load_gpu(gpu_id)
+    plan, modules = _plan(root, gpu_id, engine, SOURCES), _plan(root, gpu_id, engine, MODULE_SOURCES)
+    sizes: dict[str, dict[str, int]] = {}
+    for version in sorted(plan, key=K.version_key, reverse=True):
+        sizes[f"{engine}-{version}"] = _write_version(root, gpu, engine, version, plan[version], out, echo, {})
+    K.clear_caches()  # the module reducers look up the GEMM tables just written
+    for version, families in sorted(modules.items()):
+        missing = {f: e for f, e in families.items() if f not in plan.get(version, {})}
+        if missing:
+            kt = K.kernel_tables(gpu, engine, version, root=out)
+            done = {f: plan.get(version, {}).get(f) for f in plan.get(version, {})}
+            sizes[f"{engine}-{version}"] = _write_version(root, gpu, engine, version, {**done, **missing}, out, echo,
+                                                          {f: kt for f in missing})
+    K.clear_caches()
+    return sizes
+
+
+def _write_version(root: Path, gpu: GPU, engine: str, version: str, families: dict, out: Path, echo,
+                   lookups: dict) -> dict[str, int]:
+    folder = out / gpu.id / f"{engine}-{version}"
+    folder.mkdir(parents=True, exist_ok=True)
+    provenance = {"gpu": gpu.id, "engine": engine, "engine_version": version, "wheel_system": GPU_DIRS[gpu.id],
+                  "source_url": "https://pypi.org/project/aiconfigurator-core/",
+                  "peaks_used": {"bf16_dense_tflops": gpu.bf16_dense_tflops, "fp8_dense_tflops": gpu.fp8_dense_tflops,
+                                 "memory_tb_per_s": gpu.memory_tb_per_s, "scaleup_gb_per_s": gpu.scaleup_gb_per_s},
+                  "column_units": COLUMN_UNITS, "families": {}}
+    sizes = {}
+    with staged_files(folder, f"kernel tables {folder}") as stage:
+        for family, entries in families.items():
+            arrays, prov = import_family(root, gpu, family, engine, version, entries, lookups.get(family))
+            if not arrays:
+                continue
+            buffer = io.BytesIO()
+            np.savez_compressed(buffer, **arrays)
+            stage(f"{family}.npz").write_bytes(buffer.getvalue())
+            sizes[f"{family}.npz"] = buffer.tell()
+            provenance["families"][family] = prov
+            rows = ", ".join(f"{t} {p['rows']:,}" for t, p in prov["tables"].items())
+            echo(f"{gpu.id}/{engine}-{version}/{family}: {rows} rows, {buffer.tell():,} bytes")
+        stage("provenance.yaml").write_text(yaml.safe_dump(provenance, sort_keys=False, width=120))
+    return sizes
+
+
+def import_kernels(gpus: list[str], out: Path, wheel: Path | None = None, folder: Path | None = None,
+                   echo=print) -> dict[str, dict[str, int]]:
+    """Import every GPU of ``gpus`` (SGLang tables; vLLM too for :data:`VLLM_GPUS`) from the wheel
+    (or unpacked folder, or installed package) into ``out``; returns bytes per file per
+    ``<gpu>/<engine>-<version>`` folder."""
+    import tempfile
+
+    unknown = [g for g in gpus if g not in GPU_DIRS]
+    if unknown:
+        raise InvalidInput(f"--gpus: no wheel data mapped for {', '.join(unknown)}; use some of {', '.join(GPU_DIRS)}")
+    try:  # before unpacking 80 MB: the tables folder must be one we can write
+        out.mkdir(parents=True, exist_ok=True)
+        tempfile.TemporaryFile(dir=out).close()
+    except OSError as exc:
+        raise InvalidInput(f"--out: cannot write kernel tables to {out} ({exc.strerror or exc}); choose another folder") from None
+    with tempfile.TemporaryDirectory() as scratch:
+        root = package_root(wheel, folder, Path(scratch))
+        return {f"{g}/{name}": files for g in gpus for e in ENGINES if e == "sglang" or g in VLLM_GPUS
+                for name, files in import_gpu(root, g, e, out, echo).items()}

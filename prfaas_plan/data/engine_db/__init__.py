@@ -1,0 +1,1 @@
+"""The bundled serving-engine profiles: one validated YAML file per engine configuration, with sources."""

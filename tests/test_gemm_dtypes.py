@@ -1,0 +1,151 @@
+"""GEMM dtypes per class (model.quant): weight bytes against the checkpoints' published sizes,
+per-scenario overrides by their closed form, and one-line errors for bad input."""
+
+from __future__ import annotations
+
+import pytest
+
+from prfaas_plan.errors import InvalidInput, PlanError
+from prfaas_plan.model import list_model_specs, load_model
+from prfaas_plan.model.quant import GemmDtypes
+from prfaas_plan.vocab import GEMM_CLASSES
+
+FP8_BLOCK_B = 1 + 4 / (128 * 128)  # e4m3 weight + one fp32 scale per 128 x 128 block
+INT4_G32_B = 0.5 + 2 / 32  # int4 weight + one bf16 scale per 32 weights
+
+
+def _fp8_and_bf16_params(model) -> tuple[int, int]:
+    """(parameters in the quantised classes, parameters kept bf16) of a model whose
+    attention, dense FFN and experts share one dtype and whose LM head is bf16."""
+    p = model.param_counts()
+    bf16 = p.embedding + p.router + p.attention_vector
+    return p.total - bf16, bf16
+
+
+def test_bytes_per_param_closed_forms():
+    assert GemmDtypes.uniform("bf16").bytes_per_param("experts") == 2.0
+    assert GemmDtypes.uniform("fp8").bytes_per_param("attention") == 1.0
+    assert GemmDtypes.uniform("fp8_block").bytes_per_param("dense_ffn") == FP8_BLOCK_B
+    assert GemmDtypes.uniform("int4_w4a16", group_size=32).bytes_per_param("lm_head") == INT4_G32_B == 0.5625
+    assert GemmDtypes.uniform("int4_w4a16", group_size=128).bytes_per_param("experts") == 0.5 + 2 / 128
+
+
+def test_deepseek_v3_reproduces_the_published_safetensors_by_dtype():
+    # Hugging Face API, deepseek-ai/DeepSeek-V3 (DeepSeek-R1 identical), safetensors parameters:
+    # F8_E4M3 680,571,043,840; BF16 3,918,786,560; F32 41,555,600 (the block scales). They include
+    # the MTP module, which README_WEIGHTS.md describes as one more hidden layer of the main
+    # layers' structure (layer 61, MoE) plus eh_proj (2h -> h, bf16) and its own copies of the
+    # embedding and the head (https://github.com/deepseek-ai/DeepSeek-V3/blob/main/README_WEIGHTS.md).
+    m = load_model("deepseek-v3")
+    h, f = m.hidden_size, m.ffn
+    mtp_fp8 = m.attention["mla"].gemm_params(h) + 3 * h * f.shared_intermediate + f.num_experts * f.expert_params(h)
+    mtp_bf16 = m.param_counts().embedding + 2 * h * h + f.num_experts * h
+    fp8, bf16 = _fp8_and_bf16_params(m)
+    assert fp8 + mtp_fp8 == 680_571_043_840  # exactly: every Linear of the layers is FP8
+    assert bf16 + mtp_bf16 == pytest.approx(3_918_786_560, rel=3e-4)  # norms (1.0M) left out
+    # closed-form scales (no rounding up of partial blocks) vs the stored fp32 scales
+    assert (fp8 + mtp_fp8) / 128**2 == pytest.approx(41_555_600, rel=1e-3)
+    published_bytes = 680_571_043_840 + 2 * 3_918_786_560 + 4 * 41_555_600  # 688.58 GB
+    ours = m.weight_bytes().total_bytes + mtp_fp8 * FP8_BLOCK_B + mtp_bf16 * 2
+    assert ours == pytest.approx(published_bytes, rel=2e-4)
+    assert m.weight_bytes().total_bytes / 1e9 == pytest.approx(673.15, abs=0.01)  # without the MTP module
+
+
+@pytest.mark.parametrize("model_id, published", [
+    # safetensors totals next to the copied configs (tests/fixtures/hf/SOURCES.md); they count
+    # each fp32 block scale as a parameter, so they check the 128 x 128 block size too
+    ("minimax-m2.5", 228_703_644_928), ("kimi-k2", 1_026_470_731_056)])
+def test_fp8_block_checkpoints_parameter_totals_include_one_scale_per_block(model_id, published):
+    m = load_model(model_id)
+    fp8, bf16 = _fp8_and_bf16_params(m)
+    assert fp8 + bf16 + fp8 / 128**2 == pytest.approx(published, rel=1e-5)  # norms left out
+    assert m.weight_bytes().total_bytes == fp8 * FP8_BLOCK_B + bf16 * 2
+
+
+def test_weight_bytes_by_class_kimi_k2_thinking():
+    # int4 g32 routed experts, everything else bf16 (its quantization_config): 594 GB checkpoint
+    # (hardware_db/MEASUREMENTS.md #21)
+    m = load_model("kimi-k2-thinking")
+    p, w = m.param_counts(), m.weight_bytes()
+    assert (m.gemm_dtype("experts"), m.gemm_dtype("attention"), m.gemm_dtype("lm_head")) == ("int4_w4a16", "bf16", "bf16")
+    assert w.experts_bytes == p.routed * INT4_G32_B == 60 * 384 * 3 * 7168 * 2048 * INT4_G32_B
+    assert w.attention_bytes == 2 * p.attention_gemm
+    assert w.dense_ffn_bytes == 2 * (3 * 7168 * 18432 + 60 * 3 * 7168 * 2048)  # dense layer + shared experts
+    assert w.lm_head_bytes == 2 * 163840 * 7168
+    assert w.expert_bytes == 3 * 7168 * 2048 * INT4_G32_B
+    assert w.total_bytes / 1e9 == pytest.approx(594, rel=0.005)
+    assert w.total_bytes == w.outside_experts_bytes + w.experts_bytes
+
+
+def test_bf16_models_keep_two_bytes_per_parameter():
+    for m in list_model_specs():
+        if all(m.gemm_dtype(c) == "bf16" for c in GEMM_CLASSES):
+            assert m.weight_bytes().total_bytes == 2 * m.param_counts().total, m.id
+
+
+def test_fp8_entry_is_the_bf16_entry_with_fp8_block_classes():
+    bf16, fp8 = load_model("qwen3-235b-a22b"), load_model("qwen3-235b-a22b-fp8")
+    assert fp8.param_counts() == bf16.param_counts()
+    forced = bf16.with_gemm_dtypes(attention="fp8_block", dense_ffn="fp8_block", experts="fp8_block")
+    assert forced.weight_bytes() == fp8.weight_bytes()
+    fp8_params, _ = _fp8_and_bf16_params(bf16)
+    assert bf16.weight_bytes().total_bytes - fp8.weight_bytes().total_bytes == pytest.approx(
+        fp8_params * (2 - FP8_BLOCK_B))
+
+
+def test_override_changes_bytes_by_the_closed_form():
+    m = load_model("deepseek-v3")
+    routed = m.param_counts().routed
+    as_bf16 = m.with_gemm_dtypes(experts="bf16")
+    assert as_bf16.gemm_dtype("experts") == "bf16" and as_bf16.gemm_dtype("attention") == "fp8_block"
+    assert as_bf16.weight_bytes().total_bytes - m.weight_bytes().total_bytes == pytest.approx(routed * (2 - FP8_BLOCK_B))
+    int4 = m.with_gemm_dtypes(experts="int4_w4a16", group_size=32)
+    assert int4.weight_bytes().experts_bytes == routed * INT4_G32_B
+    # back from int4 drops the group size; the original is unchanged
+    k2t = load_model("kimi-k2-thinking")
+    assert k2t.with_gemm_dtypes(experts="bf16").gemm_dtypes.group_size is None
+    assert k2t.gemm_dtypes.group_size == 32
+
+
+@pytest.mark.parametrize("overrides, words", [
+    ({"expert": "bf16"}, ["'expert'", "attention, dense_ffn, experts, lm_head"]),
+    ({"experts": "int3"}, ["gemm_dtypes.experts", "'int3'", "bf16, fp8, fp8_block, int4_w4a16"]),
+    ({"experts": "int4_w4a16"}, ["group_size"]),
+    ({"group_size": 32}, ["group_size", "no class is int4_w4a16"]),
+])
+def test_bad_override_is_one_line(overrides, words):
+    with pytest.raises(InvalidInput) as err:
+        load_model("qwen3-235b-a22b").with_gemm_dtypes(**overrides)
+    assert "\n" not in str(err.value)
+    assert all(w in str(err.value) for w in words), str(err.value)
+
+
+def test_unknown_class_lookup_is_one_line():
+    with pytest.raises(InvalidInput, match="gemm class 'router' is unknown; use one of attention"):
+        load_model("qwen3-235b-a22b").weight_bytes_per_param("router")
+
+
+@pytest.mark.parametrize("old_field", ["weight_dtype: fp8", "dense_weight_dtype: bf16", "weight_group_size: 32",
+                                       "activation_dtype: bf16"])
+def test_old_dtype_fields_are_refused(tmp_path, old_field):
+    path = tmp_path / "m.yaml"
+    path.write_text(load_model_text("minimax-m2.5") + f"\n{old_field}\n")
+    with pytest.raises(PlanError, match=f"field {old_field.split(':')[0]}: unknown field"):
+        load_model(path)
+
+
+def test_yaml_dtype_errors_name_the_field(tmp_path):
+    text = load_model_text("minimax-m2.5")
+    path = tmp_path / "m.yaml"
+    path.write_text(text.replace("experts: fp8_block", "experts: fp4"))
+    with pytest.raises(PlanError, match="field gemm_dtypes.experts: Input should be 'bf16', 'fp8'"):
+        load_model(path)
+    path.write_text(text.replace("experts: fp8_block", "experts: int4_w4a16"))
+    with pytest.raises(PlanError, match="experts is int4_w4a16: set group_size"):
+        load_model(path)
+
+
+def load_model_text(model_id: str) -> str:
+    from prfaas_plan.data import builtin_dir
+
+    return (builtin_dir("prfaas_plan.data.model_db") / f"{model_id}.yaml").read_text()

@@ -1,0 +1,291 @@
+"""Kernel tables (perf.kernels) and their importer (bench.kernels_import).
+
+Independent numbers: the committed rows themselves (read here with numpy), the raw parquet of the
+aiconfigurator-core wheel where this machine has it unpacked (/tmp/acc/w; skipped elsewhere, CI
+has no wheel), closed-form FLOP ratios for the attention extrapolation, and hand-computed
+rooflines for a synthetic wheel folder.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+import yaml
+
+from prfaas_plan.bench import kernels_import
+from prfaas_plan.cli import main
+from prfaas_plan.errors import InvalidInput
+from prfaas_plan.hardware import load_gpu
+from prfaas_plan.perf.kernels import CODES, kernel_tables, kernels_dir
+
+WHEEL_DIR = Path("/tmp/acc/w")
+H200 = load_gpu("h200")
+
+
+@pytest.fixture(scope="module")
+def h200():
+    return kernel_tables(H200, "sglang")
+
+
+def _rows(family: str, table: str) -> dict[str, np.ndarray]:
+    with np.load(kernels_dir() / "h200" / "sglang-0.5.14" / f"{family}.npz") as npz:
+        return {name.split(".", 1)[1]: npz[name] for name in npz.files if name.startswith(f"{table}.")}
+
+
+def _sample(rows: dict[str, np.ndarray], n: int = 25) -> np.ndarray:
+    return np.random.default_rng(0).choice(len(rows["latency_s"]), size=n, replace=False)
+
+
+def test_every_measured_gpu_has_the_core_families():
+    for gpu in ("h200", "h100", "a100-80g", "l40s", "b200"):
+        names = {p.name for p in (kernels_dir() / gpu).glob("sglang-*/*")}
+        assert {"gemm.npz", "moe.npz", "attention.npz", "comm.npz", "provenance.yaml"} <= names
+    assert sum(p.stat().st_size for p in kernels_dir().rglob("*") if p.is_file()) <= 7e6
+
+
+def test_gemm_and_moe_grid_points_reproduce_the_committed_rows(h200):
+    g = _rows("gemm", "gemm")
+    for i in _sample(g):
+        t = h200.gemm(g["m"][i], g["n"][i], g["k"][i], CODES["dtype"][g["dtype"][i]])
+        assert t.latency_s == pytest.approx(float(g["latency_s"][i]), rel=1e-6), t.source
+    m = _rows("moe", "moe")
+    for i in _sample(m):
+        t = h200.moe(m["tokens"][i], m["hidden"][i], m["inter"][i], m["topk"][i], m["experts"][i], m["moe_tp"][i],
+                     m["moe_ep"][i], CODES["dtype"][m["dtype"][i]])
+        assert t.latency_s == pytest.approx(float(m["latency_s"][i]), rel=1e-6)
+
+
+def test_attention_and_comm_grid_points_reproduce_the_committed_rows(h200):
+    c = _rows("attention", "context_attention")
+    for i in _sample(c):
+        t = h200.context_attention(c["batch"][i], c["isl"][i], c["heads"][i], c["kv_heads"][i], c["head_dim"][i],
+                                   int(c["window"][i]) or None, CODES["kv_dtype"][c["kv_dtype"][i]])
+        assert t.latency_s == pytest.approx(float(c["latency_s"][i]), rel=1e-6)
+    g = _rows("attention", "generation_attention")
+    for i in _sample(g):
+        t = h200.generation_attention(g["batch"][i], g["context"][i], g["heads"][i], g["kv_heads"][i],
+                                      g["head_dim"][i], int(g["window"][i]) or None, CODES["kv_dtype"][g["kv_dtype"][i]])
+        assert t.latency_s == pytest.approx(float(g["latency_s"][i]), rel=1e-6)
+    a = _rows("comm", "all_reduce")
+    t = h200.all_reduce(a["message_bytes"], 8)
+    eight = a["gpus"] == 8
+    np.testing.assert_allclose(h200.all_reduce(a["message_bytes"][eight], 8).latency_s, a["latency_s"][eight], rtol=1e-6)
+    assert isinstance(t.latency_s, np.ndarray)
+
+
+@pytest.mark.skipif(not WHEEL_DIR.is_dir(), reason="needs the unpacked aiconfigurator-core wheel")
+def test_lookup_returns_the_raw_wheel_measurement(h200):
+    import pandas as pd
+
+    data = WHEEL_DIR / "aiconfigurator_core" / "systems" / "data" / "h200_sxm"
+    gemm = pd.read_parquet(data / "gemm" / "sglang" / "0.5.14" / "gemm_perf.parquet")
+    row = gemm[(gemm.kernel_source == "sglang_deepgemm_gemm_nt_f8f8bf16") & (gemm.m == 4096) & (gemm.n == 8192)
+               & (gemm.k == 8192)]
+    assert h200.gemm(4096, 8192, 8192, "fp8_block").latency_s == pytest.approx(row.latency.median() * 1e-3, rel=1e-6)
+    ar = pd.read_parquet(data / "comm" / "sglang" / "0.5.14" / "custom_allreduce_perf.parquet")
+    row = ar[(ar.backend == "sglang_graph") & (ar.num_gpus == 8) & (ar.message_size == 8192)]  # elements of bf16
+    assert h200.all_reduce(8192 * 2, 8).latency_s == pytest.approx(row.latency.iloc[0] * 1e-3, rel=1e-6)
+
+
+def test_interpolation_lies_between_the_neighbouring_grid_points(h200):
+    lo, hi = (h200.gemm(m, 8192, 8192, "bf16").latency_s for m in (2048, 4096))
+    mid = h200.gemm(3000, 8192, 8192, "bf16").latency_s
+    assert lo < mid < hi
+    lo, hi = (h200.moe(t, 3072, 1536, 8, 256, 1, 1, "fp8_block").latency_s for t in (1024, 1536))
+    assert lo < h200.moe(1200, 3072, 1536, 8, 256, 1, 1, "fp8_block").latency_s < hi
+
+
+def test_fp8_gemm_beats_bf16_by_the_tables_ratio_at_large_m(h200):
+    # H200 tables at n = k = 8192: bf16 / fp8_block latency 1.46 (m=1K), 1.48 (4K), 2.03 (16K)
+    g = _rows("gemm", "gemm")
+    for m in (1024, 4096, 16384):
+        at = (g["m"] == m) & (g["n"] == 8192) & (g["k"] == 8192)
+        bf16 = float(g["latency_s"][at & (g["dtype"] == 0)][0])
+        fp8 = float(g["latency_s"][at & (g["dtype"] == 2)][0])
+        ratio = h200.gemm(m, 8192, 8192, "bf16").latency_s / h200.gemm(m, 8192, 8192, "fp8_block").latency_s
+        assert ratio == pytest.approx(bf16 / fp8, rel=1e-6) and ratio > 1.4
+
+
+def test_attention_beyond_16k_follows_its_flop_law(h200):
+    t16, t32 = (h200.context_attention(1, s, 8, 1, 128, None, "bf16") for s in (16384, 32768))
+    assert "FLOP law" in t32.source and "FLOP law" not in t16.source
+    assert t32.latency_s / t16.latency_s == pytest.approx(32768 * 32769 / (16384 * 16385), rel=1e-9)  # ~4x
+    w16, w32 = (h200.context_attention(1, s, 8, 1, 128, 1024, "bf16").latency_s for s in (16384, 32768))
+    pairs = [1024 * 1025 / 2 + (s - 1024) * 1024 for s in (16384, 32768)]  # W = 1024
+    assert w32 / w16 == pytest.approx(pairs[1] / pairs[0], rel=1e-9)  # ~2x
+
+
+def test_token_arrays_broadcast_and_sources_name_the_table(h200):
+    t = h200.gemm(np.array([1, 64, 4096]), 8192, 8192, "fp8")
+    assert t.latency_s.shape == (3,) and np.all(np.diff(t.latency_s) > 0)
+    assert h200.gemm(np.array([0, 1]), 8192, 8192, "fp8").latency_s[0] == 0.0  # no tokens, no kernel
+    assert t.source.startswith("table h200 sglang-0.5.14 sglang_sgl_kernel_fp8_scaled_mm")
+    assert "roofline" in h200.gemm(4096, 8192, 8192, "int4_w4a16").source  # no W4A16 dense GEMM table
+
+
+def test_a_table_with_a_missing_column_is_one_line_of_bad_input(tmp_path):
+    folder = tmp_path / "h200" / "sglang-0.5.14"
+    folder.mkdir(parents=True)
+    (folder / "provenance.yaml").write_text("gpu: h200\n")
+    with np.load(kernels_dir() / "h200" / "sglang-0.5.14" / "gemm.npz") as npz:
+        arrays = {name: npz[name] for name in npz.files if name != "gemm.k"}
+    np.savez_compressed(folder / "gemm.npz", **arrays)
+    with pytest.raises(InvalidInput, match=r"gemm\.npz: kernel table 'gemm' has no column 'k'") as exc:
+        kernel_tables(H200, "sglang", root=tmp_path).gemm(1024, 4096, 4096, "bf16")
+    assert "\n" not in str(exc.value)
+
+
+def _fake_wheel(root: Path) -> Path:
+    import pandas as pd
+
+    base = root / "aiconfigurator_core" / "systems" / "data" / "h200_sxm"
+    gemm = base / "gemm" / "sglang" / "0.5.14"
+    gemm.mkdir(parents=True)
+    rows = [("sglang_torch_linear", "bfloat16", m, 4096, 4096, lat) for m, lat in ((1, 0.02), (3, 0.03), (1024, 0.05))]
+    rows.append(("sglang_deepgemm_gemm_nt_f8f8bf16", "fp8_block", 1024, 4096, 4096, 0.025))
+    pd.DataFrame(rows, columns=["kernel_source", "gemm_dtype", "m", "n", "k", "latency"]).assign(
+        framework="SGLang", version="0.5.14").to_parquet(gemm / "gemm_perf.parquet")
+    (gemm / "collection_meta.yaml").write_text("runtime: {framework: sglang, version: 0.5.14}\n")
+    comm = base / "comm" / "sglang" / "0.5.14"
+    comm.mkdir(parents=True)
+    pd.DataFrame({"kernel_source": ["SGLang_CustomAllReduce_graph"] * 2, "num_gpus": [8, 8],
+                  "message_size": [1024, 2048], "latency": [0.004, 0.005], "backend": ["sglang_graph"] * 2,
+                  "op_name": ["all_reduce"] * 2}).to_parquet(comm / "custom_allreduce_perf.parquet")
+    return root
+
+
+def test_the_importer_reduces_a_synthetic_wheel(tmp_path):
+    lines = []
+    out = tmp_path / "out"
+    kernels_import.import_kernels(["h200"], out, folder=_fake_wheel(tmp_path / "wheel"), echo=lines.append)
+    assert any(line.startswith("h200/sglang-0.5.14/gemm: gemm 3 rows") for line in lines)  # the m=3 probe row dropped
+    prov = yaml.safe_load((out / "h200" / "sglang-0.5.14" / "provenance.yaml").read_text())
+    gemm = prov["families"]["gemm"]["tables"]["gemm"]
+    assert gemm["rows"] == 3 and gemm["engine_version"] == "0.5.14"
+    assert gemm["kernel_source"] == {"bf16": ["sglang_torch_linear"], "fp8_block": ["sglang_deepgemm_gemm_nt_f8f8bf16"]}
+    with np.load(out / "h200" / "sglang-0.5.14" / "gemm.npz") as npz:
+        at = (npz["gemm.m"] == 1024) & (npz["gemm.dtype"] == 2)
+        assert float(npz["gemm.latency_s"][at][0]) == pytest.approx(25e-6)  # 0.025 ms
+        flops = 2 * 1024 * 4096 * 4096
+        moved = 1024 * 4096 + 4096 * 4096 + 1024 * 4096 * 2
+        roof = max(flops / 1978.9e12, moved / 4.8e12)
+        assert float(npz["gemm.efficiency"][at][0]) == pytest.approx(roof / 25e-6, rel=1e-6)
+    kt = kernel_tables(H200, "sglang", root=out)
+    assert kt.all_reduce(2048 * 2, 8).latency_s == pytest.approx(5e-6, rel=1e-6)  # 2048 bf16 elements
+    assert "roofline" in kt.moe(1024, 4096, 1024, 8, 64, 1, 1, "bf16").source  # no moe table imported
+
+
+def test_import_kernels_without_the_wheel_is_one_line_exit_2(tmp_path, monkeypatch, capsys):
+    monkeypatch.setattr(kernels_import, "installed_package", lambda: None)
+    with pytest.raises(SystemExit) as exc:
+        main(["bench", "import-kernels", "--gpus", "h200", "--out", str(tmp_path)])
+    assert exc.value.code == 2
+    err = capsys.readouterr().err.strip()
+    assert "pip install 'prfaas-plan[kernels]'" in err and "\n" not in err
+
+
+def test_a_gpu_without_tables_borrows_the_nearest_measured_one():
+    h20 = load_gpu("h20")
+    kt = kernel_tables(h20, "sglang")
+    assert kt.basis != "h20" and kt.basis in {"h200", "h100", "a100-80g", "l40s", "b200"}
+    t = kt.gemm(4096, 8192, 8192, "bf16")
+    assert t.source.startswith(f"transfer {kt.basis}->h20")
+    # H20's bf16 peak (148 TFLOP/s) bounds the 550 GFLOP GEMM from below
+    assert t.latency_s >= 2 * 4096 * 8192 * 8192 / (h20.bf16_dense_tflops * 1e12)
+
+
+def test_vllm_tables_where_imported_else_sglang_stands_in():
+    kt = kernel_tables(H200, "vllm")
+    assert kt.gemm(4096, 8192, 8192, "fp8_block").source == "table h200 vllm-0.24.0 DeepGemmFp8BlockScaledMMKernel"
+    assert kt.mla_generation(64, 4096, 16, 512, 64).source.endswith("sglang tables stand in for vllm")  # no vLLM MLA
+    assert "stand in" in kernel_tables(load_gpu("h100"), "vllm").gemm(4096, 8192, 8192, "bf16").source
+    with pytest.raises(InvalidInput, match="engine: unknown 'tgi'"):
+        kernel_tables(H200, "tgi")
+
+
+@pytest.mark.parametrize("args, field", [
+    (("--dir", "{tmp}/missing"), "--dir"),
+    (("--wheel", "{tmp}/missing.whl"), "--wheel"),
+    (("--dir", "{tmp}", "--out", "{tmp}/file.txt/tables"), "--out"),
+    (("--dir", "{tmp}", "--gpus", "h20"), "--gpus"),
+])
+def test_import_kernels_bad_arguments_are_one_line_exit_2(args, field, tmp_path, capsys):
+    (tmp_path / "file.txt").write_text("x")  # a file: no folder can be made under it
+    argv = [a.format(tmp=tmp_path) for a in args]
+    with pytest.raises(SystemExit) as exc:
+        main(["bench", "import-kernels", *argv, *([] if "--out" in args else ["--out", str(tmp_path / "out")])])
+    err = capsys.readouterr().err.strip()
+    assert exc.value.code == 2 and field in err and "\n" not in err
+
+
+@pytest.mark.parametrize("wanted, chosen", [
+    ("0.5.9", "0.5.10"),        # 1 patch from 0.5.10, 3 from 0.5.6.post2
+    ("0.5.8", "0.5.6.post2"),   # (0, 5, 6, 2) lies 1.998 patches below, (0, 5, 10, 0) 2 above
+    ("0.5.12", "0.5.14"),       # tie between 0.5.10 and 0.5.14: the newer
+    ("0.5.6", "0.5.6.post2"),
+    ("0.4.0", "0.5.6.post2"),
+    ("0.6.0", "0.5.14"),
+    (None, "0.5.14"),
+])
+def test_nearest_version_rule(wanted, chosen):
+    from prfaas_plan.perf.kernels import nearest_version
+
+    assert nearest_version(["0.5.6.post2", "0.5.10", "0.5.14"], wanted) == chosen
+
+
+def _synthetic_tree(root: Path, versions: dict[str, float]) -> None:
+    """One GEMM table per SGLang version, all rows at one latency (seconds) per version."""
+    with np.load(kernels_dir() / "h200" / "sglang-0.5.14" / "gemm.npz") as npz:
+        base = {name: npz[name] for name in npz.files}
+    for version, latency_s in versions.items():
+        folder = root / "h200" / f"sglang-{version}"
+        folder.mkdir(parents=True)
+        (folder / "provenance.yaml").write_text(f"gpu: h200\nengine_version: {version}\n")
+        arrays = dict(base, **{"gemm.engine": np.array(f"sglang-{version}")})
+        arrays["gemm.latency_s"] = np.full_like(base["gemm.latency_s"], latency_s)
+        arrays["gemm.efficiency"] = base["gemm.efficiency"] * base["gemm.latency_s"] / latency_s
+        np.savez_compressed(folder / "gemm.npz", **arrays)
+
+
+def test_lookups_read_the_nearest_collected_version_tie_to_the_newer(tmp_path):
+    _synthetic_tree(tmp_path, {"0.5.6.post2": 1e-3, "0.5.10": 2e-3, "0.5.14": 3e-3})
+    for version, latency_s in (("0.5.9", 2e-3), ("0.5.12", 3e-3), ("0.5.7", 1e-3), (None, 3e-3)):
+        t = kernel_tables(H200, "sglang", version, root=tmp_path).gemm(4096, 8192, 8192, "bf16")
+        assert t.latency_s == pytest.approx(latency_s, rel=1e-6)
+        assert t.source.startswith(f"table h200 sglang-{ {2e-3: '0.5.10', 3e-3: '0.5.14', 1e-3: '0.5.6.post2'}[latency_s]} ")
+    with pytest.raises(InvalidInput, match="kernel_version: cannot read 'latest'"):
+        kernel_tables(H200, "sglang", "latest")
+
+
+def test_sglang_0_5_9_reads_0_5_10_mla_0_5_9_all_reduce_and_0_5_14_gemm():
+    kt = kernel_tables(H200, "sglang", "0.5.9")
+    assert kt.mla_context(1, 4096, 16, 512, 64, 128, 128).source.startswith("table h200 sglang-0.5.10 flashinfer (module")
+    assert kt.all_reduce(1 << 20, 8).source.startswith("table h200 sglang-0.5.9 ")
+    assert kt.gemm(4096, 8192, 8192, "bf16").source.startswith("table h200 sglang-0.5.14 ")
+    assert kt.moe(4096, 7168, 2048, 8, 256, 1, 8, "fp8_block").source.startswith("table h200 sglang-0.5.10 ")
+    # the newest (the sglang profile's 0.5.14) keeps the plain MLA kernel table
+    assert kernel_tables(H200, "sglang").mla_context(1, 4096, 16, 512, 64, 128, 128).source.startswith(
+        "table h200 sglang-0.5.14 ")
+
+
+@pytest.mark.skipif(not WHEEL_DIR.is_dir(), reason="needs the unpacked aiconfigurator-core wheel")
+def test_the_0_5_10_mla_module_row_is_attention_plus_its_projection_gemms():
+    import pandas as pd
+
+    data = WHEEL_DIR / "aiconfigurator_core" / "systems" / "data" / "h200_sxm" / "mla" / "sglang" / "0.5.10"
+    rows = pd.read_parquet(data / "wideep_context_mla_perf.parquet")
+    row = rows[(rows.kernel_source == "flashinfer") & (rows.num_heads == 32) & (rows.batch_size == 2)
+               & (rows.isl == 4096)]
+    kt = kernel_tables(H200, "sglang", "0.5.9")
+    tokens = 2 * 4096
+    # per rank at 32 heads: q_b 1536 -> 32 x 192, kv_b 512 -> 32 x 256, o 32 x 128 -> 7168 (DeepSeek-V3)
+    gemms = sum(kt.gemm(tokens, n, k, "fp8_block").latency_s for n, k in ((32 * 192, 1536), (32 * 256, 512),
+                                                                          (7168, 32 * 128)))
+    attention = kt.mla_context(2, 4096, 32, 512, 64, 128, 128, "fp8").latency_s
+    assert attention + gemms == pytest.approx(row.latency.iloc[0] * 1e-3, rel=1e-6)
+    assert 0 < attention < row.latency.iloc[0] * 1e-3
+    # 8 heads per rank, below the 16..128 grid: the 16-head efficiency, linear in heads
+    assert kt.mla_context(2, 4096, 8, 512, 64, 128, 128, "fp8").latency_s == pytest.approx(
+        kt.mla_context(2, 4096, 16, 512, 64, 128, 128, "fp8").latency_s / 2, rel=1e-9)
