@@ -39,6 +39,10 @@ _EXPORTS = {
     "EngineProfile": "engine",
     "load_engine": "engine",
     "Layout": "layout",
+    "colocated_closed_loop": "serving",
+    "colocated_open_loop": "serving",
+    "SpecDecode": "serving",
+    "speedup_curve": "serving",
     "kv_throughput_gbps": "bandwidth",
     "MeasuredProfile": "perf.roofline",
     "parse_tokens": "units",
@@ -59,6 +63,8 @@ _EXPORTS = {
     "SimResult": "sim",
     "Policy": "sim",
     "Bursty": "sim",
+    "validate_silicon": "validate",
+    "validate_runs": "validate",
 }
 
 

@@ -43,3 +43,6 @@ DEFAULT_INSTANCE_GPUS = 8
 
 DEFAULT_LINK_GBPS = 100.0
 """Inter-DC line rate, Gbps (the paper's 100 Gbps VPC), of ``bandwidth`` and a quick ``plan``."""
+
+DEFAULT_ENGINE_PROFILE = "vllm"
+"""The serving-engine profile (``data/engine_db``) an instance or scenario runs when it names none."""

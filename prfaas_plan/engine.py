@@ -19,6 +19,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, PositiveInt
 
 from prfaas_plan.data import find_entry, list_entries, read_yaml, validate
+from prfaas_plan.defaults import DEFAULT_ENGINE_PROFILE
 from prfaas_plan.model.arch import Source
 from prfaas_plan.vocab import Engine
 
@@ -64,10 +65,6 @@ class EngineProfile(BaseModel):
     def layer_launch_s_for(self, phase: str) -> float:
         """Launch time per layer in ``phase`` (``"prefill"`` eager, ``"decode"`` in graphs if enabled)."""
         return self.graph_layer_launch_s if phase == "decode" and self.cuda_graphs else self.layer_launch_s
-
-
-DEFAULT_ENGINE_PROFILE = "vllm"
-"""The profile a scenario runs when it names none."""
 
 
 @lru_cache(maxsize=1)

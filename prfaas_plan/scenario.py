@@ -16,6 +16,7 @@ from pydantic import BaseModel, ConfigDict, Field, NonNegativeFloat, PositiveFlo
 
 from prfaas_plan.data import builtin_dir, find_entry, is_dir, is_file, read_yaml, validate
 from prfaas_plan.defaults import (
+    DEFAULT_ENGINE_PROFILE,
     DEFAULT_INSTANCE_GPUS,
     DEFAULT_LINK_EFFICIENCY,
     PAPER_MAX_TOKENS,
@@ -25,7 +26,7 @@ from prfaas_plan.defaults import (
     PAPER_SIGMA_LOG_TOKENS,
     PREFIX_BLOCK_TOKENS,
 )
-from prfaas_plan.engine import DEFAULT_ENGINE_PROFILE, EngineProfile, load_engine
+from prfaas_plan.engine import EngineProfile, load_engine
 from prfaas_plan.errors import InvalidInput, shown
 from prfaas_plan.hardware import MAX_INSTANCE_GPUS, MAX_POOL_GPUS, Instance, instance
 from prfaas_plan.kvcache import CacheSettings

@@ -30,7 +30,7 @@ def test_tour_starts_by_activating_the_setup_venv():
 
 def _checkout_copy(tmp_path: Path) -> Path:
     """The files the tour reads, laid out as in a fresh clone (it writes into the checkout)."""
-    for rel in ("prfaas_plan/data/scenarios", "tests/fixtures/traces"):
+    for rel in ("prfaas_plan/data/scenarios", "tests/fixtures/traces", "tests/fixtures/validate"):
         shutil.copytree(ROOT / rel, tmp_path / rel)
     return tmp_path
 

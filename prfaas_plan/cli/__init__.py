@@ -12,7 +12,7 @@ import sys
 
 import typer
 
-from prfaas_plan.cli import data, pages, planning, simulating
+from prfaas_plan.cli import data, pages, planning, simulating, validating
 from prfaas_plan.cli.bench import bench_app
 from prfaas_plan.errors import PlanError
 
@@ -25,7 +25,7 @@ app = typer.Typer(
 )
 app.add_typer(bench_app, name="bench")
 for command in (data.models, data.hardware, data.kv, data.bandwidth, data.profile, planning.plan, planning.sweep,
-                pages.compare, pages.report, simulating.simulate):
+                pages.compare, pages.report, simulating.simulate, validating.validate):
     app.command()(command)
 
 

@@ -16,6 +16,7 @@ from prfaas_plan.cli.output import (
     PREFILL_GPU,
     ContextOpt,
     EngineOpt,
+    EngineProfileOpt,
     FormatOpt,
     HardwareDbOpt,
     KvDtypeOpt,
@@ -26,7 +27,13 @@ from prfaas_plan.cli.output import (
     db_dirs,
     emit,
 )
-from prfaas_plan.defaults import DEFAULT_CLUSTER_GPUS, DEFAULT_INSTANCE_GPUS, DEFAULT_LINK_EFFICIENCY, DEFAULT_LINK_GBPS
+from prfaas_plan.defaults import (
+    DEFAULT_CLUSTER_GPUS,
+    DEFAULT_ENGINE_PROFILE,
+    DEFAULT_INSTANCE_GPUS,
+    DEFAULT_LINK_EFFICIENCY,
+    DEFAULT_LINK_GBPS,
+)
 from prfaas_plan.errors import InvalidInput
 
 if TYPE_CHECKING:
@@ -146,6 +153,7 @@ def bandwidth(
     link_gbps: Annotated[float, typer.Option(help="inter-DC line rate, Gbps (1e9 bit/s)")] = DEFAULT_LINK_GBPS,
     link_efficiency: Annotated[float, typer.Option(help="usable fraction of the line rate")] = DEFAULT_LINK_EFFICIENCY,
     kv_dtype: KvDtypeOpt = "bf16",
+    engine_profile: EngineProfileOpt = DEFAULT_ENGINE_PROFILE,
     fmt: FormatOpt = "table",
     model_db: ModelDbOpt = None,
     hardware_db: HardwareDbOpt = None,
@@ -163,7 +171,7 @@ def bandwidth(
     check_count(cluster_gpus, "--cluster-gpus", MAX_POOL_GPUS, "GPUs in the cluster")
     if not (0 < link_gbps < float("inf")) or not 0 < link_efficiency <= 1:  # rejects NaN too
         raise InvalidInput("--link-gbps must be positive and --link-efficiency in (0, 1]")
-    inst = instance(hardware, gpus, db_dirs(hardware_db))
+    inst = instance(hardware, gpus, db_dirs(hardware_db), engine=engine_profile)
     specs = [load_model(m, db_dirs(model_db)) for m in model]
     df = bandwidth_table(specs, inst, contexts, cluster_gpus, link_gbps, link_efficiency,
                          CacheSettings(kv_dtype=kv_dtype))
@@ -205,6 +213,7 @@ def profile(
     gpus: Annotated[int, typer.Option(help="GPUs per instance")] = DEFAULT_INSTANCE_GPUS,
     context: ContextOpt = CONTEXTS,
     tpot_ms: Annotated[float, typer.Option(help="decode SLO, ms per output token")] = 25.0,
+    engine_profile: EngineProfileOpt = DEFAULT_ENGINE_PROFILE,
     fmt: FormatOpt = "table",
     model_db: ModelDbOpt = None,
     hardware_db: HardwareDbOpt = None,
@@ -224,7 +233,7 @@ def profile(
     m = load_model(model, db_dirs(model_db))
     rows = []
     for hw in hardware:
-        inst = instance(hw, gpus, db_dirs(hardware_db))
+        inst = instance(hw, gpus, db_dirs(hardware_db), engine=engine_profile)
         same = m.id == paper.spec.model and inst.name == paper.prfaas_instance.name
         rows += _profile_records(m, inst, contexts, tpot_ms / 1e3, paper.prfaas_profile if same else None)
     emit(rows, fmt, f"{m.id}: prefill latency and decode capacity at {1e3 / tpot_ms:.0f} tokens/s",

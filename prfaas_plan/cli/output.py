@@ -19,6 +19,8 @@ HardwareDbOpt = Annotated[Optional[list[Path]], typer.Option("--hardware-db", he
 ContextOpt = Annotated[str, typer.Option("--context", "-c", help="comma-separated token counts, K = 1024 (e.g. 1K,8K,32K,128K)")]
 KvDtypeOpt = Annotated[KvDtype, typer.Option(help="element type of the KV cache")]
 EngineOpt = Annotated[Engine, typer.Option(help="whose state-dtype rules to use")]
+EngineProfileOpt = Annotated[str, typer.Option(
+    help="serving-engine profile (engine_db id or YAML path): kernel tables and version, host overheads")]
 ScenarioArg = Annotated[str, typer.Argument(help="scenario id (paper-case-study) or YAML path")]
 ModeOpt = Annotated[PlanMode, typer.Option(help="exact (MILP over length buckets) or paper (Eqs. 3-8, grid search)")]
 TraceOpt = Annotated[Optional[Path], typer.Option(help="workload from a trace (Mooncake JSONL, Azure CSV)")]

@@ -60,7 +60,8 @@ class Work:
 @dataclass(frozen=True)
 class Gemm:
     """One (fused) GEMM ``[m x k] @ [k x n]`` per rank; ``scope`` says whose tokens it sees:
-    ``attention`` (the rank's own requests) or ``all`` (every token of the instance)."""
+    ``attention`` (the rank's own requests), ``all`` (every token of the instance) or ``head``
+    (one token per request of the rank: the LM head samples the last position only)."""
 
     name: str
     n: int
@@ -70,7 +71,7 @@ class Gemm:
     family: str = "gemm"
 
     def time(self, t: KernelTables, w: Work) -> OpTime:
-        m = w.rank_tokens if self.scope == "attention" else w.tokens
+        m = {"attention": w.rank_tokens, "all": w.tokens}.get(self.scope, np.asarray(float(w.rank_batch)))
         return t.gemm(m, self.n, self.k, self.dtype)
 
 
@@ -293,8 +294,12 @@ class OpBreakdown:
         return str(out) if out.ndim == 0 else out
 
 
+Chunks = tuple[np.ndarray, np.ndarray, np.ndarray]
+"""A chunked prefill: (chunk tokens, whole chunks, tokens in the last partial chunk)."""
+
+
 def _run(model: ModelSpec, inst: Instance, engine: EngineProfile, work: Work, kv_dtype: str,
-         gemm_chunks: np.ndarray | None = None) -> OpBreakdown:
+         gemm_chunks: Chunks | None = None) -> OpBreakdown:
     """Time every op of ``forward_ops`` for ``work`` and add the engine's per-layer costs."""
     layout = inst.parallel
     tables = kernel_tables(inst.gpu, engine.kernel_engine, engine.kernel_version)
@@ -315,10 +320,10 @@ def _run(model: ModelSpec, inst: Instance, engine: EngineProfile, work: Work, kv
     return OpBreakdown(total, families, ops, sources)
 
 
-def _timed(op: Op, tables: KernelTables, work: Work, gemm_chunks: np.ndarray | None) -> OpTime:
+def _timed(op: Op, tables: KernelTables, work: Work, gemm_chunks: Chunks | None) -> OpTime:
     """One op's time; in a chunked prefill the token-linear ops (GEMMs, MoE, collectives) run
     once per chunk of the chunked-prefill size, the attention kernels once over the whole request."""
-    if gemm_chunks is None or op.family not in ("gemm", "moe", "comm"):
+    if gemm_chunks is None or op.family not in ("gemm", "moe", "comm") or (isinstance(op, Gemm) and op.scope == "head"):
         return op.time(tables, work)
     size, full, rest = gemm_chunks
     whole = op.time(tables, _with_tokens(work, size))
@@ -358,3 +363,50 @@ def decode_ops(model: ModelSpec, inst: Instance, batch: int, context_tokens, eng
     total = b.total_s + engine.step_overhead_s
     return OpBreakdown(total if np.ndim(total) else float(total), fam, b.ops, b.sources)
 
+
+
+def mixed_step_ops(model: ModelSpec, inst: Instance, decode_batch: int, decode_context, prefill_tokens,
+                   prefill_context, engine: EngineProfile, kv_dtype: str = "bf16") -> OpBreakdown:
+    """One engine step of continuous batching (vLLM V1 / SGLang chunked prefill): ``decode_batch``
+    requests decoding at ``decode_context`` tokens each plus one prefill chunk of
+    ``prefill_tokens`` tokens (array or scalar) whose request already holds ``prefill_context``
+    tokens of cache (its prefix). The token-linear ops (GEMMs, MoE, collectives, LM head,
+    elementwise passes) run once over every token of the step, the chunk on one attention rank
+    beside that rank's share of the decodes; decode attention runs for the batch; the chunk's
+    attention is the causal cost of ``prefix + chunk`` tokens less that of ``prefix`` (the chunk's
+    queries over all earlier keys). With prefill it launches eagerly; plus the step overhead.
+    Without prefill it is :func:`decode_ops`; without decodes and prefix it is the kernels of
+    :func:`prefill_ops` for one chunk (no request overhead)."""
+    p = np.asarray(prefill_tokens, dtype=float)
+    if not np.any(p > 0):
+        return decode_ops(model, inst, decode_batch, decode_context, engine, kv_dtype)
+    prefix = np.asarray(prefill_context, dtype=float)
+    b, dp = int(decode_batch), inst.parallel.attn_dp
+    rank_m = math.ceil(b / dp) + p  # the busiest rank: its share of the decodes and the chunk
+    tables = kernel_tables(inst.gpu, engine.kernel_engine, engine.kernel_version)
+    dec = Work("decode", np.asarray(float(b)), b, np.asarray(decode_context, dtype=float), dp)
+    families: dict[str, np.ndarray] = {}
+    ops: dict[str, np.ndarray] = {}
+    sources: dict[str, str] = {}
+    for s in forward_ops(model, inst.parallel, kv_dtype, "prefill"):
+        op = s.op
+        if op.family in ("gemm", "moe", "comm"):
+            whole = isinstance(op, MoE) or (isinstance(op, Gemm) and op.scope != "attention")
+            t = op.time(tables, Work("prefill", b + p if whole else rank_m, 1, p, dp))
+            lat = t.latency_s
+        else:
+            t = op.time(tables, Work("prefill", prefix + p, 1, prefix + p, dp))
+            lat = t.latency_s - np.where(prefix > 0, op.time(tables, Work("prefill", np.maximum(prefix, 1.0), 1,
+                                                                            prefix, dp)).latency_s, 0.0)
+            if b:
+                lat = lat + op.time(tables, dec).latency_s
+        ops[op.name] = ops.get(op.name, 0.0) + s.count * lat
+        families[op.family] = families.get(op.family, 0.0) + s.count * lat
+        sources[op.name] = t.source
+    layers = model.layers.count
+    families["elementwise"] = (layers * engine.elementwise_passes * rank_m * model.hidden_size * ACTIVATION_BYTES
+                               / (inst.gpu.memory_bytes_per_s * inst.gpu.efficiency.memory))
+    families["launch"] = np.asarray(layers * engine.layer_launch_s_for("prefill"))
+    families["overhead"] = np.asarray(engine.step_overhead_s)
+    total = sum(np.broadcast_arrays(*families.values()))
+    return OpBreakdown(total if np.ndim(total) else float(total), families, ops, sources)

@@ -1,0 +1,53 @@
+"""The validation command: predicted against measured TTFT and TPOT of serving runs (``validate``)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Literal, Optional
+
+import typer
+
+from prfaas_plan.cli.output import FormatOpt, emit
+from prfaas_plan.errors import InvalidInput
+
+Source = Literal["silicon", "runs"]
+
+
+def validate(
+    source: Annotated[Source, typer.Argument(help="silicon (aiconfigurator-core's measured runs) or runs (vllm bench serve result JSON files)")] = "silicon",
+    path: Annotated[Optional[Path], typer.Argument(help="with runs: a result JSON or a folder of them")] = None,
+    csv: Annotated[Optional[Path], typer.Option("--csv", help="with silicon: this silicon_sample.csv instead of the installed aiconfigurator-core's")] = None,
+    system: Annotated[Optional[list[str]], typer.Option("--system", help="only this system (h200 or h200_sxm; repeatable)")] = None,
+    rows: Annotated[bool, typer.Option("--rows", help="print every row instead of the summary")] = False,
+    html: Annotated[Optional[Path], typer.Option("--html", help="also write an offline HTML page: scatter plots and the worst rows")] = None,
+    fmt: FormatOpt = "table",
+) -> None:
+    """How far the performance model lands from measured serving runs it was never fitted to:
+    per system and model, n and the median and max |error| of TTFT and TPOT, and rows per status."""
+    from prfaas_plan.validate import status_counts, summary, system_names, validate_runs, validate_silicon
+
+    if source == "runs" and path is None:
+        raise InvalidInput("runs: give the result JSON file or folder: prfaas-plan validate runs PATH")
+    if source == "silicon" and path is not None:
+        raise InvalidInput("silicon: takes no PATH; give the CSV with --csv PATH")
+    if source == "runs" and csv is not None:
+        raise InvalidInput("--csv: only with silicon")
+    if html is not None and html.exists() and html.is_dir():
+        raise InvalidInput(f"--html: {html} is a folder; give a file name such as validate.html")
+    df = validate_silicon(csv, system) if source == "silicon" else validate_runs(path)
+    if source == "runs" and system:
+        df = df[df["system"].isin(system_names(system))]
+    if html is not None:
+        from prfaas_plan.report.validate_page import validate_report
+
+        validate_report(df, html)
+        typer.echo(f"wrote {html}", err=True)
+    if rows:
+        emit(df, fmt)
+        return
+    summ = summary(df)
+    if fmt != "table":
+        emit(summ, fmt)
+        return
+    emit(summ, fmt, title="|error| in percent of the measured value, predicted rows", floats="{:,.1f}")
+    emit(status_counts(df), fmt, title="rows per status")

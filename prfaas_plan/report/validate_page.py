@@ -1,0 +1,98 @@
+"""The validation page: predicted against measured TTFT and TPOT (:func:`validate_report`).
+
+The numbers are :mod:`prfaas_plan.validate`'s; this module lays them out on the report page
+template (Content-Security-Policy, Vega inlined, no network): one scatter plot per metric on log
+axes with the 1:1 line and +-25% bands, the summary per system and model, the rows per status
+rule and the 20 worst rows. The page is written atomically (never a partial file).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from prfaas_plan.report.charts import SERIES_COLORS, _alt, _decade_axis
+from prfaas_plan.report.files import _write
+from prfaas_plan.report.page import Col, Figure, Report, Section, Table, _e
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+BAND = 0.25
+"""Half-width of the shaded band around the 1:1 line (+-25% of the measured value)."""
+
+
+def _scatter(ok: pd.DataFrame, metric: str, label: str):
+    """Predicted against measured ``metric`` (ms) per row, coloured by model, on log axes, over
+    the 1:1 line and its +-25% band."""
+    import pandas as pd
+
+    alt = _alt()
+    meas, pred = ok[f"{metric}_ms_measured"], ok[f"{metric}_ms_predicted"]
+    lo = float(min(meas.min(), pred.min()) / 1.5)
+    hi = float(max(meas.max(), pred.max()) * 1.5)
+    xs = np.geomspace(lo, hi, 24)
+    ref = pd.DataFrame({"x": xs, "y": xs, "lo": xs * (1 - BAND), "hi": xs * (1 + BAND)})
+    scale = alt.Scale(type="log", domain=[lo, hi])
+    x_axis, y_axis = _decade_axis(f"measured {label} (ms)"), _decade_axis(f"predicted {label} (ms)")
+    x = alt.X("x:Q", scale=scale, axis=x_axis)
+    band = alt.Chart(ref).mark_area(opacity=0.18, color="#1f6fb2").encode(
+        x=x, y=alt.Y("lo:Q", scale=scale, axis=y_axis), y2="hi:Q")
+    diag = alt.Chart(ref).mark_line(color="#5b6578", strokeDash=[4, 3], strokeWidth=1.2).encode(
+        x=x, y=alt.Y("y:Q", scale=scale, axis=y_axis))
+    pts = ok[["system", "model", "mode", "isl", "osl", "concurrency", f"{metric}_ms_measured",
+              f"{metric}_ms_predicted"]].rename(columns={f"{metric}_ms_measured": "measured",
+                                                         f"{metric}_ms_predicted": "predicted"})
+    dots = alt.Chart(pts).mark_circle(size=34, opacity=0.75).encode(
+        x=alt.X("measured:Q", scale=scale, axis=x_axis), y=alt.Y("predicted:Q", scale=scale, axis=y_axis),
+        color=alt.Color("model:N", title="model", scale=alt.Scale(range=SERIES_COLORS)),
+        shape=alt.Shape("mode:N", title="mode"),
+        tooltip=[alt.Tooltip(c, format=",.4g") if c in ("measured", "predicted") else c for c in pts.columns])
+    return alt.layer(band, diag, dots).properties(title=f"{label}: predicted vs measured (ms, log axes)")
+
+
+def _cols(df: pd.DataFrame) -> list[Col]:
+    """A column per field: text left-aligned, numbers formatted."""
+    return [Col(c, c.replace("_", " "), fmt="text", text=True) if df[c].dtype == object else Col(c, c.replace("_", " "))
+            for c in df.columns]
+
+
+def validate_report(df: pd.DataFrame, path: str | Path, title: str = "Validation against measured serving runs") -> Path:
+    """Write the validation page of a :func:`~prfaas_plan.validate.validate_silicon` /
+    :func:`~prfaas_plan.validate.validate_runs` frame to ``path`` (one offline file) and return it."""
+    from prfaas_plan.validate import errors_pct, status_counts, summary, worst_rows
+
+    ok = errors_pct(df)
+    summ, counts, worst = summary(df), status_counts(df), worst_rows(df)
+    blocks: list = []
+    if len(ok):
+        blocks += [Figure("ttft-scatter", _scatter(ok, "ttft", "TTFT"),
+                          "Each dot one measured run; the dashed line is a perfect prediction, the band +-25%."),
+                   Figure("tpot-scatter", _scatter(ok, "tpot", "TPOT"),
+                          "Each dot one measured run; the dashed line is a perfect prediction, the band +-25%.")]
+    else:
+        blocks.append("<p>No row was predicted; see the rows per status below.</p>")
+    sections = [
+        Section("scatter", "Predicted against measured", blocks),
+        Section("summary", "Errors per system and model",
+                [Table("summary", summ, _cols(summ), caption="|error| in percent of the measured value")]),
+        Section("status", "Rows per status", [Table("status", counts, _cols(counts),
+                                                    caption="ok: predicted; any other: the rule that left the row out")]),
+        Section("worst", "The 20 worst rows", [Table("worst", worst, _cols(worst),
+                                                     caption="by the larger of TTFT and TPOT |error|")]),
+    ]
+    src = df.attrs.get("source", "")
+    subtitle = (f"{len(df):,} rows{' from <code>' + _e(src) + '</code>' if src else ''}; {len(ok):,} predicted. "
+                "The rows were never used to fit or tune anything.")
+    cards = [("rows predicted", f"{len(ok):,}", f"of {len(df):,}")]
+    if len(ok):
+        cards += [("TTFT median |error|", f"{ok['ttft_error_pct'].abs().median():.0f}%", "all predicted rows"),
+                  ("TPOT median |error|", f"{ok['tpot_error_pct'].abs().median():.0f}%", "all predicted rows")]
+    report = Report("validate", title, subtitle, cards, _e("Predictions from the kernel tables and the engine "
+                                                           "profiles' documented constants only."), sections)
+    return _write(report, Path(path), None)
+
+
+__all__ = ["validate_report"]

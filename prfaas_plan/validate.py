@@ -1,0 +1,503 @@
+"""Validation: the performance model's TTFT and TPOT against measured serving runs it was not fitted to.
+
+Two sources of runs, one mapping:
+
+* :func:`validate_silicon` -- NVIDIA's 5,221 measured serving runs, ``systems/silicon_sample.csv``
+  of the ``aiconfigurator-core`` wheel (https://pypi.org/project/aiconfigurator-core/0.12.0/),
+  read from the installed package (``pip install 'prfaas-plan[kernels]'``) or any CSV path;
+* :func:`validate_runs` -- a user's own ``vllm bench serve --save-result`` JSON files, their
+  engine and GPUs named by ``--metadata gpu=h200 tp=8`` (keys :data:`RUN_METADATA`).
+
+Honesty rules (issue #14): the rows are never used to fit or tune anything; only the kernel tables
+and the engine profiles' documented constants are inputs. A row that is not predicted says why in
+``status``: one of the rules below, written in :func:`_map_row`, counted by :func:`status_counts`.
+Predictions are cached per identical case (model, dtypes, GPU, engine, layout, ISL, OSL,
+concurrency), so the CSV's repeated configurations cost one prediction each.
+
+Units: lengths in tokens, times in milliseconds where a name says ``_ms`` (the CSV's unit), errors
+in percent of the measured value (``_pct``).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import math
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from prfaas_plan.errors import InvalidInput, PlanError
+from prfaas_plan.layout import Layout, check_layout
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+    from prfaas_plan.hardware import Instance
+    from prfaas_plan.model.arch import ModelSpec
+
+COLUMNS = ("system", "model", "engine", "engine_version", "precision", "mode", "isl", "osl", "concurrency", "tp",
+           "attention_dp", "moe_tp", "moe_ep", "ttft_ms_measured", "ttft_ms_predicted", "tpot_ms_measured",
+           "tpot_ms_predicted", "status")
+"""The columns of every validation frame, in order."""
+
+REQUIRED_COLUMNS = ("silicon_data_source", "backend", "backend_version", "model_path", "system", "precision", "mode",
+                    "isl", "osl", "gemm_quant_mode", "moe_quant_mode", "batch_size", "tp_size", "pp_size",
+                    "attention_dp_size", "moe_tp_size", "moe_ep_size", "silicon_ttft_ms", "silicon_tpot_ms")
+"""CSV columns the mapping reads (the silicon CSV's names); the disaggregated rows' ``prefill_*`` /
+``decode_*`` layout columns are read when present."""
+
+MODEL_IDS = {
+    "MiniMaxAI/MiniMax-M2.5": "minimax-m2.5",
+    "Qwen/Qwen3.5-397B-A17B": "qwen3.5-397b-a17b",
+    "Qwen/Qwen3-235B-A22B-FP8": "qwen3-235b-a22b-fp8",
+    # DeepSeek-R1 is DeepSeek-V3's architecture retrained (same config.json but for the weights):
+    # https://huggingface.co/deepseek-ai/DeepSeek-R1/blob/main/config.json
+    "deepseek-ai/DeepSeek-V3": "deepseek-v3",
+    "deepseek-ai/DeepSeek-R1": "deepseek-v3",
+    "meta-llama/Llama-3.1-70B": "llama-3.1-70b",
+    # Kimi-K2.5's text model is Kimi-K2's architecture (61 MLA layers, 64 heads, 384 routed top-8
+    # experts of 2048, 1 shared, first layer dense; aiconfigurator_core/model_configs/
+    # moonshotai--Kimi-K2.5_config.json) with the same INT4 QAT block as K2-Thinking (routed experts
+    # int4 group 32, the rest bf16): our kimi-k2-thinking entry.
+    "moonshotai/Kimi-K2.5": "kimi-k2-thinking",
+}
+"""The CSV's Hugging Face model paths that have a model_db entry, and that entry's id."""
+
+SYSTEM_GPUS = {"h200_sxm": "h200", "h100_sxm": "h100", "b200_sxm": "b200"}
+"""The CSV's systems that have a hardware_db entry (gb200, gb300, b300_sxm have none)."""
+
+QUANT_DTYPES = {"bf16": "bf16", "fp8": "fp8", "fp8_block": "fp8_block", "int4_wo": "int4_w4a16"}
+"""The CSV's gemm/moe quant modes as GEMM dtypes. ``int4_wo`` (weight-only int4) is the W4A16
+group-32 scheme of the Kimi checkpoints' quantization_config (group_size 32)."""
+
+INT4_GROUP_SIZE = 32
+"""Weights per scale of ``int4_wo`` (Kimi-K2.5's quantization_config config_groups.group_0.weights.group_size)."""
+
+ENGINES = ("vllm", "sglang")
+"""Backends whose kernels we hold (trtllm tables are not imported)."""
+
+RELEASE = re.compile(r"^\d+(\.\d+)*(\.?post\d+)?$")
+"""A release number an engine profile's kernel_version accepts; other versions (nightly builds,
+missing ones) run the profile's own kernel_version, the newest tables collected."""
+
+CONCURRENCY = re.compile(r"silicon_concurrency=(-?\d+)")
+
+RUN_KEYS = ("completed", "total_input_tokens", "total_output_tokens", "mean_ttft_ms", "mean_tpot_ms", "max_concurrency")
+"""Keys of a ``vllm bench serve --save-result`` JSON (vllm/benchmarks/serve.py, save_result) this reads."""
+
+RUN_METADATA = ("gpu", "tp", "attention_dp", "moe_tp", "moe_ep", "engine_version")
+"""``--metadata KEY=VALUE`` keys that say where a run ran (tp default 1, the rest as the CSV's defaults)."""
+
+# The rules that leave a row out (the ``status`` of a row not predicted).
+UNKNOWN_MODEL = "unknown model"
+UNSUPPORTED_PRECISION = "unsupported precision"
+NO_HARDWARE = "no hardware entry"
+NO_KERNELS = "engine without kernel tables"
+UNSUPPORTED_LAYOUT = "unsupported layout"
+LAYOUT_REJECTED = "layout rejected"
+INVALID_CONCURRENCY = "invalid concurrency"
+NO_CONCURRENCY = "no max_concurrency (open-loop run)"
+NO_GPU = "no gpu in the run's metadata"
+PREDICTION_FAILED = "prediction failed"
+
+
+@dataclass(frozen=True)
+class Case:
+    """One row mapped to our inputs: everything a prediction depends on (the cache key)."""
+
+    model_id: str
+    dtypes: tuple[tuple[str, str], ...]  # GEMM class -> dtype overrides of the model's own
+    gpu_id: str
+    engine_id: str
+    kernel_version: str | None  # None: the profile's own
+    layout: Layout  # the aggregated worker, or the prefill worker of a disaggregated row
+    decode_layout: Layout | None  # the decode worker of a disaggregated row
+    isl_tokens: int
+    osl_tokens: int
+    concurrency: int
+    decode_batch: int | None  # requests per decode worker of a disaggregated row
+
+
+@dataclass(frozen=True)
+class RowContext:
+    """What one aggregated prediction runs on."""
+
+    model: ModelSpec
+    inst: Instance
+    isl_tokens: int
+    osl_tokens: int
+    concurrency: int
+
+
+# ----------------------------------------------------------------------------- row mapping
+def _num(row: dict, key: str) -> float | None:
+    """A numeric cell, None when empty or absent."""
+    v = row.get(key)
+    if v is None or (isinstance(v, float) and math.isnan(v)) or v == "":
+        return None
+    return float(v)
+
+
+def _dtypes(row: dict) -> tuple[tuple[str, str], ...] | str:
+    """GEMM dtype overrides from gemm_quant_mode (attention, dense FFN) and moe_quant_mode (experts),
+    or the status leaving the row out. Empty modes keep the checkpoint's dtypes; ``int4_wo`` as the
+    gemm mode keeps them too (the Kimi checkpoints leave attention, shared experts and the dense MLP
+    in bf16: quantization_config ``ignore``)."""
+    out = []
+    for col, classes in (("gemm_quant_mode", ("attention", "dense_ffn")), ("moe_quant_mode", ("experts",))):
+        mode = row.get(col)
+        if not isinstance(mode, str) or not mode:
+            continue
+        if mode not in QUANT_DTYPES:
+            return f"{UNSUPPORTED_PRECISION} {mode}"
+        if mode == "int4_wo" and col == "gemm_quant_mode":
+            continue
+        out += [(c, QUANT_DTYPES[mode]) for c in classes]
+    return tuple(out)
+
+
+def _layout(model: ModelSpec, row: dict, prefix: str = "") -> Layout | str:
+    """The worker's Layout from the CSV's sizes, or a status. GPUs per worker = tp x attention_dp x pp
+    (aiconfigurator's convention: ``ModelConfig.total_gpus_per_worker`` and ``resolve_moe_parallelism``,
+    aiconfigurator_core/sdk/config.py: tp * attention_dp == moe_tp * moe_ep, a missing MoE size
+    inferred from the other). Empty or 0 sizes are the SDK's default 1."""
+    def size(name: str) -> int | None:
+        v = _num(row, f"{prefix}{name}")
+        return int(v) if v else None
+
+    tp, dp, pp = size("tp_size") or 1, size("attention_dp_size") or 1, size("pp_size") or 1
+    gpus = tp * dp
+    moe_tp, moe_ep = size("moe_tp_size"), size("moe_ep_size")
+    if moe_tp is None and moe_ep is None:
+        moe_tp, moe_ep = gpus, 1
+    elif moe_tp is None:
+        moe_tp = gpus // moe_ep
+    elif moe_ep is None:
+        moe_ep = gpus // moe_tp
+    if pp > 1:
+        return f"{UNSUPPORTED_LAYOUT}: pipeline parallel {pp}"
+    if tp > 1 and dp > 1:
+        return f"{UNSUPPORTED_LAYOUT}: attention tp {tp} x dp {dp}"
+    if moe_tp * moe_ep != gpus or (moe_tp > 1 and moe_ep > 1):
+        return f"{UNSUPPORTED_LAYOUT}: experts tp {moe_tp} x ep {moe_ep} on {gpus} GPUs"
+    experts = "ep" if moe_ep > 1 else "tp"
+    if model.ffn.num_experts == 0:
+        experts = "tp"  # a dense model's "MoE" sizes are the TP group's
+    layout = Layout(gpus, "dp" if dp > 1 else "tp", experts)
+    try:
+        return check_layout(model, layout)
+    except PlanError as exc:
+        return f"{LAYOUT_REJECTED}: {exc}"
+
+
+def _concurrency(row: dict, strict: bool) -> int | str:
+    """Clients of the closed loop: silicon_concurrency=N of the data source, else batch_size.
+    Negative in a user's file is bad input (``strict``); <= 0 otherwise leaves the row out."""
+    m = CONCURRENCY.search(str(row.get("silicon_data_source") or ""))
+    c = int(m.group(1)) if m else _num(row, "batch_size")
+    if c is not None and c < 0 and strict:
+        raise InvalidInput(f"concurrency: row {row.get('id', '?')} has concurrency {c}; give a count >= 1")
+    if c is None or c <= 0:
+        return INVALID_CONCURRENCY
+    return int(c)
+
+
+def _map_row(row: dict, models: dict, strict: bool = False) -> Case | str:
+    """One CSV row as a :class:`Case`, or the status (a rule of this module) that leaves it out."""
+    model_id = MODEL_IDS.get(row["model_path"])
+    dtypes = _dtypes(row)
+    if model_id is None:  # NVIDIA's own NVFP4 checkpoints are named by their precision
+        return dtypes if isinstance(dtypes, str) and "NVFP4" in row["model_path"] else UNKNOWN_MODEL
+    gpu_id = SYSTEM_GPUS.get(row["system"])
+    if gpu_id is None:
+        return NO_HARDWARE
+    engine = row["backend"]
+    if engine not in ENGINES:
+        return f"{NO_KERNELS} ({engine})"
+    if isinstance(dtypes, str):
+        return dtypes
+    version = row.get("backend_version")
+    version = version if isinstance(version, str) and RELEASE.match(version) else None
+    concurrency = _concurrency(row, strict)
+    if isinstance(concurrency, str):
+        return concurrency
+    model = _model(models, model_id, dtypes)
+    disagg = row["mode"] == "disagg"
+    layout = _layout(model, row, "prefill_" if disagg else "")
+    decode = _layout(model, row, "decode_") if disagg else None
+    for lay in (layout, decode):
+        if isinstance(lay, str):
+            return lay
+    batch = _decode_batch(row, decode, concurrency) if disagg else None
+    if batch is not None and batch <= 0:
+        return INVALID_CONCURRENCY
+    return Case(model_id, dtypes, gpu_id, engine, version, layout, decode, int(row["isl"]), int(row["osl"]),
+                concurrency, batch)
+
+
+def _decode_batch(row: dict, decode: Layout, concurrency: int) -> int:
+    """Requests on one decode worker of a disaggregated row: decode_batch_size is per attention-DP
+    rank (decode_batch_size x decode_attention_dp_size == concurrency / decode_num_workers in 267 of
+    the CSV's 274 rows that give both); without it, the closed loop's share of one worker."""
+    per_rank = _num(row, "decode_batch_size")
+    if per_rank is not None:
+        return int(per_rank) * decode.attn_dp
+    return math.ceil(concurrency / (_num(row, "decode_num_workers") or 1))
+
+
+# ----------------------------------------------------------------------------- prediction
+def _model(models: dict, model_id: str, dtypes: tuple[tuple[str, str], ...]) -> ModelSpec:
+    """The model in the row's dtypes (memoised in ``models``, one validation's cache)."""
+    key = (model_id, dtypes)
+    if key not in models:
+        from prfaas_plan.model import load_model
+
+        over: dict[str, Any] = dict(dtypes)
+        if "int4_w4a16" in over.values():
+            over["group_size"] = INT4_GROUP_SIZE
+        models[key] = load_model(model_id).with_gemm_dtypes(**over) if over else load_model(model_id)
+    return models[key]
+
+
+def _instance(case: Case, layout: Layout) -> Instance:
+    """The worker: the row's GPU and layout under the backend's profile at the row's version, so
+    that the nearest collected kernel tables of that version are used."""
+    from prfaas_plan.engine import load_engine
+    from prfaas_plan.hardware import instance
+
+    engine = load_engine(case.engine_id)
+    if case.kernel_version is not None and case.kernel_version != engine.kernel_version:
+        engine = engine.model_copy(update={"kernel_version": case.kernel_version})
+    return instance(case.gpu_id, layout.gpus, layout=layout, engine=engine)
+
+
+def _predict_agg(ctx: RowContext) -> tuple[float, float]:
+    """(TTFT, TPOT) in ms of an aggregated engine at the row's closed-loop concurrency
+    (:func:`prfaas_plan.serving.colocated_closed_loop`: the engine's step loop, chunked prefill
+    mixed into decode steps, TTFT with the wait for a prefill slot)."""
+    from prfaas_plan.serving import colocated_closed_loop
+
+    point = colocated_closed_loop(ctx.model, ctx.inst, ctx.isl_tokens, ctx.osl_tokens, ctx.concurrency)
+    return point.ttft_s * 1e3, point.tpot_s * 1e3
+
+
+def _predict_disagg(model: ModelSpec, prefill: Instance, decode: Instance, case: Case) -> tuple[float, float]:
+    """(TTFT, TPOT) in ms of a disaggregated row: the prefill worker's prefill of the ISL, and the
+    decode worker's step at its batch and the mean context (ISL + OSL / 2)."""
+    from prfaas_plan.perf.latency import decode_step_s, prefill_latency
+
+    ttft_s = float(prefill_latency(model, prefill, case.isl_tokens).total_s)
+    tpot_s = decode_step_s(model, decode, case.decode_batch, case.isl_tokens + case.osl_tokens / 2)
+    return ttft_s * 1e3, tpot_s * 1e3
+
+
+def predict(case: Case, models: dict) -> tuple[float, float] | str:
+    """(TTFT ms, TPOT ms) of one case, or the status of a prediction the model refuses."""
+    model = _model(models, case.model_id, case.dtypes)
+    try:
+        if case.decode_layout is not None:
+            return _predict_disagg(model, _instance(case, case.layout), _instance(case, case.decode_layout), case)
+        ctx = RowContext(model, _instance(case, case.layout), case.isl_tokens, case.osl_tokens, case.concurrency)
+        return _predict_agg(ctx)
+    except PlanError as exc:
+        return f"{PREDICTION_FAILED}: {exc}"
+
+
+# ----------------------------------------------------------------------------- frames
+def _out_row(row: dict, case: Case | str, got: tuple[float, float] | str) -> dict:
+    """The row in :data:`COLUMNS` (the decode worker's layout for a disaggregated row)."""
+    model = case.model_id if isinstance(case, Case) else row["model_path"]
+    lay = (case.decode_layout or case.layout) if isinstance(case, Case) else None
+    ok = isinstance(got, tuple)
+    version = row.get("backend_version")
+    return {
+        "system": row["system"], "model": model, "engine": row["backend"],
+        "engine_version": version if isinstance(version, str) else "",
+        "precision": row.get("precision") if isinstance(row.get("precision"), str) else "",
+        "mode": row["mode"], "isl": int(row["isl"]), "osl": int(row["osl"]),
+        "concurrency": case.concurrency if isinstance(case, Case) else _concurrency_or_nan(row),
+        **({"tp": lay.attn_tp, "attention_dp": lay.attn_dp, "moe_tp": lay.moe_tp, "moe_ep": lay.moe_ep} if lay else
+           {c: _num(row, f"{c}_size") for c in ("tp", "attention_dp", "moe_tp", "moe_ep")}),
+        "ttft_ms_measured": float(row["silicon_ttft_ms"]), "ttft_ms_predicted": got[0] if ok else math.nan,
+        "tpot_ms_measured": float(row["silicon_tpot_ms"]), "tpot_ms_predicted": got[1] if ok else math.nan,
+        "status": "ok" if ok else (got if isinstance(got, str) else case),
+    }
+
+
+def _concurrency_or_nan(row: dict) -> float:
+    m = CONCURRENCY.search(str(row.get("silicon_data_source") or ""))
+    c = int(m.group(1)) if m else _num(row, "batch_size")
+    return math.nan if c is None else float(c)
+
+
+def _frame(rows: list[dict], strict: bool) -> pd.DataFrame:
+    """Map, predict (once per identical case) and tabulate ``rows``."""
+    import pandas as pd
+
+    models: dict = {}
+    predictions: dict[Case, tuple[float, float] | str] = {}
+    out = []
+    for row in rows:
+        case = _map_row(row, models, strict)
+        got: tuple[float, float] | str | None = None
+        if isinstance(case, Case):
+            if case not in predictions:
+                predictions[case] = predict(case, models)
+            got = predictions[case]
+        out.append(_out_row(row, case, got if got is not None else case))
+    df = pd.DataFrame(out, columns=list(COLUMNS))
+    df.attrs["unique_predictions"] = len(predictions)
+    return df
+
+
+def default_csv() -> Path:
+    """The silicon CSV of the installed aiconfigurator-core (found without importing its compiled module)."""
+    spec = importlib.util.find_spec("aiconfigurator_core")
+    roots = list(spec.submodule_search_locations or []) if spec is not None else []
+    for root in roots:
+        path = Path(root) / "systems" / "silicon_sample.csv"
+        if path.is_file():
+            return path
+    raise InvalidInput("csv: aiconfigurator-core is not installed; pip install 'prfaas-plan[kernels]' "
+                       "or give --csv PATH to its systems/silicon_sample.csv")
+
+
+def system_names(systems) -> set[str] | None:
+    """The CSV system names of ``systems`` (CSV names or our GPU ids: h200 == h200_sxm)."""
+    if systems is None:
+        return None
+    names = [systems] if isinstance(systems, str) else list(systems)
+    ours = {v: k for k, v in SYSTEM_GPUS.items()}
+    return {ours.get(s, s) for s in names}
+
+
+def validate_silicon(csv_path: str | Path | None = None, systems=None) -> pd.DataFrame:
+    """Every row of the silicon CSV (default: the installed aiconfigurator-core's) with our TTFT and
+    TPOT predictions beside the measured ones, in :data:`COLUMNS`; ``systems`` keeps only those
+    (CSV names like ``h200_sxm`` or our ids like ``h200``)."""
+    import pandas as pd
+
+    path = Path(csv_path) if csv_path is not None else default_csv()
+    if not path.is_file():
+        raise InvalidInput(f"csv: {path} is not a file; give the path of silicon_sample.csv")
+    try:
+        df = pd.read_csv(path, low_memory=False)
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise InvalidInput(f"csv: {path} is not a readable CSV ({str(exc).splitlines()[0]})") from None
+    missing = [c for c in REQUIRED_COLUMNS if c not in df.columns]
+    if missing:
+        raise InvalidInput(f"csv: {path} lacks the columns {', '.join(missing)}; give aiconfigurator-core's "
+                           "systems/silicon_sample.csv or a CSV with its columns")
+    keep = system_names(systems)
+    if keep is not None:
+        df = df[df["system"].isin(keep)]
+    out = _frame(df.to_dict("records"), strict=csv_path is not None)
+    out.attrs["source"] = str(path)
+    return out
+
+
+# ----------------------------------------------------------------------------- vllm bench serve runs
+def _run_row(path: Path, doc: dict) -> dict:
+    """A ``vllm bench serve`` result as a CSV-like row (ISL, OSL = the tokens per completed request)."""
+    missing = [k for k in RUN_KEYS if k not in doc]
+    if missing:
+        raise InvalidInput(f"runs: {path} is not a `vllm bench serve --save-result` JSON (no "
+                           f"{', '.join(missing)}); give the files vllm bench serve wrote")
+    done = doc["completed"]
+    if not isinstance(done, int | float) or done <= 0:
+        raise InvalidInput(f"runs: {path} has completed={done!r}; a run needs at least one completed request")
+    conc = doc["max_concurrency"]
+    if isinstance(conc, int | float) and conc < 0:
+        raise InvalidInput(f"runs: {path} has max_concurrency={conc}; give a count >= 1")
+    model = doc.get("model_id", "")
+    return {
+        "id": str(path), "silicon_data_source": f"silicon_concurrency={int(conc)}" if conc is not None else "",
+        "backend": "vllm", "backend_version": str(doc.get("engine_version", "")),
+        "model_path": next((k for k, v in MODEL_IDS.items() if model in (k, v)), model),
+        "system": str(doc.get("gpu", "")), "precision": doc.get("precision"), "mode": "agg",
+        "isl": round(doc["total_input_tokens"] / done), "osl": round(doc["total_output_tokens"] / done),
+        "gemm_quant_mode": doc.get("gemm_quant_mode"), "moe_quant_mode": doc.get("moe_quant_mode"),
+        "batch_size": None, "tp_size": doc.get("tp", 1), "pp_size": 1, "attention_dp_size": doc.get("attention_dp"),
+        "moe_tp_size": doc.get("moe_tp"), "moe_ep_size": doc.get("moe_ep"),
+        "silicon_ttft_ms": doc["mean_ttft_ms"], "silicon_tpot_ms": doc["mean_tpot_ms"],
+    }
+
+
+def validate_runs(path: str | Path) -> pd.DataFrame:
+    """``vllm bench serve --save-result`` JSON files (one file, or every ``*.json`` of a folder) in
+    :data:`COLUMNS`; the GPU and layout come from ``--metadata gpu=h200 tp=8 ...`` (:data:`RUN_METADATA`;
+    a GPU id of the hardware database or a CSV system name). Measured: mean TTFT and TPOT."""
+    import pandas as pd
+
+    p = Path(path)
+    files = sorted(p.glob("*.json")) if p.is_dir() else [p]
+    if not files or not all(f.is_file() for f in files):
+        raise InvalidInput(f"runs: {p} is neither a result JSON nor a folder of them")
+    rows, no_gpu = [], []
+    for f in files:
+        try:
+            doc = json.loads(f.read_text())
+        except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+            raise InvalidInput(f"runs: {f} is not JSON ({exc}); give vllm bench serve's result files") from None
+        if not isinstance(doc, dict):
+            raise InvalidInput(f"runs: {f} is not a `vllm bench serve --save-result` JSON (not an object)")
+        row = _run_row(f, doc)
+        row["system"] = next((k for k, v in SYSTEM_GPUS.items() if row["system"] in (k, v)), row["system"])
+        (rows if row["system"] else no_gpu).append(row)
+    df = _frame([r for r in rows if r["silicon_data_source"]], strict=True)
+    left = [{**_blank(r), "status": NO_CONCURRENCY} for r in rows if not r["silicon_data_source"]]
+    left += [{**_blank(r), "status": NO_GPU} for r in no_gpu]
+    return pd.concat([df, pd.DataFrame(left, columns=list(COLUMNS))], ignore_index=True) if left else df
+
+
+def _blank(row: dict) -> dict:
+    """A run left out before mapping: its measured values, nothing predicted."""
+    return {c: math.nan for c in COLUMNS} | {
+        "system": row["system"], "model": MODEL_IDS.get(row["model_path"], row["model_path"]), "engine": "vllm", "engine_version": row["backend_version"],
+        "precision": "", "mode": "agg", "isl": row["isl"], "osl": row["osl"],
+        "ttft_ms_measured": float(row["silicon_ttft_ms"]), "tpot_ms_measured": float(row["silicon_tpot_ms"])}
+
+
+# ----------------------------------------------------------------------------- summaries
+def errors_pct(df: pd.DataFrame) -> pd.DataFrame:
+    """The predicted rows with their signed errors in percent of the measured value."""
+    ok = df[df["status"] == "ok"].copy()
+    ok["ttft_error_pct"] = (ok["ttft_ms_predicted"] / ok["ttft_ms_measured"] - 1) * 100
+    ok["tpot_error_pct"] = (ok["tpot_ms_predicted"] / ok["tpot_ms_measured"] - 1) * 100
+    return ok
+
+
+def summary(df: pd.DataFrame) -> pd.DataFrame:
+    """Per system, mode and model (and each system's and mode's ``all``): n, median and max |error|
+    of TTFT and TPOT in percent, over the predicted rows."""
+    import pandas as pd
+
+    ok = errors_pct(df)
+    ok["ttft_abs"], ok["tpot_abs"] = ok["ttft_error_pct"].abs(), ok["tpot_error_pct"].abs()
+    parts = [ok, ok.assign(model="all")]
+    both = pd.concat(parts, ignore_index=True)
+    g = both.groupby(["system", "mode", "model"], sort=True)
+    out = g.agg(n=("status", "size"), ttft_median_abs_error_pct=("ttft_abs", "median"),
+                ttft_max_abs_error_pct=("ttft_abs", "max"), tpot_median_abs_error_pct=("tpot_abs", "median"),
+                tpot_max_abs_error_pct=("tpot_abs", "max")).reset_index()
+    return out
+
+
+def status_counts(df: pd.DataFrame) -> pd.DataFrame:
+    """Rows per rule (the status up to its first colon) and system."""
+    rule = df["status"].str.split(":", n=1).str[0]
+    counts = df.assign(rule=rule).groupby(["rule", "system"]).size().rename("rows").reset_index()
+    return counts.sort_values(["rule", "system"], ignore_index=True)
+
+
+def worst_rows(df: pd.DataFrame, n: int = 20) -> pd.DataFrame:
+    """The ``n`` predicted rows farthest from their measurement (the larger of TTFT and TPOT |error|)."""
+    ok = errors_pct(df)
+    key = ok[["ttft_error_pct", "tpot_error_pct"]].abs().max(axis=1)
+    return ok.loc[key.sort_values(ascending=False).index[:n]].reset_index(drop=True)
+
+
+__all__ = ["COLUMNS", "Case", "MODEL_IDS", "REQUIRED_COLUMNS", "SYSTEM_GPUS", "default_csv", "errors_pct", "predict",
+           "status_counts", "summary", "system_names", "validate_runs", "validate_silicon", "worst_rows"]

@@ -1,0 +1,221 @@
+"""Validation against measured serving runs (prfaas_plan.validate): row mapping rules, predictions
+equal to the serving / latency model's for the same inputs, bad input, the HTML page.
+
+The fixture tests/fixtures/validate/silicon_rows.csv holds 19 rows copied verbatim from
+aiconfigurator-core 0.12.0's systems/silicon_sample.csv (header included), chosen to hit every rule."""
+
+from __future__ import annotations
+
+import json
+import math
+import subprocess
+import sys
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from prfaas_plan.engine import load_engine
+from prfaas_plan.errors import InvalidInput
+from prfaas_plan.hardware import instance
+from prfaas_plan.layout import Layout
+from prfaas_plan.model import load_model
+from prfaas_plan.perf.latency import decode_step_s, prefill_latency
+from prfaas_plan.serving import colocated_closed_loop
+from prfaas_plan.validate import COLUMNS, status_counts, summary, validate_runs, validate_silicon
+
+FIX = Path(__file__).parent / "fixtures" / "validate"
+ROWS = FIX / "silicon_rows.csv"
+
+
+@pytest.fixture(scope="module")
+def frame() -> pd.DataFrame:
+    return validate_silicon(ROWS)
+
+
+def test_exact_columns(frame):
+    assert tuple(frame.columns) == COLUMNS == (
+        "system", "model", "engine", "engine_version", "precision", "mode", "isl", "osl", "concurrency", "tp",
+        "attention_dp", "moe_tp", "moe_ep", "ttft_ms_measured", "ttft_ms_predicted", "tpot_ms_measured",
+        "tpot_ms_predicted", "status")
+    assert len(frame) == 19
+
+
+def test_status_per_rule(frame):
+    assert list(frame["status"]) == [
+        "ok", "ok", "ok",
+        "unsupported layout: experts tp 8 x ep 8 on 64 GPUs",  # Qwen3.5 tp64, moe 8x8
+        "ok", "ok", "ok", "ok", "ok", "ok", "ok",
+        "unsupported layout: experts tp 2 x ep 1 on 1 GPUs",  # tp1 with moe_tp 2
+        "engine without kernel tables (trtllm)",
+        "unknown model", "unknown model",  # gpt-oss-120b, Llama-3.1-8B
+        "no hardware entry",  # b300_sxm
+        "unsupported precision nvfp4", "unsupported precision nvfp4",  # NVIDIA's NVFP4 checkpoint; fp4 DeepSeek-R1
+        "unsupported layout: attention tp 2 x dp 2",  # vLLM tp2 x dp2 on b200
+    ]
+    counts = status_counts(frame).groupby("rule")["rows"].sum()
+    assert counts.to_dict() == {"engine without kernel tables (trtllm)": 1, "no hardware entry": 1, "ok": 10,
+                                "unknown model": 2, "unsupported layout": 3, "unsupported precision nvfp4": 2}
+
+
+def _engine(eid: str, version: str | None):
+    e = load_engine(eid)
+    return e.model_copy(update={"kernel_version": version}) if version and version != e.kernel_version else e
+
+
+def _agg(model, gpus, eng, isl, osl, c, layout=None):
+    p = colocated_closed_loop(model, instance("h200", gpus, layout=layout or Layout(gpus), engine=eng), isl, osl, c)
+    return p.ttft_s * 1e3, p.tpot_s * 1e3
+
+
+def test_agg_predictions_are_the_serving_model(frame):
+    fp8 = {"attention": "fp8", "dense_ffn": "fp8", "experts": "fp8"}
+    minimax = load_model("minimax-m2.5").with_gemm_dtypes(**fp8)
+    qwen35 = load_model("qwen3.5-397b-a17b").with_gemm_dtypes(attention="fp8", dense_ffn="fp8", experts="fp8_block")
+    llama = load_model("llama-3.1-70b").with_gemm_dtypes(**fp8)
+    kimi = load_model("kimi-k2-thinking").with_gemm_dtypes(experts="int4_w4a16", group_size=32)
+    qwen3 = load_model("qwen3-235b-a22b-fp8").with_gemm_dtypes(**fp8)
+    expect = {
+        0: _agg(minimax, 8, _engine("vllm", "0.18.0"), 8192, 1024, 8),
+        1: _agg(minimax, 4, _engine("vllm", "0.16.0"), 8192, 1024, 8),
+        2: _agg(qwen35, 8, _engine("sglang", "0.5.9"), 1024, 8192, 64, Layout(8, "tp", "ep")),
+        4: _agg(llama, 2, _engine("vllm", None), 1024, 8192, 8),  # no version in the CSV: the profile's
+        5: _agg(kimi, 8, _engine("vllm", "0.16.0"), 8192, 1024, 4),
+        9: _agg(qwen3, 2, _engine("vllm", "0.12.0"), 2000, 500, 16, Layout(2, "tp", "ep")),
+    }
+    for i, (ttft, tpot) in expect.items():
+        row = frame.iloc[i]
+        assert row["ttft_ms_predicted"] == pytest.approx(ttft, rel=1e-12), i
+        assert row["tpot_ms_predicted"] == pytest.approx(tpot, rel=1e-12), i
+    assert frame.iloc[2][["tp", "attention_dp", "moe_tp", "moe_ep"]].tolist() == [8, 1, 1, 8]
+
+
+def test_disagg_prediction_is_prefill_and_decode_workers(frame):
+    """cfg434: prefill worker tp8, decode worker attention dp8 / experts ep8 at 32 per rank (x8 ranks)."""
+    model = load_model("deepseek-v3").with_gemm_dtypes(attention="fp8", dense_ffn="fp8", experts="fp8_block")
+    eng = _engine("sglang", "0.5.8.post1")
+    pre = instance("h200", 8, layout=Layout(8), engine=eng)
+    dec = instance("h200", 8, layout=Layout(8, "dp", "ep"), engine=eng)
+    row = frame.iloc[7]
+    assert (row["isl"], row["osl"], row["concurrency"]) == (8192, 1024, 256)
+    assert row["ttft_ms_predicted"] == pytest.approx(float(prefill_latency(model, pre, 8192).total_s) * 1e3, rel=1e-12)
+    assert row["tpot_ms_predicted"] == pytest.approx(decode_step_s(model, dec, 32 * 8, 8192 + 512) * 1e3, rel=1e-12)
+
+
+def test_summary_counts_and_errors(frame):
+    s = summary(frame).set_index(["system", "mode", "model"])
+    ok = frame[frame["status"] == "ok"]
+    mm = ok[ok["model"] == "minimax-m2.5"]
+    err = ((mm["ttft_ms_predicted"] / mm["ttft_ms_measured"] - 1).abs() * 100)
+    got = s.loc[("h200_sxm", "agg", "minimax-m2.5")]
+    assert got["n"] == 2
+    assert got["ttft_median_abs_error_pct"] == pytest.approx(err.median())
+    assert got["ttft_max_abs_error_pct"] == pytest.approx(err.max())
+    assert s.loc[("h200_sxm", "agg", "all"), "n"] == 8
+
+
+def test_runs_json(frame):
+    df = validate_runs(FIX / "runs")
+    assert tuple(df.columns) == COLUMNS
+    by = df.set_index("status")
+    closed = by.loc["ok"]
+    doc = json.loads((FIX / "runs" / "vllm-infqps-concurrency16-MiniMax-M2.5-20260310-141502.json").read_text())
+    assert (closed["isl"], closed["osl"], closed["concurrency"]) == (1024, 1024, 16)  # 163840 / 160 tokens
+    assert closed["ttft_ms_measured"] == doc["mean_ttft_ms"] and closed["tpot_ms_measured"] == doc["mean_tpot_ms"]
+    model = load_model("minimax-m2.5").with_gemm_dtypes(attention="fp8", dense_ffn="fp8", experts="fp8")
+    ttft, tpot = _agg(model, 8, _engine("vllm", "0.18.0"), 1024, 1024, 16)
+    assert closed["ttft_ms_predicted"] == pytest.approx(ttft, rel=1e-12)
+    assert closed["tpot_ms_predicted"] == pytest.approx(tpot, rel=1e-12)
+    assert math.isnan(by.loc["no max_concurrency (open-loop run)", "ttft_ms_predicted"])
+
+
+def _cli(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "prfaas_plan.cli", "validate", *args],
+                          capture_output=True, text=True, timeout=120)
+
+
+def test_bad_inputs_exit_2_one_line(tmp_path):
+    rows = pd.read_csv(ROWS, dtype=str, keep_default_na=False)
+    rows.drop(columns=["silicon_ttft_ms", "moe_ep_size"]).to_csv(tmp_path / "cols.csv", index=False)
+    neg = rows.iloc[:1].copy()
+    neg["silicon_data_source"] = neg["silicon_data_source"].str.replace("silicon_concurrency=8", "silicon_concurrency=-4")
+    neg.to_csv(tmp_path / "neg.csv", index=False)
+    cases = {
+        ("--csv", str(tmp_path / "cols.csv")): "moe_ep_size, silicon_ttft_ms",
+        ("runs", str(FIX / "genai_perf_profile_export.json")): "is not a `vllm bench serve --save-result` JSON",
+        ("--csv", str(tmp_path / "neg.csv")): "concurrency",
+        ("runs",): "give the result JSON file or folder",
+    }
+    for args, words in cases.items():
+        r = _cli(*args)
+        assert r.returncode == 2, (args, r.stderr)
+        lines = r.stderr.strip().splitlines()
+        assert len(lines) == 1 and words in lines[0] and "Traceback" not in r.stderr, (args, r.stderr)
+
+
+def test_zero_concurrency_is_a_status(tmp_path):
+    rows = pd.read_csv(ROWS, dtype=str, keep_default_na=False).iloc[:1].copy()
+    rows["silicon_data_source"] = rows["silicon_data_source"].str.replace("silicon_concurrency=8", "silicon_concurrency=0")
+    rows.to_csv(tmp_path / "zero.csv", index=False)
+    assert validate_silicon(tmp_path / "zero.csv")["status"].tolist() == ["invalid concurrency"]
+    with pytest.raises(InvalidInput, match="csv: .* lacks the columns"):
+        pd.DataFrame({"id": [1]}).to_csv(tmp_path / "x.csv", index=False)
+        validate_silicon(tmp_path / "x.csv")
+
+
+def test_html_page_and_json(tmp_path):
+    page = tmp_path / "v.html"
+    r = _cli("--csv", str(ROWS), "--html", str(page), "--format", "json")
+    assert r.returncode == 0, r.stderr
+    out = json.loads(r.stdout)
+    assert {(o["system"], o["model"]) for o in out} >= {("h200_sxm", "minimax-m2.5"), ("h200_sxm", "all")}
+    text = page.read_text()
+    for name in ("ttft-scatter", "tpot-scatter"):
+        assert name in text
+    assert '"type":"log"' in text.replace(" ", "") and "predicted vs measured" in text
+    assert 'data-table="worst"' in text and "Content-Security-Policy" in text
+    assert [p.name for p in tmp_path.iterdir()] == ["v.html"]  # atomic: no temporary file left
+
+
+def test_html_failure_leaves_no_file(tmp_path, monkeypatch):
+    from prfaas_plan.report import validate_page
+
+    def boom(*a, **k):
+        raise RuntimeError("render failed")
+
+    monkeypatch.setattr(validate_page.Report, "to_html", boom)
+    with pytest.raises(RuntimeError):
+        validate_page.validate_report(validate_silicon(ROWS), tmp_path / "v.html")
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_default_csv_is_the_installed_package(tmp_path, monkeypatch):
+    import importlib.machinery
+    import shutil
+
+    from prfaas_plan import validate
+
+    monkeypatch.setattr(validate.importlib.util, "find_spec", lambda name: None)
+    with pytest.raises(InvalidInput, match=r"pip install 'prfaas-plan\[kernels\]' or give --csv PATH"):
+        validate_silicon()
+    (tmp_path / "systems").mkdir()
+    shutil.copy(ROWS, tmp_path / "systems" / "silicon_sample.csv")
+    spec = importlib.machinery.ModuleSpec("aiconfigurator_core", None, is_package=True)
+    spec.submodule_search_locations = [str(tmp_path)]
+    monkeypatch.setattr(validate.importlib.util, "find_spec", lambda name: spec if name == "aiconfigurator_core" else None)
+    df = validate_silicon(systems=["h200"])
+    assert df.attrs["source"] == str(tmp_path / "systems" / "silicon_sample.csv")
+    assert set(df["system"]) == {"h200_sxm"} and len(df) == 15
+
+
+def test_scatter_specs_are_valid_vega_lite(frame):
+    from prfaas_plan.report.validate_page import BAND, _scatter
+    from prfaas_plan.validate import errors_pct
+
+    ok = errors_pct(frame)
+    for metric in ("ttft", "tpot"):
+        spec = _scatter(ok, metric, metric.upper()).to_dict(validate=True)
+        band = next(d for d in spec["datasets"].values() if "lo" in d[0])
+        assert all(r["lo"] == pytest.approx(r["x"] * (1 - BAND)) and r["hi"] == pytest.approx(r["x"] * (1 + BAND))
+                   for r in band)
+        assert spec["layer"][2]["encoding"]["x"]["scale"]["type"] == "log"
