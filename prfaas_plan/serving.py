@@ -156,9 +156,9 @@ class _Steps:
             self.memo[b] = _point_times(self.case, self.isl, self.osl, self.k, b)
         return self.memo[b]
 
-    def at(self, b: float) -> tuple[float, float, float]:
-        """(decode step, the prompt's chunk steps, chunk count) beside a (fractional) batch ``b``:
-        linear between the two grid points around it."""
+    def at(self, b: float) -> tuple[float, float, float, float]:
+        """(decode step, the prompt's chunk steps, chunk count, full step) beside a (fractional)
+        batch ``b``: linear between the two grid points around it."""
         hi = int(min(np.searchsorted(self.batch, b), len(self.batch) - 1))
         lo = max(hi - 1, 0)
         b_lo, b_hi = self.batch[lo], self.batch[hi]
@@ -204,9 +204,11 @@ def _steps(case: _Case, isl: int, osl: int, k: int) -> _Steps:
 
 
 @lru_cache(maxsize=16384)
-def _point_times(case: _Case, isl: int, osl: int, k: int, b: int) -> tuple[float, float, float]:
+def _point_times(case: _Case, isl: int, osl: int, k: int, b: int) -> tuple[float, float, float, float]:
     """At decode batch ``b``: the decode step (verify + draft; nan at 0), the sum of one prompt's
-    chunk steps beside the batch (its chunks fill the budget the decodes leave), their count."""
+    chunk steps beside the batch (its chunks fill the budget the decodes leave), their count, and
+    a full step (the batch plus the whole budget they leave of prefill tokens: what a step costs
+    when prompts queue and share steps)."""
     model, inst = case.model, case.inst
     eng, kv = inst.engine_profile, case.settings.kv_dtype if case.settings is not None else "bf16"
     ctx = isl + osl / 2.0  # a decode's mean context over its output
@@ -217,7 +219,9 @@ def _point_times(case: _Case, isl: int, osl: int, k: int, b: int) -> tuple[float
     sizes = np.minimum(avail, isl - avail * np.arange(n)).astype(float)
     prefix = avail * np.arange(n, dtype=float)
     s = mixed_step_ops(model, inst, b * (k + 1), ctx, sizes, prefix, eng, kv).total_s
-    return dec, float(np.sum(s)) + n * draft, float(n)
+    full = float(mixed_step_ops(model, inst, b * (k + 1), ctx, np.array([float(avail)]), np.zeros(1), eng,
+                                kv).total_s[0]) + draft
+    return dec, float(np.sum(s)) + n * draft, float(n), full
 
 
 def _check(isl: int, osl: int, spec: SpecDecode | None) -> int:
@@ -241,12 +245,18 @@ def _solve(t: _Steps, isl: int, osl: int, accepted: float, clients: float | None
         others = (clients - 1) * d / r if clients is not None else rate * d
         x_o = x * (clients - 1) / clients if clients is not None else rate
         busy = (1.0 if clients > 1 else 0.0) if clients is not None else 1.0 - math.exp(-rate * r)
-        s0, sp, n = t.at(1.0 + others)
-        chunk_time = x_o * sp  # fraction of engine time in others' chunk steps
-        step = sp / n if chunk_time >= 1.0 else 1.0 / (x_o * n + (1.0 - chunk_time) / s0)
-        _, sp_pre, n_pre = t.at(others)
-        own = isl / t.budget * (sp_pre / n_pre)  # one prompt's share of a chunk step's budget
+        _, sp_pre, _, full_pre = t.at(others)
+        avail = max(t.budget - others * (t.k + 1), 1.0)
+        own = isl / avail * full_pre  # a prompt's share of full-budget steps: the prefill server's time
         rho = x_o * own
+        # others' prompts: one arriving to an idle prefill server (probability 1 - rho) takes its
+        # own chunk steps; one arriving to a busy server shares full-budget steps
+        s0, sp, n, full = t.at(1.0 + others)
+        share = min(rho, 1.0)
+        chunk_time = x_o * ((1.0 - share) * sp + share * own)  # fraction of engine time in chunk steps
+        n_eff = (1.0 - share) * n + share * isl / avail
+        # saturated: prompts queue, every step carries the whole prefill budget
+        step = full if chunk_time >= 1.0 else 1.0 / (x_o * n_eff + (1.0 - chunk_time) / s0)
         queue = rho / (1.0 - rho) * own / 2.0 if rho < 1.0 else math.inf
         if clients is not None:
             queue = min(queue, (clients - 1) * sp_pre)
@@ -334,3 +344,29 @@ def speedup_curve(model: ModelSpec, inst: Instance, context_tokens: float, batch
 
 
 __all__ = ["ServingPoint", "SpecDecode", "colocated_closed_loop", "colocated_open_loop", "speedup_curve"]
+
+
+def max_sustainable_rate(model: ModelSpec, inst: Instance, isl_tokens: int, osl_tokens: int,
+                         settings: CacheSettings | None = None, spec: SpecDecode | None = None,
+                         rel_tol: float = 1e-9) -> float:
+    """The largest Poisson rate (requests/s) :func:`colocated_open_loop` sustains for these
+    lengths: bisection in log space between 1e-3 and 1e4 req/s on whether it accepts the rate
+    (prefill budget and memory), to ``rel_tol``."""
+    lo, hi = 1e-3, 1e4
+
+    def sustains(rate: float) -> bool:
+        try:
+            colocated_open_loop(model, inst, isl_tokens, osl_tokens, rate, settings, spec)
+        except InvalidInput as exc:
+            if not str(exc).startswith("rate_rps:"):
+                raise
+            return False
+        return True
+
+    if not sustains(lo):
+        raise InvalidInput(f"rate_rps: {inst.name} cannot sustain even {lo:g} requests/s of "
+                           f"{isl_tokens}/{osl_tokens}-token requests")
+    while hi / lo > 1.0 + rel_tol:
+        mid = math.sqrt(lo * hi)
+        lo, hi = (mid, hi) if sustains(mid) else (lo, mid)
+    return lo

@@ -168,3 +168,15 @@ def test_bad_rate(minimax):
     for rate in (0.0, -1.0, math.inf):
         with pytest.raises(InvalidInput, match="^rate_rps:"):
             colocated_open_loop(model, inst, ISL, OSL, rate)
+
+
+def test_max_sustainable_rate_is_the_edge_the_open_loop_accepts(minimax):
+    from prfaas_plan.serving import max_sustainable_rate
+
+    model, inst = minimax
+    top = max_sustainable_rate(model, inst, 2048, 256)
+    colocated_open_loop(model, inst, 2048, 256, top)  # accepted
+    with pytest.raises(InvalidInput, match="rate_rps"):
+        colocated_open_loop(model, inst, 2048, 256, top * (1 + 1e-6))
+    # the prefill server saturates first: a prompt's share of full-budget steps times the rate
+    assert 10 < top < 40

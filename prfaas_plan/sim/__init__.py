@@ -72,7 +72,8 @@ The package, one idea a module: :mod:`~prfaas_plan.sim.params` (the :class:`Setu
 (link drops and traces, processor sharing), :mod:`~prfaas_plan.sim.policies` (the schedulers),
 :mod:`~prfaas_plan.sim.engine` (the event loop), :mod:`~prfaas_plan.sim.ring` (requests in flight),
 :mod:`~prfaas_plan.sim.result` (:class:`SimResult`, summaries), :mod:`~prfaas_plan.sim.outputs`
-(the sink, parquet/JSON files and their folder).
+(the sink, parquet/JSON files and their folder); :mod:`~prfaas_plan.sim.colocated`
+(:func:`simulate_colocated`: one colocated instance step by step, the check of :mod:`prfaas_plan.serving`).
 
 Units: seconds (``_s``), requests per second (``_rps``), tokens (``_tokens``), Gbps = 1e9 bit/s.
 """
@@ -97,6 +98,7 @@ from prfaas_plan.sim.arrivals import (
     poisson_times,
     source_for,
 )
+from prfaas_plan.sim.colocated import simulate_colocated
 from prfaas_plan.sim.engine import Engine, run_engine
 from prfaas_plan.sim.link import LinkEvent, check_link_events, parse_link_drop, read_link_trace
 from prfaas_plan.sim.outputs import (
@@ -123,7 +125,8 @@ if TYPE_CHECKING:
 __all__ = [
     "CHUNK_REQUESTS", "MAX_ROWS_IN_MEMORY", "MAX_SIM_REQUESTS", "OUTPUT_FILES", "TIMESERIES_COLUMNS",
     "Arrivals", "Bursty", "Engine", "LinkEvent", "Policy", "Routing", "Setup", "SimResult", "Source",
-    "check_out_dir", "parse_link_drop", "poisson_times", "read_link_trace", "run_engine", "simulate", "write_outputs",
+    "check_out_dir", "parse_link_drop", "poisson_times", "read_link_trace", "run_engine", "simulate",
+    "simulate_colocated", "write_outputs",
 ]
 
 

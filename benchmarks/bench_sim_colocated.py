@@ -1,0 +1,80 @@
+"""The colocated step simulation against the closed form (issue #14): figures and run times.
+
+MiniMax-M2.5 on 8xH200 (vLLM profile, TP8), ISL 2048 / OSL 256. Prints, per load, the closed
+form's and the simulation's mean TTFT and TPOT, their gaps, and the simulation's wall time:
+
+* closed loop at c = 4, 16, 64: 16 seeds x 100 s pooled (deterministic request overhead), and
+  the same with exponentially distributed request overheads of the same mean (``overhead_jitter``);
+* open loop at the closed loop's throughputs (300 s);
+* open loop at 30, 60 and 85% of the closed form's largest sustainable rate (60 s).
+
+Run: python benchmarks/bench_sim_colocated.py
+(times depend on the machine and its load).
+"""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+
+from prfaas_plan.hardware import instance
+from prfaas_plan.model import load_model
+from prfaas_plan.serving import colocated_closed_loop, colocated_open_loop, max_sustainable_rate
+from prfaas_plan.sim import simulate_colocated
+
+ISL, OSL = 2048, 256
+
+
+def _row(label: str, p, ttft: float, tpot: float, wall_s: float, n: int) -> None:
+    print(f"{label:28s} closed form {p.ttft_s * 1e3:7.1f} / {p.tpot_s * 1e3:6.2f} ms   simulation "
+          f"{ttft * 1e3:8.1f} / {tpot * 1e3:6.2f} ms   gap {ttft / p.ttft_s - 1:+7.1%} / {tpot / p.tpot_s - 1:+6.1%}"
+          f"   {n:6d} requests  {wall_s:5.2f} s")
+
+
+def _pooled(model, inst, c: int, jitter: bool) -> tuple[float, float, int]:
+    ttft, tpot = [], []
+    for seed in range(16):
+        df, _ = simulate_colocated(model, inst, ISL, OSL, concurrency=c, duration_s=100.0, seed=seed,
+                                   overhead_jitter=jitter)
+        m = df[df["measured"]]
+        ttft.append(m["ttft_s"].to_numpy())
+        tpot.append(m["tpot_s"].to_numpy())
+    t = np.concatenate(ttft)
+    return float(t.mean()), float(np.concatenate(tpot).mean()), len(t)
+
+
+def _max_rate(model, inst) -> float:
+    """The closed form's largest sustainable Poisson rate."""
+    return max_sustainable_rate(model, inst, ISL, OSL)
+
+
+def main() -> None:
+    model, inst = load_model("minimax-m2.5"), instance("h200", 8, engine="vllm")
+    colocated_closed_loop(model, inst, ISL, OSL, 1)  # load the kernel tables once
+    throughputs = {}
+    for jitter in (False, True):
+        for c in (4, 16, 64):
+            p = colocated_closed_loop(model, inst, ISL, OSL, c)
+            throughputs[c] = p.throughput_rps
+            t = time.perf_counter()
+            ttft, tpot, n = _pooled(model, inst, c, jitter)
+            _row(f"closed c={c}{' jitter' if jitter else ''}", p, ttft, tpot, time.perf_counter() - t, n)
+    for c in (4, 16, 64):
+        p = colocated_open_loop(model, inst, ISL, OSL, throughputs[c])
+        t = time.perf_counter()
+        _, s = simulate_colocated(model, inst, ISL, OSL, rate_rps=throughputs[c], duration_s=300.0)
+        _row(f"open {throughputs[c]:.3f} rps", p, s["mean_ttft_s"], s["mean_tpot_s"], time.perf_counter() - t,
+             s["requests"])
+    top = _max_rate(model, inst)
+    print(f"closed form's largest sustainable rate: {top:.1f} rps")
+    for load in (0.3, 0.6, 0.85):
+        p = colocated_open_loop(model, inst, ISL, OSL, load * top)
+        t = time.perf_counter()
+        _, s = simulate_colocated(model, inst, ISL, OSL, rate_rps=load * top, duration_s=60.0)
+        _row(f"open {load:.0%} = {load * top:.1f} rps", p, s["mean_ttft_s"], s["mean_tpot_s"],
+             time.perf_counter() - t, s["requests"])
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,332 @@
+"""One colocated (aggregated) instance, simulated step by step: :func:`simulate_colocated`.
+
+The loop :mod:`prfaas_plan.serving` solves in closed form, run request by request, so its
+steady-state approximations (mean-field decode batch, half-step wait, M/D/1 prefill queue,
+linear interpolation between batches) can be checked:
+
+* **Arrivals**: Poisson at ``rate_rps`` (open loop), or ``concurrency`` clients each sending its
+  next request the moment the previous one ends (closed loop, zero think time; their first
+  requests are spread uniformly over one residence estimate, ``osl`` batch-``c`` decode steps, so
+  they do not start in lock step). A request reaches the engine ``engine.request_overhead_s``
+  after it is sent and its TTFT counts from the send, so the overhead is paid once, on TTFT.
+* **Engine step**: at each step boundary the running decodes take one token each of the budget
+  ``engine.chunked_prefill_tokens``; prefill chunks fill the rest first come, first served (a
+  started prompt first, then waiting ones, several per step when they fit, a prompt split where
+  the budget ends). A prompt starts only while fewer requests than memory holds
+  (:func:`~prfaas_plan.kvcache.requests_per_instance_memory` at the mean ``isl + osl``) are in
+  the engine. A request arriving during a step waits for its end.
+* **Step time**: the kernel model's step, the same functions the closed form uses: a pure
+  decode step is :func:`serving._point_times`' decode step at that (integer) batch; a step with
+  one chunk is :func:`~prfaas_plan.perf.ops.mixed_step_ops` for the batch and that chunk (its
+  prefix included); a step with several chunks runs the token-linear ops (GEMMs, MoE,
+  collectives, elementwise passes) once over all its tokens and each chunk's attention over its
+  own prefix (two calls of :func:`mixed_step_ops`, the second without decodes, recombined).
+  Decode attention is at the closed form's mean context ``isl + osl / 2``. Step times are cached
+  per (batch, chunks).
+* **Tokens**: a prompt's last chunk step yields its first token (TTFT ends there); each later
+  step yields one more; TPOT is ``(finish - first token) / (osl - 1)``. No speculative decoding.
+* **Lengths**: fixed (as benchmarks run), or lognormal with mean ``isl`` / ``osl`` and log-space
+  deviation ``length_sigma`` (whole tokens, at least 1).
+* **Window**: requests sent in ``[warmup_s, duration_s)`` are measured; the run goes on
+  (arrivals and clients continuing, unrecorded) until every one of them has finished, so they all
+  see steady load.
+
+Deterministic for a seed (``numpy.random.default_rng``). Units: seconds, tokens, requests/s.
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+from collections import deque
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from prfaas_plan.errors import InvalidInput
+from prfaas_plan.hardware import Instance
+from prfaas_plan.kvcache import CacheSettings
+from prfaas_plan.model.arch import ModelSpec
+from prfaas_plan.perf.ops import mixed_step_ops
+from prfaas_plan.serving import _case, _point_times, _steps
+
+DEFAULT_COLOCATED_DURATION_S = 300.0
+TOKEN_LINEAR = frozenset({"gemm", "moe", "comm", "elementwise", "launch", "overhead"})
+"""Op families of a mixed step that run once over all its tokens; the others are attention."""
+ARRIVAL_CHUNK = 4096
+
+
+@dataclass
+class _StepTimes:
+    """Step times of one instance and workload, cached per (decode batch, chunks)."""
+
+    model: ModelSpec
+    inst: Instance
+    settings: CacheSettings | None
+    isl: int
+    osl: int
+    memo: dict = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        self.case = _case(self.model, self.inst, self.settings)
+        self.table = _steps(self.case, self.isl, self.osl, 0)
+        self.ctx = self.isl + self.osl / 2.0
+        self.kv = self.settings.kv_dtype if self.settings is not None else "bf16"
+
+    def _mixed(self, b: int, sizes, prefixes) -> object:
+        return mixed_step_ops(self.model, self.inst, b, self.ctx, sizes, prefixes, self.inst.engine_profile, self.kv)
+
+    def __call__(self, b: int, chunks: tuple[tuple[int, int], ...]) -> float:
+        key = (b, chunks)
+        s = self.memo.get(key)
+        if s is None:
+            if not chunks:
+                s = _point_times(self.case, self.isl, self.osl, 0, b)[0]
+            elif len(chunks) == 1:
+                s = float(self._mixed(b, chunks[0][0], chunks[0][1]).total_s)
+            else:
+                sizes = [float(c[0]) for c in chunks]
+                whole = float(self._mixed(b, sum(sizes), 0.0).total_s)
+                fam = self._mixed(0, [sum(sizes), *sizes], [0.0, *(float(c[1]) for c in chunks)]).families
+                attn = sum(np.asarray(v, dtype=float) for k, v in fam.items() if k not in TOKEN_LINEAR)
+                attn = np.broadcast_to(attn, (len(chunks) + 1,))
+                s = whole - float(attn[0]) + float(np.sum(attn[1:]))
+            self.memo[key] = s
+        return s
+
+
+@dataclass
+class _Requests:
+    """Per-request records, appended as requests are sent."""
+
+    issue: list = field(default_factory=list)
+    arrive: list = field(default_factory=list)  # reaches the engine: sent + request overhead
+    isl: list = field(default_factory=list)
+    osl: list = field(default_factory=list)
+    client: list = field(default_factory=list)
+    start: list = field(default_factory=list)
+    first: list = field(default_factory=list)
+    finish: list = field(default_factory=list)
+    done: list = field(default_factory=list)  # prompt tokens prefilled
+    scan: int = 0  # every request before this one has finished
+
+    def add(self, t: float, arrive: float, isl: int, osl: int, client: int) -> int:
+        for col, v in ((self.issue, t), (self.arrive, arrive), (self.isl, isl), (self.osl, osl), (self.client, client),
+                       (self.start, math.nan), (self.first, math.nan), (self.finish, math.nan), (self.done, 0)):
+            col.append(v)
+        return len(self.issue) - 1
+
+
+def _lengths(rng: np.random.Generator, mean: int, sigma: float, n: int) -> np.ndarray:
+    if sigma == 0.0:
+        return np.full(n, mean, dtype=np.int64)
+    mu = math.log(mean) - sigma * sigma / 2.0
+    return np.maximum(np.rint(rng.lognormal(mu, sigma, n)), 1).astype(np.int64)
+
+
+class _Source:
+    """Requests sent: Poisson (drawn in chunks) or closed-loop clients; a heap of engine arrivals."""
+
+    def __init__(self, rng, reqs: _Requests, isl: int, osl: int, sigma: float, overhead_s: float,
+                 rate: float | None, clients: int | None, stagger_s: float, jitter: bool) -> None:
+        self.rng, self.reqs, self.isl, self.osl, self.sigma, self.overhead = rng, reqs, isl, osl, sigma, overhead_s
+        self.jitter = jitter
+        self.rate, self.heap, self.last = rate, [], 0.0
+        if clients is not None:
+            for c, t in enumerate(np.sort(rng.uniform(0.0, stagger_s, clients))):
+                self.send(float(t), c)
+        else:
+            self._poisson()
+
+    def _overhead(self, n: int) -> np.ndarray:
+        if not self.jitter:
+            return np.full(n, self.overhead)
+        return self.rng.exponential(self.overhead, n)
+
+    def send(self, t: float, client: int) -> None:
+        i, o = (int(x[0]) for x in (_lengths(self.rng, self.isl, self.sigma, 1), _lengths(self.rng, self.osl, self.sigma, 1)))
+        arrive = t + float(self._overhead(1)[0])
+        heapq.heappush(self.heap, (arrive, self.reqs.add(t, arrive, i, o, client)))
+
+    def _poisson(self) -> None:
+        times = self.last + np.cumsum(self.rng.exponential(1.0 / self.rate, ARRIVAL_CHUNK))
+        isl = _lengths(self.rng, self.isl, self.sigma, ARRIVAL_CHUNK)
+        osl = _lengths(self.rng, self.osl, self.sigma, ARRIVAL_CHUNK)
+        over = self._overhead(ARRIVAL_CHUNK)
+        for t, i, o, h in zip(times.tolist(), isl.tolist(), osl.tolist(), over.tolist(), strict=True):
+            heapq.heappush(self.heap, (t + h, self.reqs.add(t, t + h, i, o, -1)))
+        self.last = float(times[-1])
+
+    def pop_until(self, t: float) -> list[int]:
+        """Requests reaching the engine by ``t`` (open loop: drawing more arrivals as needed)."""
+        out = []
+        while self.heap and self.heap[0][0] <= t:
+            out.append(heapq.heappop(self.heap)[1])
+            if self.rate is not None and not self.heap:
+                self._poisson()
+        return out
+
+    def next_time(self) -> float:
+        if self.rate is not None and not self.heap:
+            self._poisson()
+        return self.heap[0][0] if self.heap else math.inf
+
+
+def _schedule(queue: deque, reqs: _Requests, avail: int, in_engine: int, fit: int) -> tuple[list, int]:
+    """Prefill chunks of one step, FCFS within ``avail`` tokens: [(request, tokens, prefix)] and
+    the requests in the engine after admitting new prompts (memory permitting)."""
+    chunks = []
+    for r in queue:
+        if avail <= 0:
+            break
+        if reqs.done[r] == 0 and math.isnan(reqs.start[r]):
+            if in_engine >= fit:
+                break
+            in_engine += 1
+        take = min(avail, reqs.isl[r] - reqs.done[r])
+        chunks.append((r, take, reqs.done[r]))
+        avail -= take
+    return chunks, in_engine
+
+
+def _run(steps: _StepTimes, source: _Source, reqs: _Requests, duration_s: float, warmup_s: float,
+         closed: bool) -> dict:
+    """The step loop; returns time-weighted figures over the steps starting in the window."""
+    budget, fit = steps.table.budget, steps.table.fit
+    queue: deque = deque()  # requests waiting for or in prefill, FCFS
+    finishing: dict[int, list[int]] = {}  # step index -> requests whose last token it yields
+    t, step_no, batch, in_engine = 0.0, 0, 0, 0
+    acc = dict(time_s=0.0, batch_s=0.0, chunk_s=0.0, steps=0)
+    while True:
+        queue.extend(source.pop_until(t))
+        if not queue and batch == 0:
+            nxt = source.next_time()
+            if not math.isfinite(nxt) or (source.reqs.issue and _all_done(reqs, duration_s, nxt)):
+                break
+            t = nxt
+            continue
+        chunks, in_engine = _schedule(queue, reqs, budget - batch, in_engine, fit)
+        s = steps(batch, tuple((c[1], c[2]) for c in chunks))
+        if warmup_s <= t < duration_s:
+            acc["time_s"] += s
+            acc["batch_s"] += batch * s
+            acc["chunk_s"] += s if chunks else 0.0
+            acc["steps"] += 1
+        t += s
+        for r, take, _ in chunks:
+            if reqs.done[r] == 0:
+                reqs.start[r] = t - s
+            reqs.done[r] += take
+            if reqs.done[r] == reqs.isl[r]:
+                queue.popleft()  # FCFS: a finished prompt is the queue's head
+                reqs.first[r] = t
+                if reqs.osl[r] == 1:
+                    _finish(reqs, r, t, source, closed, duration_s)
+                    in_engine -= 1
+                else:
+                    finishing.setdefault(step_no + reqs.osl[r] - 1, []).append(r)
+                    batch += 1
+        for r in finishing.pop(step_no, ()):
+            _finish(reqs, r, t, source, closed, duration_s)
+            batch -= 1
+            in_engine -= 1
+        step_no += 1
+        if t >= duration_s and _all_done(reqs, duration_s, t):
+            break
+    return acc
+
+
+def _finish(reqs: _Requests, r: int, t: float, source: _Source, closed: bool, duration_s: float) -> None:
+    reqs.finish[r] = t
+    if closed:
+        source.send(t, reqs.client[r])
+
+
+def _all_done(reqs: _Requests, duration_s: float, t: float) -> bool:
+    """Every request sent before ``duration_s`` has finished, and no later one is measured (``t``
+    is past the window)."""
+    if t < duration_s:
+        return False
+    issue, finish = reqs.issue, reqs.finish
+    return all(not (issue[i] < duration_s and math.isnan(finish[i])) for i in range(_all_done_from(reqs), len(issue)))
+
+
+def _all_done_from(reqs: _Requests) -> int:
+    """First request that may be unfinished (records before it all finished): scan start, cached."""
+    i = reqs.scan
+    while i < len(reqs.finish) and not math.isnan(reqs.finish[i]):
+        i += 1
+    reqs.scan = i
+    return i
+
+
+def _check(isl, osl, rate_rps, concurrency, duration_s, warmup_s, seed, sigma) -> None:
+    for name, v in (("isl_tokens", isl), ("osl_tokens", osl)):
+        if isinstance(v, bool) or not isinstance(v, int | np.integer) or v < 1:
+            raise InvalidInput(f"{name}: must be a whole number of tokens >= 1, got {v!r}")
+    if (rate_rps is None) == (concurrency is None):
+        raise InvalidInput("rate_rps: give exactly one of rate_rps (open loop) or concurrency (closed loop)")
+    if rate_rps is not None and (isinstance(rate_rps, bool) or not isinstance(rate_rps, int | float)
+                                 or not math.isfinite(rate_rps) or rate_rps <= 0):
+        raise InvalidInput(f"rate_rps: must be a positive number of requests per second, got {rate_rps!r}")
+    if concurrency is not None and (isinstance(concurrency, bool) or not isinstance(concurrency, int | np.integer)
+                                    or concurrency < 1):
+        raise InvalidInput(f"concurrency: must be a whole number of clients >= 1, got {concurrency!r}")
+    if not isinstance(duration_s, int | float) or not math.isfinite(duration_s) or duration_s <= 0:
+        raise InvalidInput(f"duration_s: must be a positive number of seconds, got {duration_s!r}")
+    if warmup_s is not None and not (isinstance(warmup_s, int | float) and 0 <= warmup_s < duration_s):
+        raise InvalidInput(f"warmup_s: must lie in [0, duration_s) = [0, {duration_s:g}), got {warmup_s!r}")
+    if isinstance(seed, bool) or not isinstance(seed, int | np.integer) or seed < 0:
+        raise InvalidInput(f"seed: must be a whole number >= 0, got {seed!r}")
+    if not isinstance(sigma, int | float) or not math.isfinite(sigma) or sigma < 0:
+        raise InvalidInput(f"length_sigma: must be a number >= 0, got {sigma!r}")
+
+
+def simulate_colocated(model: ModelSpec, inst: Instance, isl_tokens: int, osl_tokens: int,
+                       rate_rps: float | None = None, concurrency: int | None = None,
+                       duration_s: float = DEFAULT_COLOCATED_DURATION_S, seed: int = 0,
+                       settings: CacheSettings | None = None, warmup_s: float | None = None,
+                       length_sigma: float = 0.0, overhead_jitter: bool = False):
+    """Simulate one colocated instance step by step (see the module docstring).
+
+    Give ``rate_rps`` (Poisson, open loop) or ``concurrency`` (closed loop). Requests sent in
+    ``[warmup_s, duration_s)`` (default warm-up: a fifth of the duration) are measured.
+    Returns ``(requests, summary)``: a pandas DataFrame, one row per request sent (id, issue_s,
+    arrive_s (reaches the engine), isl_tokens, osl_tokens, start_s (first chunk scheduled), first_token_s, finish_s, ttft_s,
+    tpot_s, measured), and a dict: mode, requests (measured), mean_ttft_s, p50/p90/p99_ttft_s,
+    mean_tpot_s, throughput_rps (measured requests over the window), mean_step_s, batch
+    (time-averaged decode batch), prefill_share (time in steps carrying a chunk), steps,
+    end_s (when the last measured request finished)."""
+    import pandas as pd
+
+    _check(isl_tokens, osl_tokens, rate_rps, concurrency, duration_s, warmup_s, seed, length_sigma)
+    warm = duration_s / 5.0 if warmup_s is None else float(warmup_s)
+    steps = _StepTimes(model, inst, settings, int(isl_tokens), int(osl_tokens))
+    rng = np.random.default_rng(int(seed))
+    reqs = _Requests()
+    clients = None if concurrency is None else int(concurrency)
+    stagger = 0.0 if clients is None else osl_tokens * steps(min(clients, steps.table.fit), ())
+    source = _Source(rng, reqs, int(isl_tokens), int(osl_tokens), float(length_sigma), steps.table.request_s,
+                     None if rate_rps is None else float(rate_rps), clients, stagger, bool(overhead_jitter))
+    acc = _run(steps, source, reqs, float(duration_s), warm, clients is not None)
+    df = pd.DataFrame({"issue_s": reqs.issue, "arrive_s": reqs.arrive, "isl_tokens": reqs.isl, "osl_tokens": reqs.osl, "start_s": reqs.start,
+                       "first_token_s": reqs.first, "finish_s": reqs.finish})
+    df.insert(0, "id", np.arange(len(df)))
+    df["ttft_s"] = df["first_token_s"] - df["issue_s"]
+    df["tpot_s"] = ((df["finish_s"] - df["first_token_s"]) / (df["osl_tokens"] - 1)).where(df["osl_tokens"] > 1)
+    df["measured"] = (df["issue_s"] >= warm) & (df["issue_s"] < duration_s) & df["finish_s"].notna()
+    m = df[df["measured"]]
+    ttft = m["ttft_s"].to_numpy()
+    summary = dict(mode="closed" if clients is not None else "open", requests=len(m),
+                   mean_ttft_s=float(np.mean(ttft)) if len(m) else math.nan,
+                   **{f"p{q}_ttft_s": float(np.percentile(ttft, q)) if len(m) else math.nan for q in (50, 90, 99)},
+                   mean_tpot_s=float(m["tpot_s"].mean()) if len(m) else math.nan,
+                   throughput_rps=len(m) / (duration_s - warm),
+                   mean_step_s=acc["time_s"] / acc["steps"] if acc["steps"] else math.nan,
+                   batch=acc["batch_s"] / acc["time_s"] if acc["time_s"] else 0.0,
+                   prefill_share=acc["chunk_s"] / acc["time_s"] if acc["time_s"] else 0.0,
+                   steps=acc["steps"], end_s=float(m["finish_s"].max()) if len(m) else math.nan)
+    return df, summary
+
+
+__all__ = ["DEFAULT_COLOCATED_DURATION_S", "simulate_colocated"]
