@@ -289,3 +289,27 @@ def test_the_0_5_10_mla_module_row_is_attention_plus_its_projection_gemms():
     # 8 heads per rank, below the 16..128 grid: the 16-head efficiency, linear in heads
     assert kt.mla_context(2, 4096, 8, 512, 64, 128, 128, "fp8").latency_s == pytest.approx(
         kt.mla_context(2, 4096, 16, 512, 64, 128, 128, "fp8").latency_s / 2, rel=1e-9)
+
+
+def test_import_of_a_table_with_a_missing_shape_column_is_one_line_and_writes_nothing(tmp_path):
+    # a wheel folder whose GEMM table lacks its k column: exit 2, one line naming the file and
+    # the column, no tables folder left behind
+    import subprocess
+    import sys
+
+    import pandas as pd
+
+    folder = tmp_path / "aiconfigurator_core" / "systems" / "data" / "h200_sxm" / "gemm" / "sglang" / "0.5.14"
+    folder.mkdir(parents=True)
+    (folder / "collection_meta.yaml").write_text("schema_version: 1\nruntime: {framework: sglang, version: 0.5.14}\n")
+    pd.DataFrame({"framework": ["SGLang"], "version": ["0.5.14"], "device": ["NVIDIA H200"], "op_name": ["gemm"],
+                  "kernel_source": ["sglang_torch_linear"], "gemm_dtype": ["bfloat16"], "m": [4096], "n": [4096],
+                  "latency": [0.2]}).to_parquet(folder / "gemm_perf.parquet")
+    out = tmp_path / "tables"
+    r = subprocess.run([sys.executable, "-m", "prfaas_plan.cli", "bench", "import-kernels", "--dir",
+                        str(tmp_path / "aiconfigurator_core"), "--gpus", "h200", "--out", str(out)],
+                       capture_output=True, text=True, timeout=120)
+    lines = r.stderr.strip().splitlines()
+    assert r.returncode == 2 and len(lines) == 1 and "Traceback" not in r.stderr, r.stderr
+    assert "gemm_perf.parquet" in lines[0] and "missing column ['k']" in lines[0]
+    assert not out.exists() or not any(out.rglob("*.npz"))

@@ -433,7 +433,13 @@ def import_family(root: Path, gpu: GPU, family: str, engine: str, version: str, 
     arrays, provenance = {}, {}
     for _, _, reducer, paths in entries:
         frames = [_read(p) if p is not None else None for p in paths]
-        tables = reducer(engine, *frames, kt) if kt is not None else reducer(engine, *frames)
+        try:
+            tables = reducer(engine, *frames, kt) if kt is not None else reducer(engine, *frames)
+        except KeyError as exc:  # a column the reducer reads is not in the file
+            files = ", ".join(str(p) for p in paths if p is not None)
+            missing = str(exc.args[0]).replace(" not in index", "")
+            raise InvalidInput(f"{files}: missing column {missing}; the kernel table is not the "
+                               "aiconfigurator-core 0.12.0 layout, re-download the wheel or give another --dir") from None
         for table, df in tables.items():
             if df.empty:
                 continue

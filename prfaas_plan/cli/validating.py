@@ -49,5 +49,8 @@ def validate(
     if fmt != "table":
         emit(summ, fmt)
         return
-    emit(summ, fmt, title="|error| in percent of the measured value, predicted rows", floats="{:,.1f}")
+    short = {c: c.replace("_median_abs_error_pct", " median").replace("_max_abs_error_pct", " max")
+                 .replace("ttft", "TTFT").replace("tpot", "TPOT") for c in summ.columns}
+    emit(summ.rename(columns=short), fmt, title="|error|, % of the measured value, predicted rows",
+         floats="{:,.1f}")
     emit(status_counts(df), fmt, title="rows per status")
