@@ -343,7 +343,8 @@ def speedup_curve(model: ModelSpec, inst: Instance, context_tokens: float, batch
     return df
 
 
-__all__ = ["ServingPoint", "SpecDecode", "colocated_closed_loop", "colocated_open_loop", "speedup_curve"]
+__all__ = ["ServingPoint", "SpecDecode", "colocated_closed_loop", "colocated_open_loop", "disaggregated_closed_loop",
+           "max_sustainable_rate", "speedup_curve"]
 
 
 def max_sustainable_rate(model: ModelSpec, inst: Instance, isl_tokens: int, osl_tokens: int,
@@ -370,3 +371,116 @@ def max_sustainable_rate(model: ModelSpec, inst: Instance, isl_tokens: int, osl_
         mid = math.sqrt(lo * hi)
         lo, hi = (mid, hi) if sustains(mid) else (lo, mid)
     return lo
+
+
+def disaggregated_closed_loop(model: ModelSpec, prefill_inst: Instance, n_prefill_workers: int, decode_inst: Instance,
+                              n_decode_workers: int, isl_tokens: int, osl_tokens: int, concurrency: int,
+                              settings: CacheSettings | None = None) -> ServingPoint:
+    """Steady state of ``n_prefill_workers`` prefill and ``n_decode_workers`` decode workers fed by
+    ``concurrency`` closed-loop clients (zero think time).
+
+    * Little's law: ``X = c / (TTFT + (osl - 1) TPOT)`` requests per second.
+    * Prefill: ``P`` workers. A prompt alone on a worker takes ``T_p = prefill_time_s(isl)``. A
+      worker batches waiting prompts up to ``B = engine.chunked_prefill_tokens`` tokens a forward:
+      for ``isl < B`` a forward carries ``k = floor(B / isl)`` prompts and is timed as the prefill
+      of ``B`` tokens (``prefill_latency(B)``, one sequence: its attention is an upper bound), so a
+      worker's capacity is one prompt per ``T_b = prefill_time_s(B) / k`` (``T_b = T_p``, ``k = 1``,
+      for ``isl >= B``). The wait for a worker is the M/D/c mean (:class:`~prfaas_plan.queueing.WaitDist`,
+      ``scv = 0``, ``P`` servers of service ``T_b``, the others' arrivals ``X (c - 1) / c``), capped by
+      the closed loop's population: at most the others not in decode are ahead,
+      ``(c - 1) (1 - (osl - 1) TPOT / R) T_b / P`` (the saturated closed loop's wait); the
+      request's own service is ``T_p`` when it finds its worker idle (probability ``1 - rho``) and a
+      whole batched forward ``prefill_time_s(B)`` when busy (``rho``, the per-worker utilisation, capped at 1).
+    * KV transfer: the prefill worker's per-GPU cache of the prompt
+      (:func:`~prfaas_plan.kvcache.per_gpu_kv_bytes`) over the slower of the two workers' per-GPU
+      scale-out NICs (``nic_gbps``: prefill and decode workers are separate instances, across IB /
+      RoCE), all GPUs in parallel.
+    * Decode: a decoding request sees ``b = 1 + (c - 1) (osl - 1) TPOT / (R D)`` requests on its
+      worker (the others' decode share of their residence ``R``, spread over ``D`` workers: the
+      tagged request's view of ``X (osl - 1) TPOT / D``); ``TPOT = decode_step_s(b, isl + osl / 2)``,
+      linear between the integer batches around ``b``. Memory caps a worker at ``fit`` requests
+      (:func:`~prfaas_plan.kvcache.requests_per_instance_memory` at ``isl + osl`` tokens); the loop
+      is solved for ``min(c, D fit)`` clients and the others' wait, ``(c - D fit) / X`` by Little, is
+      added to TTFT.
+    * TTFT = wait + own prefill + transfer (the prefill worker emits the first token); no request
+      overhead beyond what the kernel model's prefill holds.
+
+    Fixed point: TPOT by damped iteration (half steps) from the batch-1 step, stopped when it
+    changes by less than ``TOLERANCE`` (1e-12) relative, at most ``MAX_ROUNDS`` rounds (a note says
+    if it stopped short); at each TPOT the TTFT the loop implies is found by bisection to
+    ``TOLERANCE`` relative between the unloaded prefill and the wait behind all ``c - 1`` others
+    (the M/D/c wait is steep near saturation, where plain iteration oscillates). ``step_s`` is the decode step, ``prefill_share`` the prefill
+    workers' utilisation, ``batch`` the mean decode batch per worker.
+    """
+    from prfaas_plan.kvcache import per_gpu_kv_bytes
+    from prfaas_plan.perf.latency import decode_step_s, prefill_time_s
+    from prfaas_plan.queueing import WaitDist
+
+    _check(isl_tokens, osl_tokens, None)
+    for name, n in (("n_prefill_workers", n_prefill_workers), ("n_decode_workers", n_decode_workers),
+                    ("concurrency", concurrency)):
+        if not isinstance(n, int | np.integer) or isinstance(n, bool) or n < 1:
+            raise InvalidInput(f"{name}: must be a whole number >= 1, got {n!r}")
+    isl, osl, c, p, d = int(isl_tokens), int(osl_tokens), int(concurrency), int(n_prefill_workers), int(n_decode_workers)
+    budget = int(prefill_inst.engine_profile.chunked_prefill_tokens)
+    t_p = float(prefill_time_s(model, prefill_inst, isl, settings=settings))
+    k = max(budget // isl, 1)
+    t_full = float(prefill_time_s(model, prefill_inst, budget, settings=settings)) if k > 1 else t_p
+    t_b = t_full / k
+    nic = min(prefill_inst.gpu.nic_gbps, decode_inst.gpu.nic_gbps) * 1e9 / 8.0
+    transfer = per_gpu_kv_bytes(model, isl, prefill_inst.parallel, settings) / nic
+    free = free_cache_bytes_per_gpu(model, decode_inst)
+    fit = requests_per_instance_memory(model, decode_inst.parallel, isl + osl, free, settings)
+    if fit < 1:
+        raise InvalidInput(f"isl_tokens: one {isl + osl}-token request does not fit beside the weights on "
+                           f"{decode_inst.name}")
+    ctx = isl + osl / 2.0
+    memo: dict[int, float] = {}
+
+    def step(b: float) -> float:
+        b = min(max(b, 1.0), float(fit))
+        lo, hi = math.floor(b), math.ceil(b)
+        for n in (lo, hi):
+            if n not in memo:
+                memo[n] = decode_step_s(model, decode_inst, n, ctx, settings)
+        return memo[lo] + (b - lo) * (memo[hi] - memo[lo])
+
+    notes: list[str] = []
+    running = min(c, d * fit)
+    if running < c:
+        notes.append(f"memory-bound: {d} x {fit} requests of {isl + osl} tokens fit; "
+                     f"{c - running} clients wait in the queue (their wait is in TTFT)")
+    def prefill_side(ttft: float, tpot: float) -> tuple[float, float, float]:
+        """(the TTFT the loop implies, prefill utilisation, the others in decode) at (TTFT, TPOT)."""
+        r = ttft + (osl - 1) * tpot
+        w = WaitDist(running / r * (running - 1) / running, p, t_b, 0.0)
+        rho = min(w.rho, 1.0)
+        decoding = (running - 1) * (osl - 1) * tpot / r  # the others in decode, not ahead in the prefill queue
+        queue = min(w.mean_s, (running - 1 - decoding) * t_b / p)
+        return queue + (1.0 - rho) * t_p + rho * t_full + transfer, rho, decoding
+
+    def solve_ttft(tpot: float) -> float:
+        """The TTFT consistent with ``tpot``: bisection between the unloaded prefill and everyone ahead."""
+        lo, hi = t_p + transfer, (running - 1) * t_b / p + t_full + transfer
+        while hi - lo > TOLERANCE * hi:
+            mid = 0.5 * (lo + hi)
+            lo, hi = (mid, hi) if prefill_side(mid, tpot)[0] > mid else (lo, mid)
+        return 0.5 * (lo + hi)
+
+    tpot, converged = step(1.0), False
+    for _ in range(MAX_ROUNDS):
+        ttft = solve_ttft(tpot)
+        _, rho, decoding = prefill_side(ttft, tpot)
+        new_tpot = step(1.0 + decoding / d)
+        change = abs(new_tpot - tpot) / tpot
+        tpot = 0.5 * (tpot + new_tpot)
+        if change < TOLERANCE:
+            converged = True
+            break
+    ttft = solve_ttft(tpot)
+    rho = prefill_side(ttft, tpot)[1]
+    if not converged:
+        notes.append(f"fixed point not reached to {TOLERANCE:g} in {MAX_ROUNDS} rounds")
+    x = running / (ttft + (osl - 1) * tpot)
+    ttft += (c - running) / x
+    return ServingPoint(ttft, tpot, tpot, rho, x * (osl - 1) * tpot / d, x, x * osl, tuple(notes))

@@ -118,6 +118,8 @@ class Case:
     osl_tokens: int
     concurrency: int
     decode_batch: int | None  # requests per decode worker of a disaggregated row
+    prefill_workers: int | None = None  # workers of a disaggregated row, where the row gives them
+    decode_workers: int | None = None
 
 
 @dataclass(frozen=True)
@@ -233,8 +235,9 @@ def _map_row(row: dict, models: dict, strict: bool = False) -> Case | str:
     batch = _decode_batch(row, decode, concurrency) if disagg else None
     if batch is not None and batch <= 0:
         return INVALID_CONCURRENCY
+    workers = [_num(row, f"{role}_num_workers") for role in ("prefill", "decode")]
     return Case(model_id, dtypes, gpu_id, engine, version, layout, decode, int(row["isl"]), int(row["osl"]),
-                concurrency, batch)
+                concurrency, batch, *(int(w) if w else None for w in workers))
 
 
 def _decode_batch(row: dict, decode: Layout, concurrency: int) -> int:
@@ -284,13 +287,18 @@ def _predict_agg(ctx: RowContext) -> tuple[float, float]:
 
 
 def _predict_disagg(model: ModelSpec, prefill: Instance, decode: Instance, case: Case) -> tuple[float, float]:
-    """(TTFT, TPOT) in ms of a disaggregated row: the prefill worker's prefill of the ISL, and the
-    decode worker's step at its batch and the mean context (ISL + OSL / 2)."""
-    from prfaas_plan.perf.latency import decode_step_s, prefill_latency
+    """(TTFT, TPOT) in ms of a disaggregated row: the closed loop of the row's concurrency over its
+    prefill and decode workers (:func:`prfaas_plan.serving.disaggregated_closed_loop`: prefill
+    queueing, KV transfer, decode batch from Little's law). Decode workers: the case's
+    ``decode_workers`` when it carries one, else ``concurrency / decode_batch`` rounded (>= 1);
+    prefill workers: the case's ``prefill_workers`` when it carries one, else 1."""
+    from prfaas_plan.serving import disaggregated_closed_loop
 
-    ttft_s = float(prefill_latency(model, prefill, case.isl_tokens).total_s)
-    tpot_s = decode_step_s(model, decode, case.decode_batch, case.isl_tokens + case.osl_tokens / 2)
-    return ttft_s * 1e3, tpot_s * 1e3
+    n_decode = case.decode_workers or max(1, round(case.concurrency / case.decode_batch))
+    n_prefill = case.prefill_workers or 1
+    point = disaggregated_closed_loop(model, prefill, int(n_prefill), decode, int(n_decode), case.isl_tokens,
+                                      case.osl_tokens, case.concurrency)
+    return point.ttft_s * 1e3, point.tpot_s * 1e3
 
 
 def predict(case: Case, models: dict) -> tuple[float, float] | str:

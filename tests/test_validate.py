@@ -18,10 +18,11 @@ import pytest
 from prfaas_plan.engine import load_engine
 from prfaas_plan.errors import InvalidInput
 from prfaas_plan.hardware import instance
+from prfaas_plan.kvcache import per_gpu_kv_bytes
 from prfaas_plan.layout import Layout
 from prfaas_plan.model import load_model
 from prfaas_plan.perf.latency import decode_step_s, prefill_latency
-from prfaas_plan.serving import colocated_closed_loop
+from prfaas_plan.serving import colocated_closed_loop, disaggregated_closed_loop
 from prfaas_plan.validate import COLUMNS, status_counts, summary, validate_runs, validate_silicon
 
 FIX = Path(__file__).parent / "fixtures" / "validate"
@@ -91,15 +92,68 @@ def test_agg_predictions_are_the_serving_model(frame):
 
 
 def test_disagg_prediction_is_prefill_and_decode_workers(frame):
-    """cfg434: prefill worker tp8, decode worker attention dp8 / experts ep8 at 32 per rank (x8 ranks)."""
+    """cfg434: prefill worker tp8, decode worker attention dp8 / experts ep8 at 32 per rank (x8 ranks):
+    the closed loop of 256 clients over one prefill and 256 / 256 = 1 decode worker."""
     model = load_model("deepseek-v3").with_gemm_dtypes(attention="fp8", dense_ffn="fp8", experts="fp8_block")
     eng = _engine("sglang", "0.5.8.post1")
     pre = instance("h200", 8, layout=Layout(8), engine=eng)
     dec = instance("h200", 8, layout=Layout(8, "dp", "ep"), engine=eng)
     row = frame.iloc[7]
     assert (row["isl"], row["osl"], row["concurrency"]) == (8192, 1024, 256)
-    assert row["ttft_ms_predicted"] == pytest.approx(float(prefill_latency(model, pre, 8192).total_s) * 1e3, rel=1e-12)
-    assert row["tpot_ms_predicted"] == pytest.approx(decode_step_s(model, dec, 32 * 8, 8192 + 512) * 1e3, rel=1e-12)
+    point = disaggregated_closed_loop(model, pre, 1, dec, 1, 8192, 1024, 256)
+    assert row["ttft_ms_predicted"] == pytest.approx(point.ttft_s * 1e3, rel=1e-12)
+    assert row["tpot_ms_predicted"] == pytest.approx(point.tpot_s * 1e3, rel=1e-12)
+    # queueing: above the unloaded prefill, below the saturated closed loop's bound
+    assert row["ttft_ms_predicted"] > float(prefill_latency(model, pre, 8192).total_s) * 1e3
+
+
+@pytest.fixture(scope="module")
+def disagg():
+    model = load_model("deepseek-v3")
+    pre = instance("h200", 8, layout=Layout(8), engine="sglang")
+    dec = instance("h200", 8, layout=Layout(8, "dp", "ep"), engine="sglang")
+    return model, pre, dec
+
+
+def test_disagg_one_client_is_prefill_transfer_decode(disagg):
+    model, pre, dec = disagg
+    for isl in (1024, 8192):  # a prompt below and at/above the prefill budget
+        p = disaggregated_closed_loop(model, pre, 2, dec, 3, isl, 512, 1)
+        kv = per_gpu_kv_bytes(model, isl, pre.parallel) / (min(pre.gpu.nic_gbps, dec.gpu.nic_gbps) * 1e9 / 8)
+        assert p.ttft_s == pytest.approx(float(prefill_latency(model, pre, isl).total_s) + kv, rel=0, abs=1e-9)
+        assert p.tpot_s == pytest.approx(decode_step_s(model, dec, 1, isl + 256), rel=0, abs=1e-9)
+        assert 0 < kv < 0.1 * p.ttft_s  # the transfer is small
+
+
+def test_disagg_littles_law_and_monotone(disagg):
+    model, pre, dec = disagg
+    last = None
+    for c in (1, 4, 16, 64, 256, 1024, 4096):
+        p = disaggregated_closed_loop(model, pre, 1, dec, 2, 4096, 1024, c)
+        assert p.throughput_rps * (p.ttft_s + 1023 * p.tpot_s) == pytest.approx(c, rel=1e-6)
+        assert p.output_tokens_per_s == pytest.approx(1024 * p.throughput_rps, rel=1e-12)
+        assert not any("not reached" in n for n in p.notes)
+        if last is not None:
+            # throughput plateaus at the prefill workers' capacity once they saturate (flat to ~1e-5)
+            assert p.ttft_s >= last.ttft_s and p.throughput_rps >= last.throughput_rps * (1 - 1e-4)
+            # TPOT: the kernel tables' decode step is not strictly monotone in the batch at ~1e-4
+            assert p.tpot_s >= last.tpot_s * (1 - 1e-3) and p.batch >= last.batch * (1 - 1e-4)
+        last = p
+    assert any("memory-bound" in n for n in last.notes)
+    # more prefill workers: shorter TTFT at the same load
+    assert disaggregated_closed_loop(model, pre, 4, dec, 2, 4096, 1024, 256).ttft_s < \
+        disaggregated_closed_loop(model, pre, 1, dec, 2, 4096, 1024, 256).ttft_s
+
+
+@pytest.mark.parametrize("kw", [dict(n_prefill_workers=0), dict(n_decode_workers=0), dict(concurrency=0),
+                                dict(n_decode_workers=1.5), dict(isl_tokens=0)])
+def test_disagg_bad_input_one_line(disagg, kw):
+    model, pre, dec = disagg
+    args = dict(n_prefill_workers=1, n_decode_workers=1, isl_tokens=1024, osl_tokens=128, concurrency=8) | kw
+    with pytest.raises(InvalidInput) as exc:
+        disaggregated_closed_loop(model, pre, args["n_prefill_workers"], dec, args["n_decode_workers"],
+                                  args["isl_tokens"], args["osl_tokens"], args["concurrency"])
+    assert "\n" not in str(exc.value) and str(exc.value).split(":")[0] in kw
 
 
 def test_summary_counts_and_errors(frame):
