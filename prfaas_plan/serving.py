@@ -343,9 +343,6 @@ def speedup_curve(model: ModelSpec, inst: Instance, context_tokens: float, batch
     return df
 
 
-__all__ = ["ServingPoint", "SpecDecode", "colocated_closed_loop", "colocated_open_loop", "disaggregated_closed_loop",
-           "max_sustainable_rate", "speedup_curve"]
-
 
 def max_sustainable_rate(model: ModelSpec, inst: Instance, isl_tokens: int, osl_tokens: int,
                          settings: CacheSettings | None = None, spec: SpecDecode | None = None,
@@ -412,75 +409,111 @@ def disaggregated_closed_loop(model: ModelSpec, prefill_inst: Instance, n_prefil
     (the M/D/c wait is steep near saturation, where plain iteration oscillates). ``step_s`` is the decode step, ``prefill_share`` the prefill
     workers' utilisation, ``batch`` the mean decode batch per worker.
     """
-    from prfaas_plan.kvcache import per_gpu_kv_bytes
-    from prfaas_plan.perf.latency import decode_step_s, prefill_time_s
-    from prfaas_plan.queueing import WaitDist
-
     _check(isl_tokens, osl_tokens, None)
     for name, n in (("n_prefill_workers", n_prefill_workers), ("n_decode_workers", n_decode_workers),
                     ("concurrency", concurrency)):
         if not isinstance(n, int | np.integer) or isinstance(n, bool) or n < 1:
             raise InvalidInput(f"{name}: must be a whole number >= 1, got {n!r}")
-    isl, osl, c, p, d = int(isl_tokens), int(osl_tokens), int(concurrency), int(n_prefill_workers), int(n_decode_workers)
-    budget = int(prefill_inst.engine_profile.chunked_prefill_tokens)
-    t_p = float(prefill_time_s(model, prefill_inst, isl, settings=settings))
-    k = max(budget // isl, 1)
-    t_full = float(prefill_time_s(model, prefill_inst, budget, settings=settings)) if k > 1 else t_p
-    t_b = t_full / k
-    nic = min(prefill_inst.gpu.nic_gbps, decode_inst.gpu.nic_gbps) * 1e9 / 8.0
-    transfer = per_gpu_kv_bytes(model, isl, prefill_inst.parallel, settings) / nic
-    free = free_cache_bytes_per_gpu(model, decode_inst)
-    fit = requests_per_instance_memory(model, decode_inst.parallel, isl + osl, free, settings)
-    if fit < 1:
-        raise InvalidInput(f"isl_tokens: one {isl + osl}-token request does not fit beside the weights on "
-                           f"{decode_inst.name}")
-    ctx = isl + osl / 2.0
-    memo: dict[int, float] = {}
-
-    def step(b: float) -> float:
-        b = min(max(b, 1.0), float(fit))
-        lo, hi = math.floor(b), math.ceil(b)
-        for n in (lo, hi):
-            if n not in memo:
-                memo[n] = decode_step_s(model, decode_inst, n, ctx, settings)
-        return memo[lo] + (b - lo) * (memo[hi] - memo[lo])
-
+    loop = _DisaggLoop.of(model, prefill_inst, int(n_prefill_workers), decode_inst, int(n_decode_workers),
+                          int(isl_tokens), int(osl_tokens), int(concurrency), settings)
+    c, osl, d, running = int(concurrency), int(osl_tokens), loop.d, loop.running
     notes: list[str] = []
-    running = min(c, d * fit)
     if running < c:
-        notes.append(f"memory-bound: {d} x {fit} requests of {isl + osl} tokens fit; "
+        notes.append(f"memory-bound: {d} x {loop.fit} requests of {loop.isl + osl} tokens fit; "
                      f"{c - running} clients wait in the queue (their wait is in TTFT)")
-    def prefill_side(ttft: float, tpot: float) -> tuple[float, float, float]:
-        """(the TTFT the loop implies, prefill utilisation, the others in decode) at (TTFT, TPOT)."""
-        r = ttft + (osl - 1) * tpot
-        w = WaitDist(running / r * (running - 1) / running, p, t_b, 0.0)
-        rho = min(w.rho, 1.0)
-        decoding = (running - 1) * (osl - 1) * tpot / r  # the others in decode, not ahead in the prefill queue
-        queue = min(w.mean_s, (running - 1 - decoding) * t_b / p)
-        return queue + (1.0 - rho) * t_p + rho * t_full + transfer, rho, decoding
-
-    def solve_ttft(tpot: float) -> float:
-        """The TTFT consistent with ``tpot``: bisection between the unloaded prefill and everyone ahead."""
-        lo, hi = t_p + transfer, (running - 1) * t_b / p + t_full + transfer
-        while hi - lo > TOLERANCE * hi:
-            mid = 0.5 * (lo + hi)
-            lo, hi = (mid, hi) if prefill_side(mid, tpot)[0] > mid else (lo, mid)
-        return 0.5 * (lo + hi)
-
-    tpot, converged = step(1.0), False
+    tpot, converged = loop.step(1.0), False
     for _ in range(MAX_ROUNDS):
-        ttft = solve_ttft(tpot)
-        _, rho, decoding = prefill_side(ttft, tpot)
-        new_tpot = step(1.0 + decoding / d)
+        ttft = loop.solve_ttft(tpot)
+        decoding = loop.prefill_side(ttft, tpot)[2]
+        new_tpot = loop.step(1.0 + decoding / d)
         change = abs(new_tpot - tpot) / tpot
         tpot = 0.5 * (tpot + new_tpot)
         if change < TOLERANCE:
             converged = True
             break
-    ttft = solve_ttft(tpot)
-    rho = prefill_side(ttft, tpot)[1]
+    ttft = loop.solve_ttft(tpot)
+    rho = loop.prefill_side(ttft, tpot)[1]
     if not converged:
         notes.append(f"fixed point not reached to {TOLERANCE:g} in {MAX_ROUNDS} rounds")
     x = running / (ttft + (osl - 1) * tpot)
     ttft += (c - running) / x
     return ServingPoint(ttft, tpot, tpot, rho, x * (osl - 1) * tpot / d, x, x * osl, tuple(notes))
+
+
+@dataclass
+class _DisaggLoop:
+    """What :func:`disaggregated_closed_loop` solves over (seconds, tokens, requests): its
+    prefill service times, the KV transfer, the decode workers' memory fit, and the decode step
+    memoised per integer batch."""
+
+    model: ModelSpec
+    decode_inst: Instance
+    settings: CacheSettings | None
+    isl: int
+    osl: int
+    running: int
+    p: int
+    d: int
+    fit: int
+    t_p: float
+    t_full: float
+    t_b: float
+    transfer: float
+    memo: dict = field(default_factory=dict)
+
+    @classmethod
+    def of(cls, model: ModelSpec, prefill_inst: Instance, p: int, decode_inst: Instance, d: int, isl: int, osl: int,
+           c: int, settings: CacheSettings | None) -> _DisaggLoop:
+        from prfaas_plan.kvcache import per_gpu_kv_bytes
+        from prfaas_plan.perf.latency import prefill_time_s
+
+        budget = int(prefill_inst.engine_profile.chunked_prefill_tokens)
+        t_p = float(prefill_time_s(model, prefill_inst, isl, settings=settings))
+        k = max(budget // isl, 1)
+        t_full = float(prefill_time_s(model, prefill_inst, budget, settings=settings)) if k > 1 else t_p
+        nic = min(prefill_inst.gpu.nic_gbps, decode_inst.gpu.nic_gbps) * 1e9 / 8.0
+        transfer = per_gpu_kv_bytes(model, isl, prefill_inst.parallel, settings) / nic
+        free = free_cache_bytes_per_gpu(model, decode_inst)
+        fit = requests_per_instance_memory(model, decode_inst.parallel, isl + osl, free, settings)
+        if fit < 1:
+            raise InvalidInput(f"isl_tokens: one {isl + osl}-token request does not fit beside the weights on "
+                               f"{decode_inst.name}")
+        return cls(model, decode_inst, settings, isl, osl, min(c, d * fit), p, d, fit, t_p, t_full, t_full / k,
+                   transfer)
+
+    def step(self, b: float) -> float:
+        """The decode step at a (fractional) batch ``b``: linear between the integer batches around it."""
+        from prfaas_plan.perf.latency import decode_step_s
+
+        b = min(max(b, 1.0), float(self.fit))
+        lo, hi = math.floor(b), math.ceil(b)
+        for n in (lo, hi):
+            if n not in self.memo:
+                self.memo[n] = decode_step_s(self.model, self.decode_inst, n, self.isl + self.osl / 2.0,
+                                             self.settings)
+        return self.memo[lo] + (b - lo) * (self.memo[hi] - self.memo[lo])
+
+    def prefill_side(self, ttft: float, tpot: float) -> tuple[float, float, float]:
+        """(the TTFT the loop implies, prefill utilisation, the others in decode) at (TTFT, TPOT)."""
+        from prfaas_plan.queueing import WaitDist
+
+        running, osl = self.running, self.osl
+        r = ttft + (osl - 1) * tpot
+        w = WaitDist(running / r * (running - 1) / running, self.p, self.t_b, 0.0)
+        rho = min(w.rho, 1.0)
+        decoding = (running - 1) * (osl - 1) * tpot / r  # the others in decode, not ahead in the prefill queue
+        queue = min(w.mean_s, (running - 1 - decoding) * self.t_b / self.p)
+        return queue + (1.0 - rho) * self.t_p + rho * self.t_full + self.transfer, rho, decoding
+
+    def solve_ttft(self, tpot: float) -> float:
+        """The TTFT consistent with ``tpot``: bisection between the unloaded prefill and everyone ahead."""
+        lo = self.t_p + self.transfer
+        hi = (self.running - 1) * self.t_b / self.p + self.t_full + self.transfer
+        while hi - lo > TOLERANCE * hi:
+            mid = 0.5 * (lo + hi)
+            lo, hi = (mid, hi) if self.prefill_side(mid, tpot)[0] > mid else (lo, mid)
+        return 0.5 * (lo + hi)
+
+
+__all__ = ["ServingPoint", "SpecDecode", "colocated_closed_loop", "colocated_open_loop", "disaggregated_closed_loop",
+           "max_sustainable_rate", "speedup_curve"]
