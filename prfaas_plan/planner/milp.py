@@ -280,9 +280,7 @@ def cbc_solution(inp: PlanInputs, b: Buckets, pools: Pools) -> ExactSolution | N
     import pulp
 
     def solved(prob: pulp.LpProblem) -> bool:
-        # without its row scaling CBC lands within 1e-6 of HiGHS on link-bound cells (with it,
-        # 8.5e-6 short of the optimum on the 11.3 Gbps cells of the sweep grid)
-        return pulp.LpStatus[prob.solve(pulp.PULP_CBC_CMD(msg=False, options=['scaling off']))] == "Optimal"
+        return pulp.LpStatus[prob.solve(pulp.PULP_CBC_CMD(msg=False))] == "Optimal"
 
     k, nb, n_local = _Coefficients.of(inp, b), len(b.tokens), pools.n_local
     with warnings.catch_warnings():  # pulp 3.3 announces API changes for 4.0 on every variable
