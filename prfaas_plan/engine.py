@@ -3,9 +3,9 @@
 A GPU's kernel speeds come from measured kernel tables (:mod:`prfaas_plan.perf.kernels`); what the
 engine adds around them lives here, as named profiles with sources (``data/engine_db/*.yaml``):
 which kernel tables it runs (``kernel_engine``, at the collected version nearest its
-``kernel_version``), whose cache conventions it keeps
-(``cache_engine``), host time per request and per step, the elementwise passes its unfused
-kernels make per layer, its chunked-prefill size and whether decode runs in CUDA graphs.
+``kernel_version``), host time per request and per step, the elementwise passes its unfused
+kernels make per layer, its chunked-prefill size and whether decode runs in CUDA graphs. (Whose
+cache conventions apply, the state dtypes, is a scenario's ``cache.engine``.)
 
 Profiles are frozen pydantic models; times are seconds, sizes tokens.
 """
@@ -21,7 +21,6 @@ from pydantic import BaseModel, ConfigDict, Field, PositiveInt
 from prfaas_plan.data import find_entry, list_entries, read_yaml, validate
 from prfaas_plan.defaults import DEFAULT_ENGINE_PROFILE
 from prfaas_plan.model.arch import Source
-from prfaas_plan.vocab import Engine
 
 KernelEngine = Literal["sglang", "vllm", "trtllm"]
 """Whose measured kernels a profile runs (the engine folders of the kernel tables)."""
@@ -50,7 +49,6 @@ class EngineProfile(BaseModel):
     kernel_version: str = Field(pattern=r"^\d+(\.\d+)*(\.?post\d+)?$",
                                 description="the engine version the profile models; per kernel family the tables "
                                             "of the nearest collected version are used (perf.kernels.pick_table)")
-    cache_engine: Engine = Field(description="whose cache layout the engine keeps (CacheSettings.engine)")
     request_overhead_s: float = Field(ge=0, le=10)
     step_overhead_s: float = Field(ge=0, le=1)
     layer_launch_s: float = Field(ge=0, le=0.01)
