@@ -25,6 +25,11 @@ from prfaas_plan.model.arch import Source
 KernelEngine = Literal["sglang", "vllm", "trtllm"]
 """Whose measured kernels a profile runs (the engine folders of the kernel tables)."""
 
+KvReserveAt = Literal["prefill_start", "transfer_start", "arrival"]
+"""When a disaggregated decode instance reserves a request's KV memory: when its prefill starts
+(SGLang pre-allocates while prefill runs), when its transfer starts (vLLM's NIXL connector), or
+only once the bytes have arrived."""
+
 PACKAGE = "prfaas_plan.data.engine_db"
 
 
@@ -39,6 +44,8 @@ class EngineProfile(BaseModel):
     elementwise_passes: reads+writes of one ``tokens x hidden`` bf16 activation per layer by the
     kernels the tables do not measure (norms, residual adds, RoPE, activation, quantisation).
     chunked_prefill_tokens: the most prompt tokens one step takes; longer prompts run in chunks.
+    kv_reserve_at: when a disaggregated decode instance reserves a request's KV memory
+    (:data:`KvReserveAt`).
     """
 
     model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
@@ -56,6 +63,7 @@ class EngineProfile(BaseModel):
     elementwise_passes: float = Field(ge=0, le=100)
     chunked_prefill_tokens: PositiveInt
     cuda_graphs: bool = True
+    kv_reserve_at: KvReserveAt
     provenance: str = Field(min_length=1, description="where the numbers come from, and what was fitted to what")
     sources: list[Source] = Field(min_length=1)
     notes: str | None = None
