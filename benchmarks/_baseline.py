@@ -1,14 +1,18 @@
 """The previous implementation, for side-by-side benchmarks: a pre-change commit made importable.
 
-``baseline_root()`` extracts commit :data:`BASELINE_REV` (the last commit before the
-architecture and speed work) with ``git archive`` into a temporary folder, once per machine, and
-links its data folders into its package (that commit mapped them with ``package-dir``, so a bare
-checkout on ``PYTHONPATH`` could not find them). ``cli_wall_s`` and ``python_wall_s`` time a fresh
-process of either tree, imports included; ``stats`` prints min and median.
+``baseline_root()`` extracts commit :data:`BASELINE_REV` (the commit the working tree's changes
+start from; ``PRFAAS_BASELINE_REV`` picks another, e.g. ``1ddbf07``, the last before the
+architecture and speed work) with ``git archive`` into a temporary folder, once per machine and
+commit, links its data folders into its package where that commit kept them outside it (it mapped
+them with ``package-dir``, so a bare checkout on ``PYTHONPATH`` could not find them), and compiles
+it to bytecode. ``compiled`` compiles this tree's package too: with ``PYTHONDONTWRITEBYTECODE`` set,
+a tree without bytecode would compile its sources in every timed process. ``cli_wall_s`` and
+``python_wall_s`` time a fresh process of either tree, imports included; ``stats`` prints min and median.
 """
 
 from __future__ import annotations
 
+import compileall
 import os
 import statistics
 import subprocess
@@ -18,12 +22,20 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-BASELINE_REV = "1ddbf07"
-"""The commit benchmarks compare against (before the package was laid out as the data flow)."""
+BASELINE_REV = os.environ.get("PRFAAS_BASELINE_REV", "74221fb")
+"""The commit benchmarks compare against: the last before issue #18's start-up round (imports kept
+off each command's path, YAML through libyaml, one command built per run, altair's debug mode off)."""
+
+
+def compiled(root: Path) -> Path:
+    """``root`` with its ``prfaas_plan`` package compiled to bytecode (``__pycache__``), quietly."""
+    compileall.compile_dir(str(root / "prfaas_plan"), quiet=2)
+    return root
 
 
 def baseline_root(rev: str = BASELINE_REV) -> Path:
     """A folder holding commit ``rev``'s ``prfaas_plan`` package, importable via ``PYTHONPATH``."""
+    compiled(ROOT)  # both trees timed with their bytecode
     root = Path(tempfile.gettempdir()) / f"prfaas-plan-baseline-{rev}"
     if not (root / ".complete").exists():
         root.mkdir(parents=True, exist_ok=True)
@@ -33,6 +45,7 @@ def baseline_root(rev: str = BASELINE_REV) -> Path:
             link = root / "prfaas_plan" / name
             if (root / name).is_dir() and not link.exists():
                 link.symlink_to(root / name, target_is_directory=True)
+        compiled(root)
         (root / ".complete").touch()
     return root
 

@@ -34,7 +34,8 @@ MLA_DIMS = ("kv_lora_rank", "qk_rope_dim", "qk_nope_dim", "v_dim")
 def table(gpu_id: str, name: str) -> pd.DataFrame | None:
     """One committed table as a frame: its code columns decoded to names, plus MLA's scalar dims."""
     spec = K.TABLES[name]
-    arrays = K.load_family(K.table_folder(gpu_id, name), spec.family)
+    folder = K.table_folder(gpu_id, name)
+    arrays = K.load_family(folder, spec.family) if folder is not None else None
     if arrays is None or f"{name}.latency_s" not in arrays:
         return None
     cols = {c: arrays[f"{name}.{c}"] for c in (*spec.exact, *spec.nearest, *spec.axes, "latency_s")}

@@ -4,7 +4,8 @@ against the previous implementation (benchmarks/_baseline.py), and one solve of 
 Run: python benchmarks/bench_plan.py [--repeats 5]   (targets, issue #18, on 2 cores: warm plan()
 <= 0.1 s at 128 buckets and <= 0.5 s at 2,048)
 
-Each figure is min and median of ``--repeats`` runs after one warm-up run, in one process per tree;
+Each figure is min and median of ``--repeats`` runs after one warm-up run, in one process per tree
+(then, for this tree, one warm ``plan()`` split into HiGHS's MILP and LP solves and the rest);
 the previous implementation runs in a subprocess with ``PYTHONPATH`` set to its extracted copy (and
 its folder as the working directory). Other processes on these CPUs skew the figures: the load
 average is printed.
@@ -47,6 +48,39 @@ print(json.dumps(out))
 """
 
 
+SPLIT = """
+import json, sys, time
+import prfaas_plan as pp
+from prfaas_plan.planner import milp
+sc = pp.load_scenario("paper-case-study")
+n = int(sys.argv[1])
+pp.plan(sc, n_buckets=n)
+runs, run = [], milp._highs_run
+def timed(cost, *args):
+    t0 = time.perf_counter()
+    out = run(cost, *args)
+    runs.append((bool(args[-2].any()), time.perf_counter() - t0))
+    return out
+milp._highs_run = timed
+t0 = time.perf_counter()
+pp.plan(sc, n_buckets=n)
+print(json.dumps({"plan_s": time.perf_counter() - t0, "runs": runs}))
+"""
+"""One warm ``plan()`` with each HiGHS run timed (MILP stages and fixed-count LPs apart)."""
+
+
+def split(n_buckets: int) -> str:
+    """Where one warm ``plan()`` of this tree spends its time: HiGHS's MILPs, its LPs, the rest."""
+    ran = subprocess.run([sys.executable, "-c", SPLIT, str(n_buckets)], check=True, capture_output=True, text=True,
+                         cwd=ROOT)
+    got = json.loads(ran.stdout.strip().splitlines()[-1])
+    milp_s = [s for integral, s in got["runs"] if integral]
+    lp_s = sum(s for integral, s in got["runs"] if not integral)
+    return (f"  one warm plan() at {n_buckets:,} buckets: {got['plan_s']:.3f} s = {len(milp_s)} HiGHS MILPs "
+            f"{sum(milp_s):.3f} s (largest {max(milp_s):.3f} s) + fixed-count LPs {lp_s:.3f} s + the rest "
+            f"{got['plan_s'] - sum(milp_s) - lp_s:.3f} s (inputs, buckets, TTFT quantiles, verification)")
+
+
 def timings(repeats: int, pythonpath: Path | None) -> dict[str, list[float]]:
     """{label: seconds per run} from a fresh process of one tree."""
     env = dict(os.environ)
@@ -66,6 +100,8 @@ def main() -> None:
     old = timings(args.repeats, baseline_root())
     for label, runs in new.items():
         print(stats(label, runs, old.get(label)))
+    for n in (128, 2048):
+        print(split(n))
     print(f"# load average after: {os.getloadavg()[0]:.2f}")
 
 

@@ -1,5 +1,5 @@
 """Benchmark: wall time of the report commands in a fresh process (imports included), this checkout
-beside the previous implementation (``benchmarks/_baseline.py``, commit 1ddbf07), and whether the
+beside the previous implementation (``benchmarks/_baseline.py``, ``BASELINE_REV``), and whether the
 two write the same bytes.
 
     python benchmarks/bench_report.py [--repeat 5]

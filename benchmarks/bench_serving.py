@@ -2,7 +2,7 @@
 
 Prints, for MiniMax-M2.5 (vLLM profile) and DeepSeek-V3 (SGLang profile) on 8xH200 TP8 at
 ISL 1024 / OSL 1024, TTFT and TPOT at concurrency 1, 16, 64, 256; the DeepSeek-V3 MTP speed-up
-curve (k = 1; acceptance 0.85-0.90 per arXiv 2412.19437); and the time per
+curve with its break-even batch (k = 1; acceptance 0.85-0.90 per arXiv 2412.19437); and the time per
 ``colocated_closed_loop`` call the way the validator calls it (5,221 CSV rows; target <= 3 ms
 per call): groups of (model, instance, ISL, OSL) each swept over concurrencies, every group's
 step times computed afresh ("cold": the first call of a group times its grid points), and the
@@ -16,9 +16,10 @@ from __future__ import annotations
 
 import time
 
+from prfaas_plan import serving
 from prfaas_plan.hardware import instance
 from prfaas_plan.model import load_model
-from prfaas_plan.serving import SpecDecode, _point_times, _steps, colocated_closed_loop, speedup_curve
+from prfaas_plan.serving import SpecDecode, colocated_closed_loop, speedup_curve
 
 CASES = [("minimax-m2.5", "vllm"), ("deepseek-v3", "sglang")]
 LENGTHS = [(1024, 1024), (2048, 512), (4096, 1024), (8192, 256), (512, 2048), (1024, 128)]
@@ -44,8 +45,8 @@ def figures() -> None:
 
 def timing() -> None:
     calls, cold_s, warm_s = 0, 0.0, 0.0
-    _steps.cache_clear()
-    _point_times.cache_clear()
+    serving._table.cache_clear()  # the step tables' caches (private: a benchmark measures them cold)
+    serving._point_times.cache_clear()
     for model_id, engine in CASES:
         model, inst = load_model(model_id), instance("h200", 8, engine=engine)
         colocated_closed_loop(model, inst, 100, 100, 1)  # load the kernel tables once
@@ -60,7 +61,7 @@ def timing() -> None:
             warm_s += time.perf_counter() - t
             calls += len(CONCURRENCIES)
     print(f"closed_loop: {calls} calls in {len(CASES) * len(LENGTHS)} groups; cold {cold_s / calls * 1e3:.2f} ms per call, "
-          f"warm {warm_s / calls * 1e3:.2f} ms per call (target <= 3 ms); {_point_times.cache_info().currsize} "
+          f"warm {warm_s / calls * 1e3:.2f} ms per call (target <= 3 ms); {serving._point_times.cache_info().currsize} "
           f"grid points timed")
 
 

@@ -6,7 +6,10 @@ form's and the simulation's mean TTFT and TPOT, their gaps, and the simulation's
 * closed loop at c = 4, 16, 64: 16 seeds x 100 s pooled (deterministic request overhead), and
   the same with exponentially distributed request overheads of the same mean (``overhead_jitter``);
 * open loop at the closed loop's throughputs (300 s);
-* open loop at 30, 60 and 85% of the closed form's largest sustainable rate (60 s).
+* open loop at 30, 60 and 85% of the closed form's largest sustainable rate (60 s);
+* speculative decoding (MTP k = 2, per-position acceptance 0.8 / 0.6), DeepSeek-V3 on 8xH200
+  (SGLang profile), ISL 1024 / OSL 256: closed loop at c = 1, 8, 32 (4 seeds x 60 s pooled) and
+  open loop at 30 and 60% of the closed form's largest sustainable rate (4 seeds x 60 s pooled).
 
 Run: python benchmarks/bench_sim_colocated.py
 (times depend on the machine and its load).
@@ -20,7 +23,7 @@ import numpy as np
 
 from prfaas_plan.hardware import instance
 from prfaas_plan.model import load_model
-from prfaas_plan.serving import colocated_closed_loop, colocated_open_loop, max_sustainable_rate
+from prfaas_plan.serving import SpecDecode, colocated_closed_loop, colocated_open_loop, max_sustainable_rate
 from prfaas_plan.sim import simulate_colocated
 
 ISL, OSL = 2048, 256
@@ -76,5 +79,23 @@ def main() -> None:
              time.perf_counter() - t, s["requests"])
 
 
+def spec_decode() -> None:
+    """Closed form vs simulation with MTP speculative decoding (each step's accepted tokens drawn)."""
+    model, inst = load_model("deepseek-v3"), instance("h200", 8, engine="sglang")
+    spec, isl, osl, seeds = SpecDecode(2, acceptance_rates=(0.8, 0.6)), 1024, 256, range(4)
+    top = max_sustainable_rate(model, inst, isl, osl, spec=spec)
+    loads = [("closed", c, colocated_closed_loop(model, inst, isl, osl, c, spec=spec)) for c in (1, 8, 32)]
+    loads += [("open", f * top, colocated_open_loop(model, inst, isl, osl, f * top, spec=spec)) for f in (0.3, 0.6)]
+    for mode, load, p in loads:
+        t = time.perf_counter()
+        kw = dict(concurrency=load) if mode == "closed" else dict(rate_rps=load)
+        runs = [simulate_colocated(model, inst, isl, osl, duration_s=60.0, seed=s, spec=spec, **kw)[0] for s in seeds]
+        m = [df[df["measured"]] for df in runs]
+        ttft = float(np.concatenate([x["ttft_s"].to_numpy() for x in m]).mean())
+        tpot = float(np.concatenate([x["tpot_s"].to_numpy() for x in m]).mean())
+        _row(f"MTP {mode} {load:.3g}", p, ttft, tpot, time.perf_counter() - t, sum(len(x) for x in m))
+
+
 if __name__ == "__main__":
     main()
+    spec_decode()

@@ -1,4 +1,4 @@
-"""Benchmark: the workload package against the previous implementation (commit 1ddbf07), side by side.
+"""Benchmark: the workload package against the previous implementation (``_baseline.BASELINE_REV``), side by side.
 
 Times, each in a fresh process of either tree (min and median of several runs): the paper
 distribution's moments and bucket partial means at 128 and 2,048 buckets, loading the Mooncake
@@ -20,7 +20,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from _baseline import ROOT, baseline_root, cli_wall_s, python_wall_s, stats  # noqa: E402
+from _baseline import BASELINE_REV, ROOT, baseline_root, cli_wall_s, python_wall_s, stats  # noqa: E402
 
 FULL_TRACE = ROOT.parent / "shared" / "traces" / "mooncake_conversation.jsonl"
 FIXTURE_TRACE = ROOT / "tests" / "fixtures" / "traces" / "mooncake_conversation_rows4183-4212.jsonl"
@@ -72,7 +72,7 @@ def main(argv: list[str]) -> None:
     paths = [a for a in argv if a != "--cli"]
     trace = Path(paths[0]).resolve() if paths else FULL_TRACE if FULL_TRACE.is_file() else FIXTURE_TRACE
     old_root = baseline_root()
-    print(f"trace: {trace}; {REPEATS} runs per case; new = this checkout, before = commit 1ddbf07")
+    print(f"trace: {trace}; {REPEATS} runs per case; new = this checkout, before = commit {BASELINE_REV}")
     new, old = timings(None, trace), timings(old_root, trace)
     for case in new:
         unit = "us" if case.startswith("moments") else "ms"

@@ -4,7 +4,7 @@ The data flow, one part each: ``model`` / ``hardware`` (model and GPU databases)
 ``kvcache`` (cache bytes) -> ``perf`` (prefill and decode latency) -> ``bandwidth`` (Phi_kv,
 egress, ratios) -> ``workload`` (lengths, traces, prefix caches) -> ``scenario`` -> ``queueing``
 (TTFT) -> ``planner`` (paper and exact modes, baselines, cost) -> ``sim`` (the simulator) ->
-``sweeps`` -> ``report`` -> ``cli``.
+``sweeps`` and ``sizing`` (the cheapest deployment for a target rate) -> ``report`` -> ``cli``.
 
 Each name of :data:`_EXPORTS` is imported from its module on first use, so that ``import
 prfaas_plan`` loads nothing heavy and the CLI starts fast.
@@ -67,6 +67,12 @@ _EXPORTS = {
     "Bursty": "sim",
     "validate_silicon": "validate",
     "validate_runs": "validate",
+    "size": "sizing",
+    "SizingResult": "sizing",
+    "SizingSLO": "sizing",
+    "LinkTier": "sizing",
+    "frontier_cost_vs_ttft": "sizing.pareto",
+    "frontier_cost_vs_rate": "sizing.pareto",
 }
 
 

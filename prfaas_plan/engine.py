@@ -4,7 +4,8 @@ A GPU's kernel speeds come from measured kernel tables (:mod:`prfaas_plan.perf.k
 engine adds around them lives here, as named profiles with sources (``data/engine_db/*.yaml``):
 which kernel tables it runs (``kernel_engine``, at the collected version nearest its
 ``kernel_version``), host time per request and per step, the elementwise passes its unfused
-kernels make per layer, its chunked-prefill size and whether decode runs in CUDA graphs. (Whose
+kernels make per layer, its chunked-prefill size, whether decode runs in CUDA graphs, and
+whether it runs speculative decoding (``speculative``: off in every bundled profile). (Whose
 cache conventions apply, the state dtypes, is a scenario's ``cache.engine``.)
 
 Profiles are frozen pydantic models; times are seconds, sizes tokens.
@@ -16,7 +17,8 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, PositiveInt
+import numpy as np
+from pydantic import BaseModel, ConfigDict, Field, NonNegativeInt, PositiveInt, model_validator
 
 from prfaas_plan.data import find_entry, list_entries, read_yaml, validate
 from prfaas_plan.defaults import DEFAULT_ENGINE_PROFILE
@@ -33,6 +35,48 @@ only once the bytes have arrived."""
 PACKAGE = "prfaas_plan.data.engine_db"
 
 
+def mean_accepted_tokens(acceptance_rates) -> float:
+    """Mean tokens a request gains per verify step when draft position ``i`` is accepted with
+    probability ``r_i`` given the earlier ones were: ``1 + sum_i prod_{j<=i} r_j`` (the bonus
+    token included)."""
+    return float(1.0 + np.cumprod(np.asarray(acceptance_rates, dtype=float)).sum())
+
+
+class Speculative(BaseModel):
+    """Speculative decoding as an engine runs it: ``method`` (``mtp``: the model's own MTP
+    modules draft), ``draft_tokens`` (k) drafted per step, and either the mean tokens a request
+    gains per verify step (``accepted_per_step``, in ``[1, k + 1]``, the bonus token included) or
+    the acceptance rate of each draft position given the earlier ones were accepted
+    (``acceptance_rates``, k values in ``[0, 1]``). A verify step processes ``k + 1`` tokens per
+    request and each request holds ``k`` more KV slots."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
+
+    method: Literal["mtp"] = "mtp"
+    draft_tokens: NonNegativeInt
+    accepted_per_step: float | None = Field(default=None, ge=1)
+    acceptance_rates: tuple[float, ...] | None = None
+
+    @model_validator(mode="after")
+    def _check(self) -> Speculative:
+        k = self.draft_tokens
+        if (self.accepted_per_step is None) == (self.acceptance_rates is None):
+            raise ValueError("give exactly one of accepted_per_step or acceptance_rates")
+        if self.accepted_per_step is not None and self.accepted_per_step > k + 1:
+            raise ValueError(f"accepted_per_step must lie in [1, k+1] = [1, {k + 1}] tokens per step")
+        rates = self.acceptance_rates
+        if rates is not None and (len(rates) != k or any(not 0.0 <= r <= 1.0 for r in rates)):
+            raise ValueError(f"acceptance_rates: give {k} rates in [0, 1], one per draft token")
+        return self
+
+    @property
+    def accepted_tokens(self) -> float:
+        """Mean tokens a request gains per verify step (:func:`mean_accepted_tokens`)."""
+        if self.accepted_per_step is not None:
+            return float(self.accepted_per_step)
+        return mean_accepted_tokens(self.acceptance_rates)
+
+
 class EngineProfile(BaseModel):
     """One serving engine's run-time costs around the kernels.
 
@@ -46,6 +90,8 @@ class EngineProfile(BaseModel):
     chunked_prefill_tokens: the most prompt tokens one step takes; longer prompts run in chunks.
     kv_reserve_at: when a disaggregated decode instance reserves a request's KV memory
     (:data:`KvReserveAt`).
+    speculative: speculative decoding (:class:`Speculative`), or None (off); a profile that sets
+    it names its acceptance's source (a ``sources`` entry covering ``speculative``).
     """
 
     model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
@@ -64,9 +110,20 @@ class EngineProfile(BaseModel):
     chunked_prefill_tokens: PositiveInt
     cuda_graphs: bool = True
     kv_reserve_at: KvReserveAt
+    speculative: Speculative | None = None
     provenance: str = Field(min_length=1, description="where the numbers come from, and what was fitted to what")
     sources: list[Source] = Field(min_length=1)
     notes: str | None = None
+
+    @model_validator(mode="after")
+    def _speculative_has_a_source(self) -> EngineProfile:
+        if self.speculative is not None and not any("speculative" in s.covers for s in self.sources):
+            raise ValueError("speculative: add a sources entry covering speculative (where the acceptance comes from)")
+        return self
+
+    def with_speculative(self, speculative: Speculative | None) -> EngineProfile:
+        """This profile with speculative decoding set (None: off), e.g. from an API argument."""
+        return self.model_copy(update={"speculative": speculative})
 
     def layer_launch_s_for(self, phase: str) -> float:
         """Launch time per layer in ``phase`` (``"prefill"`` eager, ``"decode"`` in graphs if enabled)."""

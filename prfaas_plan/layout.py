@@ -1,12 +1,15 @@
 """Parallel layouts of one instance: how attention, experts and the decode cache spread over its GPUs.
 
 A :class:`Layout` names the engines' choices (vLLM, SGLang): attention tensor parallel (heads
-split over every GPU) or data parallel (each GPU runs whole attention for its own requests),
-routed experts tensor parallel (each expert's intermediate split) or expert parallel (whole
+split over every GPU) or data parallel (each replica runs attention for its own requests, on one
+GPU or on a TP group of ``attention_tp`` GPUs: vLLM ``--data-parallel-size`` with
+``--tensor-parallel-size``, SGLang ``--dp`` with ``--enable-dp-attention``), routed experts tensor parallel (each expert's intermediate split) or expert parallel (whole
 experts per GPU), and decode context parallelism (DCP: each request's growing cache sharded by
 token over ``dcp`` ranks of the attention TP group). This module answers, per layout, which
-degrees a model can take (:func:`check_layout`), the weight bytes the busiest GPU holds
-(:func:`weight_bytes_per_gpu`) and the collectives of one forward pass (:func:`collectives`).
+degrees a model can take (:func:`check_layout`), how each attention projection shards over a TP
+group (:func:`projection_split`, the one rule the weights and the kernel model's GEMMs share), the
+weight bytes the busiest GPU holds (:func:`weight_bytes_per_gpu`) and the collectives of one
+forward pass (:func:`collectives`).
 Where the cache lives is :func:`prfaas_plan.kvcache.per_gpu_kv_bytes`'s.
 
 The engines' rules this follows, with their sources:
@@ -71,8 +74,11 @@ _KV_PROJECTIONS = frozenset({"wk", "wv"})
 class Layout:
     """How one instance's ``gpus`` GPUs run the model.
 
-    attention: ``tp`` splits heads over all GPUs; ``dp`` gives each GPU whole attention for its
-    own requests (``attn_dp = gpus`` ranks of attention TP 1).
+    attention: ``tp`` splits heads over all GPUs; ``dp`` runs ``attn_dp`` data-parallel replicas
+    of attention, each over its own ``attention_tp`` GPUs (default 1: whole attention per GPU;
+    more: TP groups inside DP replicas, vLLM's ``--data-parallel-size`` x
+    ``--tensor-parallel-size``, SGLang's ``--dp`` with ``--enable-dp-attention`` and attention TP
+    ``--tp / --dp``).
     experts: ``tp`` splits each routed expert's intermediate over all GPUs; ``ep`` places whole
     experts, ``ceil(E / gpus)`` on the busiest GPU.
     dcp: decode context parallelism; each request's growing cache is token-sharded over ``dcp``
@@ -83,6 +89,7 @@ class Layout:
     attention: AttentionLayout = "tp"
     experts: ExpertLayout = "tp"
     dcp: int = 1
+    attention_tp: int | None = None
 
     def __post_init__(self) -> None:
         if isinstance(self.gpus, bool) or not isinstance(self.gpus, Integral) or self.gpus < 1:
@@ -93,15 +100,29 @@ class Layout:
             raise InvalidInput(f"layout.experts: unknown layout {self.experts!r}; use one of {', '.join(EXPERT_LAYOUTS)}")
         if isinstance(self.dcp, bool) or not isinstance(self.dcp, Integral) or self.dcp < 1:
             raise InvalidInput(f"layout.dcp: decode context parallelism must be a whole number >= 1, got {self.dcp!r}")
+        t = self.attention_tp
+        if t is not None and (isinstance(t, bool) or not isinstance(t, Integral) or t < 1):
+            raise InvalidInput(f"layout.attention_tp: GPUs per attention replica must be a whole number >= 1, got {t!r}")
+        if t is not None and self.attention == "tp" and t != self.gpus:
+            raise InvalidInput(f"layout.attention_tp: tensor-parallel attention spans all {self.gpus} GPUs, got "
+                               f"attention_tp {t}; use attention: dp for {t}-GPU TP groups inside DP replicas")
+        if t is not None and self.attention == "dp" and (self.gpus % t or t == self.gpus):
+            valid = ", ".join(str(d) for d in range(1, self.gpus) if self.gpus % d == 0)
+            raise InvalidInput(f"layout.attention_tp: {t} GPUs per attention replica must divide the {self.gpus} GPUs "
+                               f"into at least 2 data-parallel replicas; use one of {valid or '1 with attention: tp'}")
+        if t == (self.gpus if self.attention == "tp" else 1):  # the default, spelt out: one canonical value
+            object.__setattr__(self, "attention_tp", None)
 
     @property
     def attn_tp(self) -> int:
         """Tensor-parallel degree of attention (GPUs that share one request's attention)."""
-        return self.gpus if self.attention == "tp" else 1
+        if self.attention == "tp":
+            return self.gpus
+        return self.attention_tp or 1
 
     @property
     def attn_dp(self) -> int:
-        """Attention data-parallel ranks (``attn_tp * attn_dp == gpus``)."""
+        """Attention data-parallel replicas (``attn_tp * attn_dp == gpus``)."""
         return self.gpus // self.attn_tp
 
     @property
@@ -116,13 +137,19 @@ class Layout:
 
     @property
     def ranks_per_request(self) -> int:
-        """GPUs that hold a share of one request's cache: the attention TP group (1 under DP)."""
+        """GPUs that hold a share of one request's cache: the attention TP group (1 under pure DP)."""
         return self.attn_tp
 
     @property
     def label(self) -> str:
-        """``"tp8"``, ``"tp8 dcp8"``, ``"dp8 attention, ep8 experts"`` and the like."""
-        attn = f"tp{self.gpus}" if self.attention == "tp" else f"dp{self.gpus} attention"
+        """``"tp8"``, ``"tp8 dcp8"``, ``"dp8 attention, ep8 experts"``, ``"tp4 x dp2 attention, ep8
+        experts"`` and the like."""
+        if self.attention == "tp":
+            attn = f"tp{self.gpus}"
+        elif self.attn_tp > 1:
+            attn = f"tp{self.attn_tp} x dp{self.attn_dp} attention"
+        else:
+            attn = f"dp{self.gpus} attention"
         parts = [attn + (f" dcp{self.dcp}" if self.dcp > 1 else "")]
         if (self.attention, self.experts) != ("tp", "tp"):
             parts.append(f"{self.experts}{self.gpus} experts")
@@ -172,17 +199,42 @@ def check_layout(model: ModelSpec, layout: Layout, field: str = "layout") -> Lay
     return layout
 
 
+ParallelClass = Literal["column", "row", "replicated"]
+"""How a projection shards over TP ranks: output columns split, input rows split (``o_proj``), or whole."""
+
+
+def projection_split(attn: Attention, name: str, tp: int) -> tuple[ParallelClass, float]:
+    """How one of ``tp`` ranks holds the attention projection ``name`` (a key of
+    ``attn.gemm_shapes``): its parallel class and the fraction of the split axis the busiest rank
+    holds. The output projection ``wo`` is row-parallel; the low-rank down-projections
+    (:data:`_REPLICATED_UNDER_TP`) are whole; every other projection is column-parallel, GQA's K
+    and V by KV head (replicated below one head per rank), linear-attention kinds by their
+    (possibly uneven) head split, the rest by heads (``1 / tp``)."""
+    if name in _REPLICATED_UNDER_TP:
+        return "replicated", 1.0
+    split = attn.rank_state_fraction(tp) if attn.recurrent_elements else 1.0 / tp
+    if name in _KV_PROJECTIONS and attn.kv_elements_per_token:
+        split = attn.rank_kv_elements_per_token(tp) / attn.kv_elements_per_token
+    return ("row" if name.startswith("wo") else "column"), split
+
+
+def projection_shard(attn: Attention, name: str, shape: tuple[int, ...], tp: int) -> tuple[ParallelClass, int, int]:
+    """(parallel class, n, k) of projection ``name`` of weight shape ``(k, n)`` (``(in, out)``)
+    on the busiest of ``tp`` ranks, by :func:`projection_split` (the split axis rounded up to
+    whole elements)."""
+    k, n = shape
+    cls, split = projection_split(attn, name, tp)
+    if cls == "row":
+        return cls, n, math.ceil(k * split - 1e-9)
+    return cls, (n if cls == "replicated" else math.ceil(n * split - 1e-9)), k
+
+
 def _attention_rank_params(attn: Attention, hidden: int, tp: int) -> tuple[float, float]:
     """(GEMM weights, other weights) of one attention layer on the busiest of ``tp`` ranks
-    (parameters): projections split by heads, KV projections by KV head (replicated below one
-    head per rank), low-rank down-projections whole; linear-attention kinds by their (possibly
-    uneven) head split."""
+    (parameters), each projection as :func:`projection_split` holds it; vector parameters by the
+    layer's head split."""
     split = attn.rank_state_fraction(tp) if attn.recurrent_elements else 1.0 / tp
-    kv_split = attn.rank_kv_elements_per_token(tp) / attn.kv_elements_per_token if attn.kv_elements_per_token else split
-    gemm = 0.0
-    for name, shape in attn.gemm_shapes(hidden).items():
-        n = math.prod(shape)
-        gemm += n if name in _REPLICATED_UNDER_TP else n * (kv_split if name in _KV_PROJECTIONS else split)
+    gemm = sum(math.prod(shape) * projection_split(attn, name, tp)[1] for name, shape in attn.gemm_shapes(hidden).items())
     return gemm, attn.vector_params(hidden) * split
 
 
@@ -217,7 +269,8 @@ class Collective:
     reduce-scatter, the gathered output of an all-gather, what one rank sends in an all-to-all);
     ranks: GPUs taking part; count_per_forward: how many times a forward runs it; after: the part
     of the layer it belongs to (``attention``, ``dense_ffn``, ``moe``, ``moe_dispatch``,
-    ``moe_combine``, ``dcp_query``, ``dcp_lse``, ``dcp_output``, ``lm_head``).
+    ``moe_combine``, ``moe_gather``, ``dcp_query``, ``dcp_lse``, ``dcp_output``, ``lm_head``);
+    tokens: the tokens each rank sends in an all-to-all (None for the others).
     """
 
     op: CollectiveOp
@@ -225,6 +278,7 @@ class Collective:
     ranks: int
     count_per_forward: int
     after: str
+    tokens: float | None = None
 
 
 def _dispatch_bytes_per_element(model: ModelSpec) -> float:
@@ -266,47 +320,54 @@ def _dcp_collectives(model: ModelSpec, layout: Layout, tokens: int) -> list[Coll
 def collectives(model: ModelSpec, layout: Layout, tokens: int, phase: Phase) -> list[Collective]:
     """The collectives of one forward pass of ``tokens`` tokens over the whole instance.
 
-    Attention TP: an all-reduce of the hidden states (``tokens x hidden x 2`` B) after every
-    attention o_proj and every dense FFN, and after every MoE layer over all GPUs (with experts
-    TP the partial sums; with EP every rank holds every token and its experts' share, vLLM's
-    ``FusedMoE`` all-reduce). DP attention: each rank holds ``ceil(tokens / gpus)`` tokens and
-    its attention and dense layers need nothing; per MoE layer experts EP take an all-to-all
-    dispatch (``t x topk x hidden`` at the dispatch dtype) and combine (bf16) over all GPUs,
-    experts TP an all-gather of every rank's tokens before and a reduce-scatter after. DCP adds
-    per-layer query/LSE gathers and an output reduce-scatter in generation. Generation under
-    attention TP gathers the vocab-split logits (``tokens x vocab x 2`` B); prefill samples one
-    token per request, left out.
+    Attention TP groups (``attn_tp > 1``): an all-reduce of the hidden states (``tokens x hidden x
+    2`` B of the group's tokens) within the group after every attention o_proj and every dense
+    FFN; generation gathers the vocab-split logits (``tokens x vocab x 2`` B; prefill samples one
+    token per request, left out). MoE layers, over all GPUs: with one attention replica (TP) an
+    all-reduce of the partial sums over every GPU (experts TP, or EP where every rank holds every
+    token and its experts' share: vLLM's ``FusedMoE`` all-reduce). With ``attn_dp`` replicas of
+    ``ceil(tokens / attn_dp)`` tokens each: experts EP take an all-to-all dispatch (``topk x
+    hidden`` per token at the dispatch dtype) and combine (bf16) over all GPUs, the ranks of a TP
+    group each sending ``1 / attn_tp`` of the replica's tokens (sequence-parallel MoE) and
+    all-gathering them back within the group after the combine; experts TP an all-gather of
+    every replica's tokens over the ``attn_dp`` ranks of the same TP index before, a
+    reduce-scatter after, and the TP group's all-reduce of the partial sums (vLLM's naive DP
+    dispatch). DCP adds per-layer query/LSE gathers and an output reduce-scatter in generation.
     """
     if phase not in ("context", "generation"):
         raise InvalidInput(f"phase: unknown phase {phase!r}; use context or generation")
     h, act = model.hidden_size, ACTIVATION_BYTES
     params = model.param_counts()
     moe, dense = params.moe_layers, model.layers.count - params.moe_layers
-    hidden_bytes = tokens * h * act
+    tp, dp = layout.attn_tp, layout.attn_dp
+    rank_tokens = math.ceil(tokens / dp)  # tokens of one attention replica (the busiest)
+    replica_bytes = rank_tokens * h * act
     out: list[Collective] = []
-    if layout.attn_tp > 1:
-        out.append(Collective("all_reduce", hidden_bytes, layout.attn_tp, model.layers.count, "attention"))
+    if tp > 1:
+        out.append(Collective("all_reduce", replica_bytes, tp, model.layers.count, "attention"))
         if dense:
-            out.append(Collective("all_reduce", hidden_bytes, layout.attn_tp, dense, "dense_ffn"))
-        if moe:
-            out.append(Collective("all_reduce", hidden_bytes, layout.gpus, moe, "moe"))
-        if phase == "generation":
-            out.append(Collective("all_gather", tokens * model.vocab_size * act, layout.attn_tp, 1, "lm_head"))
+            out.append(Collective("all_reduce", replica_bytes, tp, dense, "dense_ffn"))
+    if moe and dp == 1:
+        out.append(Collective("all_reduce", replica_bytes, layout.gpus, moe, "moe"))
+    elif moe and layout.experts == "ep":
+        sent, topk = rank_tokens / tp, params.experts_per_token
+        out += [Collective("all_to_all", sent * topk * h * _dispatch_bytes_per_element(model), layout.gpus, moe,
+                           "moe_dispatch", sent),
+                Collective("all_to_all", sent * topk * h * act, layout.gpus, moe, "moe_combine", sent)]
+        if tp > 1:
+            out.append(Collective("all_gather", replica_bytes, tp, moe, "moe_gather"))
     elif moe:
-        rank_tokens = math.ceil(tokens / layout.attn_dp)
-        if layout.experts == "ep":
-            topk = params.experts_per_token
-            out += [Collective("all_to_all", rank_tokens * topk * h * _dispatch_bytes_per_element(model), layout.gpus,
-                               moe, "moe_dispatch"),
-                    Collective("all_to_all", rank_tokens * topk * h * act, layout.gpus, moe, "moe_combine")]
-        else:
-            gathered = rank_tokens * layout.attn_dp * h * act  # ranks pad to the busiest rank's tokens
-            out += [Collective("all_gather", gathered, layout.gpus, moe, "moe_dispatch"),
-                    Collective("reduce_scatter", gathered, layout.gpus, moe, "moe_combine")]
+        gathered = replica_bytes * dp  # replicas pad to the busiest one's tokens
+        out += [Collective("all_gather", gathered, dp, moe, "moe_dispatch"),
+                Collective("reduce_scatter", gathered, dp, moe, "moe_combine")]
+        if tp > 1:
+            out.append(Collective("all_reduce", replica_bytes, tp, moe, "moe"))
+    if tp > 1 and phase == "generation":
+        out.append(Collective("all_gather", rank_tokens * model.vocab_size * act, tp, 1, "lm_head"))
     if layout.dcp > 1 and phase == "generation":
-        out += _dcp_collectives(model, layout, tokens)
+        out += _dcp_collectives(model, layout, rank_tokens)
     return out
 
 
-__all__ = ["ACTIVATION_BYTES", "Collective", "CollectiveOp", "Layout", "Phase", "check_layout", "check_tp",
-           "collectives", "weight_bytes_per_gpu"]
+__all__ = ["ACTIVATION_BYTES", "Collective", "CollectiveOp", "Layout", "ParallelClass", "Phase", "check_layout",
+           "check_tp", "collectives", "projection_shard", "projection_split", "weight_bytes_per_gpu"]

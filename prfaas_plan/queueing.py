@@ -10,7 +10,8 @@ A request's TTFT is
 
 where ``W`` is the wait for an instance (independent of the request's bucket), ``S_b`` its prefill time
 and ``e_b`` the part of the KV transfer that layer-wise pipelining does not hide plus the first decode
-step (``extra_s``/``step_s``). All times are in seconds, all rates in requests per second.
+step (``extra_s``/``step_s``; the transfer is the handoff term of :mod:`prfaas_plan.handoff`, which the
+planner and the simulator share). All times are in seconds, all rates in requests per second.
 
 The wait ``W`` (:class:`WaitDist`) -- the approximation and its known error
 ---------------------------------------------------------------------------
@@ -52,7 +53,6 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import numpy as np
-from scipy.special import gammaln, pdtr
 
 from prfaas_plan.errors import InvalidInput
 
@@ -246,6 +246,8 @@ def erlang_c(servers: int, offered_load: float) -> float:
         for k in range(1, c + 1):
             b = a * b / (k + a * b)
     else:
+        from scipy.special import gammaln, pdtr  # only past ERLANG_RECURSION_MAX servers: off plan's start-up
+
         b = math.exp(c * math.log(a) - a - gammaln(c + 1) - math.log(pdtr(c, a)))
     rho = a / c
     return b / (1.0 - rho * (1.0 - b))

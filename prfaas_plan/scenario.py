@@ -60,15 +60,20 @@ class ProfileSpec(_Strict):
 
 class LayoutSpec(_Strict):
     """How each instance of a pool runs the model (:class:`prfaas_plan.layout.Layout`): attention
-    ``tp`` or ``dp``, routed experts ``tp`` or ``ep``, decode context parallelism ``dcp``."""
+    ``tp`` or ``dp``, routed experts ``tp`` or ``ep``, decode context parallelism ``dcp``, and
+    under ``attention: dp`` the GPUs of each attention replica's TP group ``attention_tp``
+    (vLLM's ``--tensor-parallel-size`` beside ``--data-parallel-size``; default 1)."""
 
     attention: AttentionLayout = "tp"
     experts: ExpertLayout = "tp"
     dcp: PositiveInt = 1
+    attention_tp: PositiveInt | None = None
 
     def to_layout(self, gpus: int) -> Layout | None:
         """The layout over ``gpus`` GPUs; None for the default (TP everywhere, the instance's own default)."""
-        return None if self == LayoutSpec() else Layout(gpus, self.attention, self.experts, self.dcp)
+        if self == LayoutSpec():
+            return None
+        return Layout(gpus, self.attention, self.experts, self.dcp, self.attention_tp)
 
 
 class PoolSpec(_Strict):
@@ -79,6 +84,9 @@ class PoolSpec(_Strict):
     gpus_per_instance: PositiveInt = Field(default=DEFAULT_INSTANCE_GPUS, le=MAX_INSTANCE_GPUS)
     layout: LayoutSpec = LayoutSpec()
     profile: ProfileSpec | None = None
+    transfer_buffer_gib: PositiveFloat | None = Field(default=None, description="PrfaaS pool only: GiB per "
+                                                      "instance holding KV that waits on the link (null = unlimited); "
+                                                      "a full buffer holds back the next prefill")
 
     @model_validator(mode="after")
     def _whole(self) -> PoolSpec:
@@ -140,6 +148,8 @@ class DecodeSpec(_Strict):
     step_s: PositiveFloat | None = None
     source: str | None = None
     reserve_gib_per_gpu: NonNegativeFloat = ENGINE_RESERVE_GIB_PER_GPU
+    staging_memory: bool = Field(default=False, description="charge the decode memory that requests hold before "
+                                 "their KV arrives (reserved when the engine profile's kv_reserve_at says) against BS_max")
 
 
 class ScenarioSpec(_Strict):
@@ -164,6 +174,12 @@ class ScenarioSpec(_Strict):
     load: float = Field(default=0.8, gt=0, lt=1, description="fraction of the maximum rate at which TTFT is reported")
     assumptions: list[str] = []
 
+    @model_validator(mode="after")
+    def _buffer_remote_only(self) -> ScenarioSpec:
+        if self.local.transfer_buffer_gib is not None:
+            raise ValueError("local.transfer_buffer_gib: only the PrfaaS pool ships KV over the link; set it under prfaas")
+        return self
+
 
 @dataclass(frozen=True)
 class Scenario:
@@ -185,7 +201,10 @@ class Scenario:
 
     def _instance(self, pool: PoolSpec, name: str) -> Instance:
         """A pool's instance; a layout the model cannot take is an InvalidInput naming ``name.layout``."""
-        layout = pool.layout.to_layout(pool.gpus_per_instance)
+        try:
+            layout = pool.layout.to_layout(pool.gpus_per_instance)
+        except InvalidInput as exc:
+            raise InvalidInput(f"{name}.{exc}") from None
         if layout is not None:
             check_layout(self.model, layout, f"{name}.layout")
         return instance(pool.gpu, pool.gpus_per_instance, layout=layout, engine=self.engine)

@@ -33,19 +33,19 @@ open loop: Poisson arrivals at ``rate``, which by PASTA see time averages):
 
 The fixed point (TTFT, TPOT) is found by damped iteration (half steps) stopped when both change by
 less than 1e-12 relative, at most 2,000 rounds (a note says if it stopped short). Step times are
-computed per (model, instance, settings, isl, osl, draft length) at the points of a batch grid
+computed per (model, instance, settings, isl, osl) at the points of a batch grid
 (every integer to 8, then powers of two, then what memory holds) the solve touches, cached,
 and interpolated linearly between them; the cache
 key is the full content of model, GPU, layout and engine profile, so no call depends on an earlier one's inputs.
 
-Speculative decoding / MTP (:class:`SpecDecode`): the verify step processes ``k + 1`` tokens per
-request, timed as a decode step at batch ``b (k + 1)`` (GEMMs at ``m = b (k+1)``; the attention
-of ``k + 1`` queries over a context approximated by the generation attention of ``b (k+1)``
-requests at that context, the same KV read once per query instead of once per request: an upper
-bound on the memory traffic); drafting costs, per draft token, one extra transformer layer of the
-model's shape at batch ``b`` plus the LM head (DeepSeek-V3's MTP module is one transformer block
-sharing embedding and output head: arXiv 2412.19437, section 2.2). TPOT = step / accepted tokens per
-step. MTP layers' weights and caches are not in the model database; their memory is not counted.
+Speculative decoding / MTP (:class:`SpecDecode`, or the engine profile's ``speculative`` block):
+the verify step processes ``k + 1`` tokens per request, timed as a decode step at batch
+``b (k + 1)``, plus the drafting, per draft token one transformer layer of the model's shape at
+batch ``b`` and the LM head (:func:`~prfaas_plan.perf.latency.speculative_step_s`); each decode
+takes ``k + 1`` tokens of the step budget; TPOT = step / accepted tokens per step. Memory holds the
+model's MTP layers (weights and KV) and ``k`` more KV slots per request
+(:func:`~prfaas_plan.perf.latency.requests_fit`). :func:`speedup_curve` gives the speed-up against
+batch and acceptance and the batch where it stops paying.
 
 Times are seconds, token counts tokens, rates requests per second.
 """
@@ -53,17 +53,29 @@ Times are seconds, token counts tokens, rates requests per second.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import lru_cache
+from typing import TYPE_CHECKING, NamedTuple
 
 import numpy as np
 
+from prfaas_plan.engine import mean_accepted_tokens
 from prfaas_plan.errors import InvalidInput
 from prfaas_plan.hardware import Instance
 from prfaas_plan.kvcache import CacheSettings, requests_per_instance_memory
 from prfaas_plan.model.arch import ModelSpec
-from prfaas_plan.perf.latency import free_cache_bytes_per_gpu
+from prfaas_plan.perf.latency import (
+    decode_step_s,
+    draft_step_s,
+    free_cache_bytes_per_gpu,
+    requests_fit,
+    speculative,
+    speculative_step_s,
+)
 from prfaas_plan.perf.ops import decode_ops, mixed_step_ops
+
+if TYPE_CHECKING:
+    from prfaas_plan.engine import EngineProfile, Speculative
 
 TOLERANCE = 1e-12
 """Relative change of TTFT and TPOT below which the fixed-point iteration stops."""
@@ -75,7 +87,9 @@ class SpecDecode:
     """Speculative decoding: ``draft_tokens`` (k) drafted per step, and either the mean tokens
     a request gains per verify step (``accepted_per_step``, in ``[1, k + 1]``: the bonus token
     included) or the acceptance rate of each draft position given the earlier ones were accepted
-    (``acceptance_rates``, k values in ``[0, 1]``).
+    (``acceptance_rates``, k values in ``[0, 1]``). The run-time twin of an engine profile's
+    ``speculative`` block (:class:`~prfaas_plan.engine.Speculative`, method ``mtp``):
+    :meth:`from_profile`, :meth:`to_profile`.
 
     DeepSeek-V3 (arXiv 2412.19437, section 5.4.3): with one MTP draft token the second token is
     accepted 85-90% of the time, for 1.8x the tokens per second: ``SpecDecode(1, acceptance_rates=(0.85,))``.
@@ -87,7 +101,7 @@ class SpecDecode:
 
     def __post_init__(self) -> None:
         k = self.draft_tokens
-        if not isinstance(k, int) or k < 0:
+        if isinstance(k, bool) or not isinstance(k, int) or k < 0:
             raise InvalidInput(f"spec.draft_tokens: must be a whole number >= 0, got {k!r}")
         if (self.accepted_per_step is None) == (self.acceptance_rates is None):
             raise InvalidInput("spec.accepted_per_step: give exactly one of accepted_per_step or acceptance_rates")
@@ -106,7 +120,44 @@ class SpecDecode:
         """Mean tokens a request gains per verify step: ``1 + sum_i prod_{j<=i} r_j``."""
         if self.accepted_per_step is not None:
             return float(self.accepted_per_step)
-        return float(1.0 + np.cumprod(np.asarray(self.acceptance_rates, dtype=float)).sum())
+        return mean_accepted_tokens(self.acceptance_rates)
+
+    @property
+    def position_rates(self) -> tuple[float, ...]:
+        """Per-position acceptance rates: as given, or for ``accepted_per_step`` the one rate ``r``
+        of every position with ``1 + r + ... + r^k`` = that mean (bisection to 1e-12)."""
+        if self.acceptance_rates is not None:
+            return tuple(float(r) for r in self.acceptance_rates)
+        lo, hi = 0.0, 1.0
+        while hi - lo > 1e-12:
+            mid = 0.5 * (lo + hi)
+            lo, hi = (mid, hi) if mean_accepted_tokens([mid] * self.draft_tokens) < self.accepted else (lo, mid)
+        return (0.5 * (lo + hi),) * self.draft_tokens
+
+    @classmethod
+    def from_profile(cls, profile: EngineProfile) -> SpecDecode | None:
+        """The profile's ``speculative`` block as a SpecDecode, or None when it is off."""
+        s = profile.speculative
+        if s is None:
+            return None
+        return cls(s.draft_tokens, s.accepted_per_step, s.acceptance_rates)
+
+    def to_profile(self) -> Speculative:
+        """This setting as an engine profile's ``speculative`` block (method ``mtp``)."""
+        from prfaas_plan.engine import Speculative
+
+        return Speculative(method="mtp", draft_tokens=self.draft_tokens, accepted_per_step=self.accepted_per_step,
+                           acceptance_rates=self.acceptance_rates)
+
+
+def with_spec(inst: Instance, spec: SpecDecode | None) -> Instance:
+    """``inst`` running ``spec`` (its engine profile's ``speculative`` block replaced); None
+    leaves the instance as its profile says (bundled profiles: off)."""
+    if spec is None:
+        return inst
+    if not isinstance(spec, SpecDecode):
+        raise InvalidInput("spec: give a SpecDecode or None")
+    return replace(inst, engine=inst.engine_profile.with_speculative(spec.to_profile()))
 
 
 @dataclass(frozen=True)
@@ -135,37 +186,60 @@ class _Case:
     settings: CacheSettings | None = field(compare=False, hash=False)
 
 
+class StepTimes(NamedTuple):
+    """Engine steps beside a decode batch ``b`` (seconds): ``decode_s`` a decode step (verify and
+    draft under speculative decoding; nan at ``b = 0``), ``prompt_s`` the sum of one prompt's
+    chunk steps (its chunks fill the budget the decodes leave), ``chunks`` their count, ``full_s``
+    a step carrying the batch and the whole budget it leaves of prefill tokens (what a step costs
+    when prompts queue and share steps)."""
+
+    decode_s: float
+    prompt_s: float
+    chunks: float
+    full_s: float
+
+
 @dataclass(frozen=True)
-class _Steps:
-    """Step times of one case on a grid of decode batches (:func:`_batch_grid`): each grid point's times are computed when a solve first needs them
-    (:func:`_point_times`, cached), so a call at concurrency ``c`` never times batches above
-    ``c``. ``fit`` is the requests memory holds, ``request_s`` the request overhead."""
+class StepTable:
+    """Step times of one (model, instance, settings, ``isl``, ``osl``) on a grid of decode batches
+    (:func:`_batch_grid`), each grid point computed when first needed and cached, so a call at
+    concurrency ``c`` never times batches above ``c``. ``k`` is the draft length (0: no
+    speculative decoding), ``accepted`` the mean tokens a request gains per step, ``budget`` the
+    step's token budget, ``fit`` the requests memory holds (:func:`~prfaas_plan.perf.latency.requests_fit`
+    at ``isl + osl`` tokens), ``request_s`` the request overhead."""
 
     case: _Case
     isl: int
     osl: int
     k: int
+    accepted: float
     batch: np.ndarray
     budget: int
     fit: int
     request_s: float
-    memo: dict = field(default_factory=dict, compare=False, repr=False)  # grid batch -> _point_times
 
-    def _times(self, b: int) -> tuple[float, float, float]:
-        if b not in self.memo:
-            self.memo[b] = _point_times(self.case, self.isl, self.osl, self.k, b)
-        return self.memo[b]
+    def times(self, b: int) -> StepTimes:
+        """The steps beside an integer decode batch ``b`` (cached per content of the case)."""
+        return _point_times(self.case, self.isl, self.osl, int(b))
 
-    def at(self, b: float) -> tuple[float, float, float, float]:
-        """(decode step, the prompt's chunk steps, chunk count, full step) beside a (fractional)
-        batch ``b``: linear between the two grid points around it."""
+    def at(self, b: float) -> StepTimes:
+        """The steps beside a (fractional) batch ``b``: linear between the two grid points around it."""
         hi = int(min(np.searchsorted(self.batch, b), len(self.batch) - 1))
         lo = max(hi - 1, 0)
         b_lo, b_hi = self.batch[lo], self.batch[hi]
         w = 0.0 if b_hi == b_lo else min(max((b - b_lo) / (b_hi - b_lo), 0.0), 1.0)
-        p_lo, p_hi = self._times(int(b_lo)), self._times(int(b_hi))
+        p_lo, p_hi = self.times(int(b_lo)), self.times(int(b_hi))
         d_lo = p_lo[0] if b_lo > 0 else p_hi[0]  # a decode step has at least one request
-        return tuple((1.0 - w) * a + w * c for a, c in zip((d_lo, *p_lo[1:]), p_hi, strict=True))
+        return StepTimes(*((1.0 - w) * a + w * c for a, c in zip((d_lo, *p_lo[1:]), p_hi, strict=True)))
+
+
+def step_table(model: ModelSpec, inst: Instance, isl_tokens: int, osl_tokens: int,
+               settings: CacheSettings | None = None) -> StepTable:
+    """The step times the colocated closed form and the simulator's colocated mode both use: one
+    table per content of (model, GPU, layout, engine profile, settings, ``isl``, ``osl``), cached;
+    speculative decoding as the instance's engine profile sets it (:func:`with_spec`). A request
+    that does not fit beside the weights is a one-line InvalidInput."""
+    return _table(_case(model, inst, settings), int(isl_tokens), int(osl_tokens))
 
 
 def _case(model: ModelSpec, inst: Instance, settings: CacheSettings | None) -> _Case:
@@ -180,39 +254,32 @@ def _batch_grid(fit: int) -> np.ndarray:
     return np.unique(np.concatenate([np.arange(0, min(fit, 8) + 1), powers[powers < fit], [fit]]))
 
 
-def _draft_s(model: ModelSpec, inst: Instance, batch: int, ctx: float, k: int, kv: str) -> float:
-    """Drafting ``k`` tokens for ``batch`` requests: per token one transformer layer (the mean
-    layer of a decode step's kernels) plus the LM head (the MTP module's shape)."""
-    if k == 0 or batch == 0:
-        return 0.0
-    d = decode_ops(model, inst, batch, ctx, inst.engine_profile, kv)
-    head = float(d.ops.get("lm_head", 0.0))
-    layer = (float(d.total_s) - float(d.families["overhead"]) - head) / model.layers.count
-    return k * (layer + head)
-
-
 @lru_cache(maxsize=256)
-def _steps(case: _Case, isl: int, osl: int, k: int) -> _Steps:
-    """The grid and memory limit of one case (see the module docstring)."""
-    free = free_cache_bytes_per_gpu(case.model, case.inst)
-    fit = requests_per_instance_memory(case.model, case.inst.parallel, isl + osl, free, case.settings)
+def _table(case: _Case, isl: int, osl: int) -> StepTable:
+    """The grid and memory limit of one case (see :func:`step_table`)."""
+    model, inst = case.model, case.inst
+    spec = speculative(model, inst)
+    free = free_cache_bytes_per_gpu(model, inst)
+    fit = requests_fit(model, inst, isl + osl, free, case.settings)
     if fit < 1:
         raise InvalidInput(f"isl_tokens: one {isl + osl}-token request does not fit beside the weights on "
-                           f"{case.inst.name}")
-    eng = case.inst.engine_profile
-    return _Steps(case, isl, osl, k, _batch_grid(fit), int(eng.chunked_prefill_tokens), fit, eng.request_overhead_s)
+                           f"{inst.name}")
+    eng = inst.engine_profile
+    k, accepted = (0, 1.0) if spec is None else (spec.draft_tokens, spec.accepted_tokens)
+    return StepTable(case, isl, osl, k, accepted, _batch_grid(fit), int(eng.chunked_prefill_tokens), fit,
+                     eng.request_overhead_s)
 
 
 @lru_cache(maxsize=16384)
-def _point_times(case: _Case, isl: int, osl: int, k: int, b: int) -> tuple[float, float, float, float]:
-    """At decode batch ``b``: the decode step (verify + draft; nan at 0), the sum of one prompt's
-    chunk steps beside the batch (its chunks fill the budget the decodes leave), their count, and
-    a full step (the batch plus the whole budget they leave of prefill tokens: what a step costs
-    when prompts queue and share steps)."""
-    model, inst = case.model, case.inst
-    eng, kv = inst.engine_profile, case.settings.kv_dtype if case.settings is not None else "bf16"
+def _point_times(case: _Case, isl: int, osl: int, b: int) -> StepTimes:
+    """:class:`StepTimes` at decode batch ``b``: verify steps at ``b (k + 1)`` decode tokens and
+    the drafting (:func:`~prfaas_plan.perf.latency.draft_step_s`) on every step that carries decodes."""
+    model, inst, settings = case.model, case.inst, case.settings
+    spec = speculative(model, inst)
+    k = 0 if spec is None else spec.draft_tokens
+    eng, kv = inst.engine_profile, settings.kv_dtype if settings is not None else "bf16"
     ctx = isl + osl / 2.0  # a decode's mean context over its output
-    draft = _draft_s(model, inst, b, ctx, k, kv)
+    draft = draft_step_s(model, inst, b, ctx, settings)
     dec = float(decode_ops(model, inst, b * (k + 1), ctx, eng, kv).total_s) + draft if b else math.nan
     avail = max(int(eng.chunked_prefill_tokens) - b * (k + 1), 1)
     n = math.ceil(isl / avail)
@@ -221,21 +288,19 @@ def _point_times(case: _Case, isl: int, osl: int, k: int, b: int) -> tuple[float
     s = mixed_step_ops(model, inst, b * (k + 1), ctx, sizes, prefix, eng, kv).total_s
     full = float(mixed_step_ops(model, inst, b * (k + 1), ctx, np.array([float(avail)]), np.zeros(1), eng,
                                 kv).total_s[0]) + draft
-    return dec, float(np.sum(s)) + n * draft, float(n), full
+    return StepTimes(dec, float(np.sum(s)) + n * draft, float(n), full)
 
 
-def _check(isl: int, osl: int, spec: SpecDecode | None) -> int:
+def _check(isl: int, osl: int) -> None:
     if not isinstance(isl, int | np.integer) or isl < 1:
         raise InvalidInput(f"isl_tokens: must be a whole number of tokens >= 1, got {isl!r}")
     if not isinstance(osl, int | np.integer) or osl < 1:
         raise InvalidInput(f"osl_tokens: must be a whole number of tokens >= 1, got {osl!r}")
-    if spec is not None and not isinstance(spec, SpecDecode):
-        raise InvalidInput("spec: give a SpecDecode or None")
-    return spec.draft_tokens if spec is not None else 0
 
 
-def _solve(t: _Steps, isl: int, osl: int, accepted: float, clients: float | None, rate: float | None) -> dict:
+def _solve(t: StepTable, isl: int, osl: int, clients: float | None, rate: float | None) -> dict:
     """The fixed point (TTFT, TPOT) for ``clients`` in a closed loop, or Poisson ``rate``."""
+    accepted = t.accepted
     ttft, tpot = t.request_s + t.at(0.0)[1], t.at(1.0)[0] / accepted
     converged, out = False, {}
     for _ in range(MAX_ROUNDS):
@@ -287,17 +352,18 @@ def colocated_closed_loop(model: ModelSpec, inst: Instance, isl_tokens: int, osl
                           settings: CacheSettings | None = None, spec: SpecDecode | None = None) -> ServingPoint:
     """Steady state of an aggregated engine with ``concurrency`` clients, each sending its next
     request (``isl_tokens`` in, ``osl_tokens`` out) when the previous one ends (the closed loop of
-    ``vllm bench serve --max-concurrency``); see the module docstring for the model."""
-    k = _check(isl_tokens, osl_tokens, spec)
+    ``vllm bench serve --max-concurrency``); see the module docstring for the model. ``spec``
+    turns speculative decoding on (None: as the instance's engine profile says)."""
+    _check(isl_tokens, osl_tokens)
     if not isinstance(concurrency, int | np.integer) or concurrency < 1:
         raise InvalidInput(f"concurrency: must be a whole number of clients >= 1, got {concurrency!r}")
-    t = _steps(_case(model, inst, settings), int(isl_tokens), int(osl_tokens), k)
+    t = step_table(model, with_spec(inst, spec), isl_tokens, osl_tokens, settings)
     notes = []
     running = min(int(concurrency), t.fit)
     if running < concurrency:
         notes.append(f"memory-bound: {t.fit} requests of {isl_tokens + osl_tokens} tokens fit; "
                      f"{concurrency - running} clients wait in the queue (their wait is in TTFT)")
-    s = _solve(t, int(isl_tokens), int(osl_tokens), spec.accepted if spec else 1.0, float(running), None)
+    s = _solve(t, int(isl_tokens), int(osl_tokens), float(running), None)
     x = running / (s["ttft"] + (osl_tokens - 1) * s["tpot"])
     return _point(s, int(osl_tokens), x, (concurrency - running) / x, notes)
 
@@ -305,12 +371,13 @@ def colocated_closed_loop(model: ModelSpec, inst: Instance, isl_tokens: int, osl
 def colocated_open_loop(model: ModelSpec, inst: Instance, isl_tokens: int, osl_tokens: int, rate_rps: float,
                         settings: CacheSettings | None = None, spec: SpecDecode | None = None) -> ServingPoint:
     """Steady state of an aggregated engine fed Poisson arrivals at ``rate_rps``; a rate the
-    engine cannot sustain (prefill budget or memory) is a one-line InvalidInput."""
-    k = _check(isl_tokens, osl_tokens, spec)
+    engine cannot sustain (prefill budget or memory) is a one-line InvalidInput. ``spec`` as in
+    :func:`colocated_closed_loop`."""
+    _check(isl_tokens, osl_tokens)
     if not isinstance(rate_rps, int | float) or not math.isfinite(rate_rps) or rate_rps <= 0:
         raise InvalidInput(f"rate_rps: must be a positive number of requests per second, got {rate_rps!r}")
-    t = _steps(_case(model, inst, settings), int(isl_tokens), int(osl_tokens), k)
-    s = _solve(t, int(isl_tokens), int(osl_tokens), spec.accepted if spec else 1.0, None, float(rate_rps))
+    t = step_table(model, with_spec(inst, spec), isl_tokens, osl_tokens, settings)
+    s = _solve(t, int(isl_tokens), int(osl_tokens), None, float(rate_rps))
     in_system = rate_rps * (s["ttft"] + (osl_tokens - 1) * s["tpot"])
     if not s["converged"] or s.get("rho", 1.0) >= 1.0 or in_system > t.fit:
         raise InvalidInput(f"rate_rps: {rate_rps:g} requests/s is more than {inst.name} sustains for "
@@ -319,29 +386,47 @@ def colocated_open_loop(model: ModelSpec, inst: Instance, isl_tokens: int, osl_t
 
 
 def speedup_curve(model: ModelSpec, inst: Instance, context_tokens: float, batches, acceptances, k: int,
-                  settings: CacheSettings | None = None):
-    """TPOT speed-up of speculative decoding with ``k`` draft tokens, per decode batch and
-    per-position acceptance rate ``r`` (accepted tokens per step ``sum_{i<=k} r^i``), at
-    ``context_tokens`` of context: a pandas DataFrame with columns batch, acceptance,
-    accepted_per_step, tpot_s (no drafting), spec_tpot_s, speedup, pays (speed-up > 1). It stops
-    paying where the verify step's extra tokens cost more than they gain (large, compute-bound batches)."""
+                  settings: CacheSettings | None = None, max_batch: int = 8192):
+    """TPOT speed-up of MTP speculative decoding with ``k`` draft tokens, per decode batch and
+    per-position acceptance rate ``r`` (accepted tokens per step ``a = sum_{i<=k} r^i``), at
+    ``context_tokens`` of context, memory left aside: ``speedup = a T(b) / (T(b (k+1)) + D(b))``
+    with ``T`` the decode step and ``D`` the drafting
+    (:func:`~prfaas_plan.perf.latency.speculative_step_s`). A pandas DataFrame with columns batch,
+    acceptance, accepted_per_step, tpot_s (no drafting), spec_tpot_s, speedup, pays (speed-up > 1)
+    and break_even_batch: the smallest batch at that acceptance (bisection on whole batches in
+    ``[1, max_batch]``, the speed-up falling with the batch) where it stops paying, 0 if it never
+    pays, -1 if it still pays at ``max_batch``. It stops paying where the verify step's extra
+    tokens cost more than they gain: at a compute-bound batch ``T(b (k+1)) ~ (k+1) T(b)``, so
+    the speed-up tends to ``a / (k + 1) < 1``."""
     import pandas as pd
 
-    kv = settings.kv_dtype if settings is not None else "bf16"
-    eng = inst.engine_profile
     rows = []
-    for b in batches:
-        base = float(decode_ops(model, inst, int(b), context_tokens, eng, kv).total_s)
-        step = float(decode_ops(model, inst, int(b) * (k + 1), context_tokens, eng, kv).total_s)
-        step += _draft_s(model, inst, int(b), context_tokens, k, kv)
-        for r in acceptances:
-            spec = SpecDecode(k, acceptance_rates=(float(r),) * k)
+    for r in acceptances:
+        spec = SpecDecode(k, acceptance_rates=(float(r),) * k)
+        on = with_spec(inst, spec)
+
+        def speedup(b: int, on: Instance = on, a: float = spec.accepted) -> tuple[float, float, float]:
+            base = decode_step_s(model, inst, b, context_tokens, settings)
+            step = speculative_step_s(model, on, b, context_tokens, settings)
+            return base, step / a, base * a / step
+
+        lo, hi = 1, int(max_batch)
+        if speedup(lo)[2] <= 1.0:
+            even = 0
+        elif speedup(hi)[2] > 1.0:
+            even = -1
+        else:
+            while hi - lo > 1:  # speedup(lo) > 1 >= speedup(hi)
+                mid = (lo + hi) // 2
+                lo, hi = (mid, hi) if speedup(mid)[2] > 1.0 else (lo, mid)
+            even = hi
+        for b in batches:
+            base, spec_tpot, gain = speedup(int(b))
             rows.append(dict(batch=int(b), acceptance=float(r), accepted_per_step=spec.accepted, tpot_s=base,
-                             spec_tpot_s=step / spec.accepted, speedup=base * spec.accepted / step))
+                             spec_tpot_s=spec_tpot, speedup=gain, break_even_batch=even))
     df = pd.DataFrame(rows)
     df["pays"] = df["speedup"] > 1.0
     return df
-
 
 
 def max_sustainable_rate(model: ModelSpec, inst: Instance, isl_tokens: int, osl_tokens: int,
@@ -409,7 +494,7 @@ def disaggregated_closed_loop(model: ModelSpec, prefill_inst: Instance, n_prefil
     (the M/D/c wait is steep near saturation, where plain iteration oscillates). ``step_s`` is the decode step, ``prefill_share`` the prefill
     workers' utilisation, ``batch`` the mean decode batch per worker.
     """
-    _check(isl_tokens, osl_tokens, None)
+    _check(isl_tokens, osl_tokens)
     for name, n in (("n_prefill_workers", n_prefill_workers), ("n_decode_workers", n_decode_workers),
                     ("concurrency", concurrency)):
         if not isinstance(n, int | np.integer) or isinstance(n, bool) or n < 1:
@@ -483,8 +568,6 @@ class _DisaggLoop:
 
     def step(self, b: float) -> float:
         """The decode step at a (fractional) batch ``b``: linear between the integer batches around it."""
-        from prfaas_plan.perf.latency import decode_step_s
-
         b = min(max(b, 1.0), float(self.fit))
         lo, hi = math.floor(b), math.ceil(b)
         for n in (lo, hi):
@@ -515,5 +598,5 @@ class _DisaggLoop:
         return 0.5 * (lo + hi)
 
 
-__all__ = ["ServingPoint", "SpecDecode", "colocated_closed_loop", "colocated_open_loop", "disaggregated_closed_loop",
-           "max_sustainable_rate", "speedup_curve"]
+__all__ = ["ServingPoint", "SpecDecode", "StepTable", "StepTimes", "colocated_closed_loop", "colocated_open_loop",
+           "disaggregated_closed_loop", "max_sustainable_rate", "speedup_curve", "step_table", "with_spec"]

@@ -164,14 +164,22 @@ def _layout(model: ModelSpec, row: dict, prefix: str = "") -> Layout | str:
     """The worker's Layout from the CSV's sizes, or a status. GPUs per worker = tp x attention_dp x pp
     (aiconfigurator's convention: ``ModelConfig.total_gpus_per_worker`` and ``resolve_moe_parallelism``,
     aiconfigurator_core/sdk/config.py: tp * attention_dp == moe_tp * moe_ep, a missing MoE size
-    inferred from the other). Empty or 0 sizes are the SDK's default 1."""
+    inferred from the other). Empty or 0 sizes are the SDK's default 1, but for an MoE model whose
+    attention_dp is empty while its MoE sizes span more GPUs than tp, attention_dp is what that
+    invariant gives (the vLLM Qwen3-235B-A22B-FP8 rows: tp 1 with moe_tp 2 are 2 GPUs, as the 235 GB
+    checkpoint does not fit one 141 GB H200). tp > 1 with attention_dp > 1 is attention TP groups
+    inside DP replicas (:class:`~prfaas_plan.layout.Layout` ``attention_tp``)."""
     def size(name: str) -> int | None:
         v = _num(row, f"{prefix}{name}")
         return int(v) if v else None
 
-    tp, dp, pp = size("tp_size") or 1, size("attention_dp_size") or 1, size("pp_size") or 1
-    gpus = tp * dp
+    tp, dp, pp = size("tp_size") or 1, size("attention_dp_size"), size("pp_size") or 1
     moe_tp, moe_ep = size("moe_tp_size"), size("moe_ep_size")
+    moe = model.ffn.num_experts > 0
+    if dp is None and moe and moe_tp and moe_ep and moe_tp * moe_ep > tp and moe_tp * moe_ep % tp == 0:
+        dp = moe_tp * moe_ep // tp
+    dp = dp or 1
+    gpus = tp * dp
     if moe_tp is None and moe_ep is None:
         moe_tp, moe_ep = gpus, 1
     elif moe_tp is None:
@@ -180,15 +188,11 @@ def _layout(model: ModelSpec, row: dict, prefix: str = "") -> Layout | str:
         moe_ep = gpus // moe_tp
     if pp > 1:
         return f"{UNSUPPORTED_LAYOUT}: pipeline parallel {pp}"
-    if tp > 1 and dp > 1:
-        return f"{UNSUPPORTED_LAYOUT}: attention tp {tp} x dp {dp}"
     if moe_tp * moe_ep != gpus or (moe_tp > 1 and moe_ep > 1):
         return f"{UNSUPPORTED_LAYOUT}: experts tp {moe_tp} x ep {moe_ep} on {gpus} GPUs"
-    experts = "ep" if moe_ep > 1 else "tp"
-    if model.ffn.num_experts == 0:
-        experts = "tp"  # a dense model's "MoE" sizes are the TP group's
-    layout = Layout(gpus, "dp" if dp > 1 else "tp", experts)
+    experts = "ep" if moe_ep > 1 and moe else "tp"  # a dense model's "MoE" sizes are the TP group's
     try:
+        layout = Layout(gpus, "dp" if dp > 1 else "tp", experts, attention_tp=tp if dp > 1 else None)
         return check_layout(model, layout)
     except PlanError as exc:
         return f"{LAYOUT_REJECTED}: {exc}"

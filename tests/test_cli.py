@@ -79,3 +79,34 @@ def test_impossible_scenario_exits_nonzero(tmp_path):
     path.write_text(text)
     r = run("plan", str(path))
     assert r.returncode == 2 and "slo.ttft_s" in r.stderr
+
+
+def test_yaml_is_read_by_the_c_parser_with_the_pure_parsers_values_and_errors(tmp_path):
+    # every shipped YAML file parses to the same values (types included) as PyYAML's pure-Python
+    # safe loader; a document the C parser rejects reports the pure parser's message and line
+    import yaml
+
+    from prfaas_plan.data import _parse_yaml, read_yaml
+    from prfaas_plan.errors import PlanError
+
+    def same(a, b) -> bool:
+        if type(a) is not type(b):
+            return False
+        if isinstance(a, dict):
+            return list(a) == list(b) and all(same(a[k], b[k]) for k in a)
+        if isinstance(a, list):
+            return len(a) == len(b) and all(map(same, a, b))
+        return a == b or (a != a and b != b)  # NaN
+
+    files = sorted((Path(__file__).resolve().parents[1] / "prfaas_plan" / "data").rglob("*.yaml"))
+    assert len(files) > 30 and yaml.__with_libyaml__
+    for f in files:
+        text = f.read_text(encoding="utf-8")
+        assert same(_parse_yaml(text), yaml.safe_load(text)), f
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("id: x\nfields:\n  a: 1\n   b: 2\n")
+    with pytest.raises(yaml.YAMLError) as pure:
+        yaml.safe_load(bad.read_text())
+    with pytest.raises(PlanError) as ours:
+        read_yaml(bad)
+    assert pure.value.problem in str(ours.value) and f"line {pure.value.problem_mark.line + 1}" in str(ours.value)

@@ -58,6 +58,7 @@ def test_fixture_matches_model_db(fixture, db_id):
     assert hf.layer_counts() == db.layer_counts()
     assert (hf.hidden_size, hf.vocab_size) == (db.hidden_size, db.vocab_size)
     assert hf.gemm_dtypes == db.gemm_dtypes  # from the config's quantization_config (or its absence)
+    assert hf.mtp == db.mtp  # num_nextn_predict_layers / mtp_num_hidden_layers / num_mtp_modules
     for name, settings in SETTINGS.items():
         assert hf.kv_bytes_per_token(settings) == db.kv_bytes_per_token(settings), name
         if fixture == "qwen3.5-397b-a17b.json" and settings.engine == "vllm" and settings.state_dtype is None:
@@ -396,3 +397,27 @@ def test_kv_cli_notes_the_yarn_context():
     assert r.returncode == 0 and "YaRN" not in r.stdout
     r = subprocess.run([*cmd, "--context", "128K", "--format", "json"], capture_output=True, text=True)
     assert json.loads(r.stdout)[0]["context_extension"] == "YaRN x4 over 32,768 tokens"
+
+
+@pytest.mark.parametrize("fixture, edit, expected", [
+    ("minimax-m2.7.json", {"use_mtp": False}, None),
+    ("minimax-m2.7.json", {"mtp_transformer_layers": 2}, (6, "full")),
+    ("deepseek-v3.json", {"num_nextn_predict_layers": 0}, None),
+    ("deepseek-v3.json", {"num_nextn_predict_layers": 2}, (2, "mla")),
+])
+def test_mtp_fields(tmp_path, fixture, edit, expected):
+    raw = json.loads((HF_DIR / fixture).read_text()) | edit
+    path = tmp_path / fixture
+    path.write_text(json.dumps(raw))
+    m = load_hf_config(path)
+    assert (None if m.mtp is None else (m.mtp.layers, m.mtp.attention)) == expected
+    assert m.weight_bytes() == load_hf_config(HF_DIR / fixture).weight_bytes()  # main stack unchanged
+
+
+def test_bad_mtp_count_is_one_line(tmp_path):
+    raw = json.loads((HF_DIR / "deepseek-v3.json").read_text()) | {"num_nextn_predict_layers": -1}
+    path = tmp_path / "deepseek-v3.json"
+    path.write_text(json.dumps(raw))
+    with pytest.raises(PlanError, match="field num_nextn_predict_layers") as e:
+        load_hf_config(path)
+    assert "\n" not in str(e.value)

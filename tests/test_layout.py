@@ -17,7 +17,15 @@ import pytest
 from prfaas_plan.errors import InvalidInput
 from prfaas_plan.hardware import Instance, load_gpu
 from prfaas_plan.kvcache import kv_bytes, per_gpu_kv_bytes, requests_per_instance_memory
-from prfaas_plan.layout import Collective, Layout, check_layout, collectives, weight_bytes_per_gpu
+from prfaas_plan.layout import (
+    Collective,
+    Layout,
+    check_layout,
+    collectives,
+    projection_shard,
+    projection_split,
+    weight_bytes_per_gpu,
+)
 from prfaas_plan.model import list_model_specs, load_model
 
 GIB = 2**30
@@ -196,7 +204,8 @@ def test_dp_attention_collectives_byte_counts():
     # DP8 + EP8, 8,192 prefill tokens: 1,024 per rank; top-8 x 7168; int4_w4a16 experts take bf16
     # activations: 1,024 x 8 x 7168 x 2 = 117,440,512 B each way, 60 MoE layers, no attention collectives
     assert collectives(k2t, Layout(8, "dp", "ep"), 8192, "context") == [
-        Collective("all_to_all", 117_440_512, 8, 60, "moe_dispatch"), Collective("all_to_all", 117_440_512, 8, 60, "moe_combine")]
+        Collective("all_to_all", 117_440_512, 8, 60, "moe_dispatch", 1024),
+        Collective("all_to_all", 117_440_512, 8, 60, "moe_combine", 1024)]
     # DeepSeek-V3 (fp8_block experts): FP8 dispatch, 1 B + 4 B per 128 channels = 1.03125 B per element
     dispatch, combine = collectives(ds, Layout(8, "dp", "ep"), 8192, "context")
     assert (dispatch.message_bytes, combine.message_bytes, dispatch.count_per_forward) == (60_555_264, 117_440_512, 58)
@@ -243,7 +252,8 @@ def test_a_scenario_pool_names_its_layout(tmp_path):
 
 
 @pytest.mark.parametrize("layout, needle", [("{attention: sp}", "local.layout.attention"),
-                                            ("{attention: dp, dcp: 2}", "local.layout.dcp")])
+                                            ("{attention: dp, dcp: 2}", "local.layout.dcp"),
+                                            ("{attention: dp, attention_tp: 3}", "layout.attention_tp")])
 def test_a_bad_scenario_layout_is_one_line_and_exit_2(tmp_path, layout, needle):
     path = _scenario_with(tmp_path, layout)
     r = subprocess.run([sys.executable, "-m", "prfaas_plan.cli", "plan", str(path)], capture_output=True, text=True,
@@ -251,3 +261,106 @@ def test_a_bad_scenario_layout_is_one_line_and_exit_2(tmp_path, layout, needle):
     lines = r.stderr.strip().splitlines()
     assert r.returncode == 2 and len(lines) == 1 and "Traceback" not in r.stderr, r.stderr[-2000:]
     assert needle in lines[0], lines[0]
+
+
+# ----------------------------------------------------------------------------- TP groups inside DP replicas
+def test_mixed_layout_degrees_labels_and_canonical_defaults():
+    mixed = Layout(8, "dp", "ep", attention_tp=4)
+    assert (mixed.attn_tp, mixed.attn_dp, mixed.moe_tp, mixed.moe_ep) == (4, 2, 1, 8)
+    assert mixed.label == "tp4 x dp2 attention, ep8 experts"
+    # the defaults spelt out are the same layout (one canonical value: equal, same cache keys)
+    assert Layout(8, "dp", attention_tp=1) == Layout(8, "dp") and Layout(8, "tp", attention_tp=8) == Layout(8)
+
+
+@pytest.mark.parametrize("kwargs, needles", [
+    (dict(gpus=8, attention="dp", attention_tp=3), ["layout.attention_tp", "must divide", "use one of 1, 2, 4"]),
+    (dict(gpus=8, attention="dp", attention_tp=8), ["layout.attention_tp", "at least 2", "use one of 1, 2, 4"]),
+    (dict(gpus=8, attention="tp", attention_tp=4), ["layout.attention_tp", "attention: dp"]),
+    (dict(gpus=8, attention="dp", attention_tp=0), ["layout.attention_tp", ">= 1"]),
+])
+def test_an_impossible_attention_tp_is_one_line(kwargs, needles):
+    with pytest.raises(InvalidInput) as exc:
+        Layout(**kwargs)
+    msg = str(exc.value)
+    assert "\n" not in msg and all(n in msg for n in needles), msg
+
+
+def test_mixed_layout_checks_the_tp_group_against_the_heads():
+    # Llama-3.1-70B has 8 KV heads and 64 query heads: TP groups of 2 in 4 replicas are fine, and
+    # MiniMax-M2.5's 48 query heads do not split over 32 (a 64-GPU instance with tp32 x dp2)
+    assert check_layout(load_model("llama-3.1-70b"), Layout(8, "dp", attention_tp=2)).attn_dp == 4
+    with pytest.raises(InvalidInput, match="layout.attention: minimax-m2.5 cannot be split over 32 GPUs"):
+        check_layout(load_model("minimax-m2.5"), Layout(64, "dp", "ep", attention_tp=32))
+
+
+def test_mixed_layout_cache_per_gpu_and_requests():
+    # Qwen3-235B-A22B: 94 layers of 4 KV heads x (128 + 128), bf16. TP groups of 2: 2 KV heads per
+    # GPU = 2 x 256 x 2 B x 94 = 96,256 B per token; the 4 replicas each fit their own requests
+    m = load_model("qwen3-235b-a22b")
+    mixed = Layout(8, "dp", attention_tp=2)
+    assert per_gpu_kv_bytes(m, 32768, mixed) == 96_256 * 32768 == per_gpu_kv_bytes(m, 32768, 2)
+    free = 40 * GIB
+    assert requests_per_instance_memory(m, mixed, 32768, free) == 4 * (free // (96_256 * 32768)) == 52
+    # TP8 shards to one KV head per rank but every rank holds every request: 27
+    assert requests_per_instance_memory(m, Layout(8), 32768, free) == free // (48_128 * 32768) == 27
+
+
+def test_mixed_layout_weights_per_gpu():
+    # Kimi-K2-Thinking, attention TP4 inside 2 DP replicas, experts EP8: everything but the routed
+    # experts as TP4; routed experts 384 / 8 = 48 per GPU instead of TP4+EP4's 96, each
+    # 3 x 7168 x 2048 int4 g32 weights, 60 MoE layers
+    m = load_model(K2T)
+    expert_bytes = 3 * 7168 * 2048 * m.weight_bytes_per_param("experts")
+    less = 60 * (96 - 48) * expert_bytes
+    assert weight_bytes_per_gpu(m, Layout(8, "dp", "ep", attention_tp=4)) == pytest.approx(
+        weight_bytes_per_gpu(m, Layout(4, "tp", "ep")) - less, rel=1e-12)
+
+
+def test_mixed_layout_collectives_byte_counts():
+    k2t = load_model(K2T)
+    replica = 4096 * 7168 * 2  # 8,192 prefill tokens over 2 replicas, bf16 hidden states: 58,720,256 B
+    # experts TP over all 8: all-reduce within each TP group of 4 after attention and the dense FFN,
+    # all-gather / reduce-scatter the replicas' tokens over the 2 ranks of each TP index, then the
+    # TP group's all-reduce of the partial sums
+    assert collectives(k2t, Layout(8, "dp", "tp", attention_tp=4), 8192, "context") == [
+        Collective("all_reduce", replica, 4, 61, "attention"), Collective("all_reduce", replica, 4, 1, "dense_ffn"),
+        Collective("all_gather", 2 * replica, 2, 60, "moe_dispatch"),
+        Collective("reduce_scatter", 2 * replica, 2, 60, "moe_combine"), Collective("all_reduce", replica, 4, 60, "moe")]
+    # experts EP8: each of the 4 TP ranks dispatches a quarter of its replica's 4,096 tokens
+    # (1,024 x top-8 x 7168 x 2 B, bf16 activations of int4_w4a16 experts), then gathers them back
+    got = collectives(k2t, Layout(8, "dp", "ep", attention_tp=4), 8192, "generation")
+    assert got[2:] == [Collective("all_to_all", 117_440_512, 8, 60, "moe_dispatch", 1024),
+                       Collective("all_to_all", 117_440_512, 8, 60, "moe_combine", 1024),
+                       Collective("all_gather", replica, 4, 60, "moe_gather"),
+                       Collective("all_gather", 4096 * 163_840 * 2, 4, 1, "lm_head")]
+
+
+def test_ops_shard_projections_by_the_layouts_rule():
+    from prfaas_plan.perf.ops import attention_core, attention_gemms, forward_ops
+
+    # kimi-linear-1t's KDA: 60 heads of 128 over 8 ranks, the busiest holds 8 (not 7.5): q, k, v
+    # 3 x 8 x 128 = 3,072 wide plus beta's 8, the gates' up-projections 2 x 1,024, o_proj 1,024 rows
+    k1t = load_model(K1T)
+    got = sorted((g.n, g.k) for g in attention_gemms(k1t, "kda", 8))
+    assert got == sorted([(3072 + 8, 7168), (2 * 128, 7168), (2 * 1024, 128), (7168, 1024)])
+    assert projection_shard(k1t.attention["kda"], "w_qkv", (7168, 23040), 8) == ("column", 3072, 7168)
+    # Qwen3-235B at TP8: 8 query heads and one whole KV head (of 4, replicated) per rank
+    q3 = load_model("qwen3-235b-a22b")
+    assert sorted((g.n, g.k) for g in attention_gemms(q3, "full", 8)) == [(1280, 4096), (4096, 1024)]
+    # the weights per GPU count the same shards (every model, every TP degree it takes)
+    for m in list_model_specs():
+        for tp in (2, 8):
+            if not check_layout_ok(m, Layout(tp)):
+                continue
+            for name, attn in m.attention.items():
+                shapes = attn.gemm_shapes(m.hidden_size)
+                held = sum(a * b * projection_split(attn, w, tp)[1] for w, (a, b) in shapes.items())
+                run = sum(g.n * g.k for g in attention_gemms(m, name, tp))
+                assert run == pytest.approx(held, rel=1e-3), (m.id, name, tp)
+    # a mixed layout's decode runs each replica's share of the batch on its TP group's heads
+    core = attention_core(q3, "full", Layout(8, "dp", attention_tp=2).attn_tp, "bf16")
+    assert (core.heads, core.kv_heads) == (32, 2)
+    comm = [s.op for s in forward_ops(q3, Layout(8, "dp", "ep", attention_tp=2), phase="decode") if s.op.family == "comm"]
+    assert [(c.name, c.ranks, c.token_fraction) for c in comm] == [
+        ("comm.all_reduce.attention", 2, 1.0), ("comm.all_to_all.moe_dispatch", 8, 0.5),
+        ("comm.all_gather.moe_gather", 2, 1.0), ("comm.all_gather.lm_head", 2, 1.0)]

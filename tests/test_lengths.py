@@ -286,3 +286,16 @@ def test_empirical_lengths_match_brute_force(tokens, n, t):
     assert np.sum(probs * lengths_tokens) == pytest.approx(values.mean(), rel=1e-12)
     assert np.all(np.diff(lengths_tokens) > 0)  # buckets are disjoint length ranges
     assert np.all(np.isin(np.round(probs * values.size), np.arange(1, values.size + 1)))
+
+
+def test_the_normal_cdf_is_scipys_own_ufunc_bit_for_bit():
+    # ndtr comes from scipy.special's extension loaded alone (no package import): the same values,
+    # to the bit, as scipy.special.ndtr, over the body, both tails, the extremes and non-numbers
+    import scipy.special
+
+    from prfaas_plan.workload.lengths import ndtr
+
+    z = np.r_[np.random.default_rng(7).normal(0.0, 6.0, 200_000), np.linspace(-40, 40, 8001),
+              -np.inf, np.inf, np.nan, 0.0, -0.0, 5e-324, -38.5, 8.3]
+    assert np.array_equal(ndtr(z), scipy.special.ndtr(z), equal_nan=True)
+    assert ndtr(0.25) == scipy.special.ndtr(0.25) and isinstance(ndtr(0.25), np.floating)

@@ -120,3 +120,15 @@ def test_missing_gemm_dtypes(tmp_path, base_yaml):
     text = "\n".join(line for line in base_yaml.splitlines() if not line.startswith("gemm_dtypes:"))
     _, message = _load_error(tmp_path, text)
     assert "field gemm_dtypes" in message and "missing required field" in message
+
+
+def test_mtp_attention_must_name_a_config(tmp_path, base_yaml):
+    # base_yaml (minimax-m2.5) carries mtp {layers: 3, attention: full}
+    _, message = _load_error(tmp_path, base_yaml.replace("mtp: {layers: 3, attention: full}",
+                                                         "mtp: {layers: 3, attention: mla}"))
+    assert "mtp.attention" in message and "'mla'" in message
+
+
+def test_mtp_needs_a_source(tmp_path, base_yaml):
+    _, message = _load_error(tmp_path, base_yaml.replace("covers: [mtp]", "covers: [hidden_size]"))
+    assert "mtp" in message and "source" in message

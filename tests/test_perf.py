@@ -265,3 +265,24 @@ def test_bad_inputs_are_plan_errors():
         pp.prefill_time_s(pp.load_model("llama-3.1-70b"), pp.instance("h200", 8, layout=pp.Layout(8, experts="ep")), 1024)
     with pytest.raises(pp.PlanError, match="layout"):
         pp.prefill_time_s(m, pp.instance("h200", 1, layout=pp.Layout(1, attention="dp")), 1024)
+
+
+def test_a_mixed_layouts_decode_step_runs_each_replicas_share_on_its_tp_group():
+    # Qwen3-235B-A22B (94 MoE layers, 64 query / 4 KV heads of 128, 128 experts top-8 of 1,536,
+    # hidden 4,096) on 8xH200 as 4 attention replicas of TP2 with experts EP8: a 64-request step
+    # gives each replica 16 requests on 32 query / 2 KV heads; the fused MoE sees all 64 tokens
+    # with 16 experts per GPU; each GPU dispatches half its replica's 16 tokens
+    from prfaas_plan.layout import Layout
+    from prfaas_plan.perf.ops import decode_ops
+
+    m = pp.load_model("qwen3-235b-a22b")
+    engine = load_engine("sglang")
+    inst = pp.instance("h200", gpus=8, layout=Layout(8, "dp", "ep", attention_tp=2), engine=engine)
+    t = kernel_tables(inst.gpu, engine.kernel_engine, engine.kernel_version)
+    d = decode_ops(m, inst, 64, 4096.0, engine)
+    attention = t.generation_attention(16, np.asarray(4096.0), 32, 2, 128, None, "bf16").latency_s
+    assert float(d.families["attention"]) == pytest.approx(94 * float(attention), rel=1e-12)
+    moe = t.moe(np.asarray(64.0), 4096, 1536, 8, 128, 1, 8, m.gemm_dtype("experts")).latency_s
+    assert float(d.ops["moe.experts"]) == pytest.approx(94 * float(moe), rel=1e-12)
+    a2a = t.all_to_all(np.asarray(8.0), 4096, 8, 128, 8, "generation").latency_s
+    assert float(d.ops["comm.all_to_all.moe_dispatch"]) == pytest.approx(94 * float(a2a), rel=1e-12)

@@ -597,3 +597,26 @@ def test_trace_report_cdfs_cross_the_table_percentiles():
             for q, t in ((0.5, r.p50_s), (0.9, r.p90_s)):
                 i = int(np.searchsorted(x, t))  # x[i-1] < t <= x[i]
                 assert cdf[i - 1] <= q + 1e-6 and cdf[i] >= q - 1e-6, (r.plan, basis, q, t, cdf[i - 1], cdf[i])
+
+
+def test_charts_built_without_alt_debug_mode_have_the_same_specs():
+    # the pages build and serialise their charts with altair's per-object schema check off
+    # (report.charts.unvalidated); built with it on, as altair does by default, every spec is the same
+    from altair.utils import schemapi
+
+    from prfaas_plan.analysis import analyse_compare
+    from prfaas_plan.report.compare import compare_page
+    from prfaas_plan.report.page import Report
+
+    seen = []
+    c = analyse_compare(["mimo-v2-flash", "minimax-m2.5"])
+    with schemapi.debug_mode(True):
+        checked = Report.specs.__wrapped__(compare_page.__wrapped__(c))
+        fast = compare_page(c)
+        seen.append(schemapi.DEBUG_MODE)
+    specs = fast.specs()
+    assert seen == [True] and schemapi.DEBUG_MODE  # restored after each call
+    assert list(specs) == list(checked) and len(specs) >= 3
+    assert json.dumps(specs, sort_keys=True) == json.dumps(checked, sort_keys=True)
+    for f in fast.figures:  # and every one still passes the schema
+        f.spec(validate=True)

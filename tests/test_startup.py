@@ -61,8 +61,53 @@ def test_the_check_sees_a_heavy_module():
 
 
 def test_plan_loads_no_dataframe_optimizer_or_solver_module():
-    # planning needs numpy and scipy.special only: its tables are records until shown or exported,
+    # planning needs numpy and scipy.special's ndtr ufunc only: its tables are records until shown or exported,
     # Brent's method and the HiGHS bindings (and their sparse rows) come without scipy.optimize's
     # package, CBC only as the fallback
     assert loaded(CLI.format(argv=["plan", "paper-case-study"]), (*HEAVY, "pandas", "scipy.optimize", "scipy.sparse",
-                                                                    "pulp", "torch")) == []
+                                                                    "scipy.special", "pulp", "torch")) == []
+
+
+def test_help_skips_the_rich_modules_typer_imports_but_does_not_use():
+    # typer's help formatter imports rich.markdown and rich.traceback (markdown_it, pygments): the
+    # command line imports it with stand-ins, which leave sys.modules at once
+    assert loaded(CLI.format(argv=["--help"]), ("typer.rich_utils", "rich.markdown", "rich.traceback",
+                                                "markdown_it")) == ["typer.rich_utils"]
+
+
+def test_a_command_builds_only_itself():
+    # typer turns every registered function into a click command on each run; a run builds the one it names
+    from prfaas_plan.cli import COMMANDS, GROUPS, app, build_app, listing_app
+
+    names = {c.name or c.callback.__name__ for c in build_app(["kv"]).registered_commands}
+    assert names == {"kv"} and not build_app(["kv"]).registered_groups
+    assert [g.name for g in build_app(["bench"]).registered_groups] == ["bench"]
+    assert len(app.registered_commands) == len(COMMANDS) and len(app.registered_groups) == len(GROUPS)
+    listed = listing_app()  # what --help lists: every name, no command's parameters
+    assert [c.name for c in listed.registered_commands] == list(COMMANDS)
+    assert [g.name for g in listed.registered_groups] == list(GROUPS)
+
+
+@pytest.mark.parametrize("argv", [["kv", "mimo-v2-flash", "--context", "32K"], ["kv", "--help"], ["bench", "--help"],
+                                  ["plan"], ["kv", "no-such-model"], ["plann"], ["--help"], []])
+def test_a_one_command_app_prints_what_the_whole_app_prints(argv, capsys, monkeypatch):
+    """stdout, stderr and exit code of ``main`` as it runs (the named command built alone) and with
+    the whole app, for a command, its help, a group, a missing argument, bad input, a typo, no arguments."""
+    from prfaas_plan import cli
+
+    def run() -> tuple:
+        with pytest.raises(SystemExit) as exit:
+            cli.main(argv)
+        out = capsys.readouterr()
+        return exit.value.code, out.out, out.err
+
+    one = run()
+    monkeypatch.setattr(cli, "_app_for", lambda args: cli.app)
+    assert one == run()
+
+
+def test_plan_buckets_use_scipys_normal_cdf_without_its_package():
+    # the log-normal's buckets come from scipy.special.ndtr loaded from its extension alone
+    run = ("import numpy as np\nfrom prfaas_plan.workload.lengths import paper_lengths\n"
+           "paper_lengths().buckets(256)")
+    assert loaded(run, ("scipy.special",)) == []

@@ -47,16 +47,16 @@ def test_status_per_rule(frame):
         "ok", "ok", "ok",
         "unsupported layout: experts tp 8 x ep 8 on 64 GPUs",  # Qwen3.5 tp64, moe 8x8
         "ok", "ok", "ok", "ok", "ok", "ok", "ok",
-        "unsupported layout: experts tp 2 x ep 1 on 1 GPUs",  # tp1 with moe_tp 2
+        "ok",  # vLLM Qwen3-235B tp1 with moe_tp 2: attention dp 2 (the SDK's tp x dp == moe_tp x moe_ep)
         "engine without kernel tables (trtllm)",
         "unknown model", "unknown model",  # gpt-oss-120b, Llama-3.1-8B
         "no hardware entry",  # b300_sxm
         "unsupported precision nvfp4", "unsupported precision nvfp4",  # NVIDIA's NVFP4 checkpoint; fp4 DeepSeek-R1
-        "unsupported layout: attention tp 2 x dp 2",  # vLLM tp2 x dp2 on b200
+        "ok",  # vLLM tp2 x dp2 on b200: attention TP groups inside DP replicas
     ]
     counts = status_counts(frame).groupby("rule")["rows"].sum()
-    assert counts.to_dict() == {"engine without kernel tables (trtllm)": 1, "no hardware entry": 1, "ok": 10,
-                                "unknown model": 2, "unsupported layout": 3, "unsupported precision nvfp4": 2}
+    assert counts.to_dict() == {"engine without kernel tables (trtllm)": 1, "no hardware entry": 1, "ok": 12,
+                                "unknown model": 2, "unsupported layout": 1, "unsupported precision nvfp4": 2}
 
 
 def _engine(eid: str, version: str | None):
@@ -64,8 +64,8 @@ def _engine(eid: str, version: str | None):
     return e.model_copy(update={"kernel_version": version}) if version and version != e.kernel_version else e
 
 
-def _agg(model, gpus, eng, isl, osl, c, layout=None):
-    p = colocated_closed_loop(model, instance("h200", gpus, layout=layout or Layout(gpus), engine=eng), isl, osl, c)
+def _agg(model, gpus, eng, isl, osl, c, layout=None, gpu="h200"):
+    p = colocated_closed_loop(model, instance(gpu, gpus, layout=layout or Layout(gpus), engine=eng), isl, osl, c)
     return p.ttft_s * 1e3, p.tpot_s * 1e3
 
 
@@ -83,12 +83,16 @@ def test_agg_predictions_are_the_serving_model(frame):
         4: _agg(llama, 2, _engine("vllm", None), 1024, 8192, 8),  # no version in the CSV: the profile's
         5: _agg(kimi, 8, _engine("vllm", "0.16.0"), 8192, 1024, 4),
         9: _agg(qwen3, 2, _engine("vllm", "0.12.0"), 2000, 500, 16, Layout(2, "tp", "ep")),
+        11: _agg(qwen3, 2, _engine("vllm", "0.12.0"), 1000, 100, 8, Layout(2, "dp", "tp")),
+        18: _agg(minimax, 4, _engine("vllm", "0.19.0"), 1024, 1024, 512, Layout(4, "dp", "ep", attention_tp=2), "b200"),
     }
     for i, (ttft, tpot) in expect.items():
         row = frame.iloc[i]
         assert row["ttft_ms_predicted"] == pytest.approx(ttft, rel=1e-12), i
         assert row["tpot_ms_predicted"] == pytest.approx(tpot, rel=1e-12), i
     assert frame.iloc[2][["tp", "attention_dp", "moe_tp", "moe_ep"]].tolist() == [8, 1, 1, 8]
+    assert frame.iloc[11][["tp", "attention_dp", "moe_tp", "moe_ep"]].tolist() == [1, 2, 2, 1]
+    assert frame.iloc[18][["tp", "attention_dp", "moe_tp", "moe_ep"]].tolist() == [2, 2, 1, 4]
 
 
 def test_disagg_prediction_is_prefill_and_decode_workers(frame):
@@ -159,13 +163,14 @@ def test_disagg_bad_input_one_line(disagg, kw):
 def test_summary_counts_and_errors(frame):
     s = summary(frame).set_index(["system", "mode", "model"])
     ok = frame[frame["status"] == "ok"]
-    mm = ok[ok["model"] == "minimax-m2.5"]
+    mm = ok[(ok["model"] == "minimax-m2.5") & (ok["system"] == "h200_sxm")]
     err = ((mm["ttft_ms_predicted"] / mm["ttft_ms_measured"] - 1).abs() * 100)
     got = s.loc[("h200_sxm", "agg", "minimax-m2.5")]
     assert got["n"] == 2
     assert got["ttft_median_abs_error_pct"] == pytest.approx(err.median())
     assert got["ttft_max_abs_error_pct"] == pytest.approx(err.max())
-    assert s.loc[("h200_sxm", "agg", "all"), "n"] == 8
+    assert s.loc[("h200_sxm", "agg", "all"), "n"] == 9
+    assert s.loc[("b200_sxm", "agg", "all"), "n"] == 1
 
 
 def test_runs_json(frame):

@@ -50,10 +50,23 @@ def is_dir(path: str | Path) -> bool:
         return False
 
 
+def _parse_yaml(text: str) -> object:
+    """``yaml.safe_load`` through libyaml's C parser where PyYAML was built with it (the same
+    values, ~10x faster); a document it rejects is parsed again by the pure-Python parser, whose
+    error message (and line) is the one reported."""
+    loader = getattr(yaml, "CSafeLoader", None)
+    if loader is not None:
+        try:
+            return yaml.load(text, Loader=loader)  # noqa: S506 (CSafeLoader is the safe loader)
+        except yaml.YAMLError:
+            pass
+    return yaml.safe_load(text)
+
+
 def read_yaml(path: Path) -> dict:
     """Parse one YAML mapping; a syntax error or a non-mapping is a one-line PlanError."""
     try:
-        data = yaml.safe_load(read_text(path))
+        data = _parse_yaml(read_text(path))
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f" line {mark.line + 1}" if mark is not None else ""

@@ -57,6 +57,24 @@ class ContextExtension(_Frozen):
         return f"{'YaRN' if self.method == 'yarn' else self.method} x{self.factor:g} over {self.original_tokens:,} tokens"
 
 
+class MTP(_Frozen):
+    """Multi-token-prediction (MTP / next-n) modules: the speculative-decoding draft a checkpoint
+    ships beside its main stack, loaded by an engine only when MTP is on.
+
+    Each of the ``layers`` modules is one transformer layer of the main stack's shape: the
+    attention config named ``attention`` (its KV cache grows with the request like a main
+    layer's), the FFN of the stack's last layer (MoE in an MoE model), plus the input projection
+    ``eh_proj`` (``2 hidden -> hidden``, unquantised) and norms. The embedding and the LM head are
+    the main model's (DeepSeek-V3, arXiv 2412.19437 section 2.2: the k-th MTP module "consists of
+    a shared embedding layer Emb(.), a shared output head OutHead(.), a Transformer block TRM_k(.),
+    and a projection matrix M_k"; SGLang's and vLLM's MTP workers share them with the target
+    model), so they are not counted again.
+    """
+
+    layers: PositiveInt = Field(description="MTP modules (one transformer layer each)")
+    attention: str = Field(description="the attention config (a key of ModelSpec.attention) each MTP layer uses")
+
+
 class Source(_Frozen):
     """Where values come from: a URL and the top-level fields it covers."""
 
@@ -84,6 +102,8 @@ class ModelSpec(_Frozen):
     attention: dict[str, Attention]
     layers: Layers
     ffn: FFN
+    mtp: MTP | None = Field(default=None, description="multi-token-prediction modules the checkpoint ships "
+                            "(counted only when an engine runs MTP speculative decoding)")
     sources: list[Source] = Field(min_length=1)
     notes: str | None = None
 
@@ -106,9 +126,12 @@ class ModelSpec(_Frozen):
         if ext and not ext.original_tokens < self.max_context_tokens <= ext.extended_tokens:
             raise ValueError(f"max_context_tokens {self.max_context_tokens:,} must lie above context_extension's "
                              f"original_tokens and within its {ext.extended_tokens:,} tokens ({ext.describe()})")
+        if self.mtp is not None and self.mtp.attention not in names:
+            raise ValueError(f"mtp.attention {self.mtp.attention!r} is not one of attention: {sorted(names)}")
         covered = {field for src in self.sources for field in src.covers}
         needed = {"total_params", "active_params", "layers", "attention", "ffn", "hidden_size",
-                  "vocab_size", "max_context_tokens", "gemm_dtypes"} | ({"context_extension"} if ext else set())
+                  "vocab_size", "max_context_tokens", "gemm_dtypes"} | ({"context_extension"} if ext else set()) \
+            | ({"mtp"} if self.mtp is not None else set())
         missing = sorted(needed - covered)
         if missing:
             raise ValueError(f"no source covers {', '.join(missing)}; add a sources entry with its URL")
@@ -194,6 +217,34 @@ class ModelSpec(_Frozen):
             unquantised_bytes=(p.embedding - p.lm_head + p.router + p.attention_vector) * self.gemm_dtypes.unquantised_bytes_per_param,
             expert_bytes=p.routed_expert * bpp("experts"))
 
+    def with_mtp_layers(self) -> ModelSpec:
+        """This model with its MTP layers appended to the stack (indices ``count .. count + n - 1``,
+        of ``mtp.attention``; FFN as the last main layer's): the model whose weights and caches an
+        engine running MTP holds, less the ``eh_proj`` projections (:meth:`mtp_projection_bytes`).
+        A model without MTP layers is returned as is."""
+        if self.mtp is None:
+            return self
+        n, count, kind = self.mtp.layers, self.layers.count, self.mtp.attention
+        at = {k: list(v) for k, v in self.layers.at.items()}
+        if kind != self.layers.default:
+            at[kind] = [*at.get(kind, []), *range(count, count + n)]
+        return self.model_copy(update={"layers": Layers(count=count + n, default=self.layers.default, at=at),
+                                       "mtp": None})
+
+    def mtp_projection_bytes(self) -> float:
+        """Bytes of the MTP modules' ``eh_proj`` matrices (``2h x h`` each, unquantised; 0 without
+        MTP): plain replicated Linear layers in SGLang's and vLLM's MTP models, whole on every GPU."""
+        n = self.mtp.layers if self.mtp is not None else 0
+        return n * 2.0 * self.hidden_size * self.hidden_size * self.gemm_dtypes.unquantised_bytes_per_param
+
+    def mtp_weight_bytes(self) -> float:
+        """Bytes of the MTP modules' weights (scales included; 0 without MTP): their layers
+        (:meth:`with_mtp_layers`) and ``eh_proj``; the shared embedding and LM head not again."""
+        if self.mtp is None:
+            return 0.0
+        return (self.with_mtp_layers().weight_bytes().total_bytes - self.weight_bytes().total_bytes
+                + self.mtp_projection_bytes())
+
     # Convenience API of docs/design.md section 7: the arithmetic lives in prfaas_plan.model.cache.
     def kv_bytes_per_token(self, settings: CacheSettings | None = None) -> int:
         """Bytes of length-growing cache per token, all layers (default: bf16 KV, vLLM)."""
@@ -217,7 +268,8 @@ class ModelSpec(_Frozen):
 @dataclass(frozen=True)
 class ParamCounts:
     """Parameters (counts) of a model by part, all layers summed. Left out: norms (< 0.1%) and
-    multi-token-prediction layers (an optional speculative-decoding add-on).
+    multi-token-prediction layers (an optional speculative-decoding add-on:
+    :meth:`ModelSpec.mtp_weight_bytes`).
 
     attention_gemm / attention_vector: the attention layers' matmul weights, and their other
     parameters (short-conv filters, decay parameters). dense_ffn: the dense FFN layers.
@@ -311,5 +363,5 @@ def list_model_specs(extra_dirs: tuple[Path, ...] = ()) -> list[ModelSpec]:
     return [load_model_yaml(p) for p in list_entries("prfaas_plan.data.model_db", tuple(Path(d) for d in extra_dirs))]
 
 
-__all__ = ["FFN", "GDN", "GQA", "KDA", "MLA", "SWA", "Attention", "ContextExtension", "GemmDtypes", "Layers",
+__all__ = ["FFN", "GDN", "GQA", "KDA", "MLA", "MTP", "SWA", "Attention", "ContextExtension", "GemmDtypes", "Layers",
            "Lightning", "ModelSpec", "ParamCounts", "Source", "WeightBytes", "list_model_specs", "load_model_yaml"]

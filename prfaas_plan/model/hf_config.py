@@ -17,8 +17,12 @@ Both schemas are read: configs as published on the hub and as transformers 5 wri
 
 Conventions and assumptions:
 
-* Multi-token-prediction (MTP / nextn) layers are not counted: they are an optional
-  speculative-decoding add-on, not part of the main stack.
+* Multi-token-prediction (MTP / nextn) layers become the ``mtp`` block
+  (:class:`~prfaas_plan.model.arch.MTP`), outside the main stack's counts: an optional
+  speculative-decoding add-on. Read from ``num_nextn_predict_layers`` (DeepSeek-V3 / Kimi-K2:
+  MLA layers), ``mtp_num_hidden_layers`` (Qwen3-Next / Qwen3.5: full-attention layers) and
+  ``num_mtp_modules`` x ``mtp_transformer_layers`` when ``use_mtp`` (MiniMax-M2: full-attention
+  layers); 0 or absent: none.
 * Multimodal configs (``qwen3_5_moe``) are read from their ``text_config``; the vision tower is
   ignored.
 * A config rarely states its parameter counts, so :func:`count_params` computes them from the
@@ -430,6 +434,29 @@ def _model_id(raw: dict, path: Path) -> tuple[str, str]:
     return (stem or "hf-model").lower(), repo
 
 
+_MTP_FIELDS: dict[str, tuple[str, str]] = {
+    "deepseek_v3": ("num_nextn_predict_layers", "mla"), "kimi_k2": ("num_nextn_predict_layers", "mla"),
+    "qwen3_next": ("mtp_num_hidden_layers", "full"), "qwen3_5_moe": ("mtp_num_hidden_layers", "full"),
+    "qwen3_5_moe_text": ("mtp_num_hidden_layers", "full"), "minimax_m2": ("num_mtp_modules", "full"),
+}
+"""model_type -> (the config field counting MTP modules, the attention config of each)."""
+
+
+def _mtp(c: _Config) -> dict | None:
+    """The ``mtp`` block (see the module docstring), or None when the config has no MTP layers."""
+    if c.model_type not in _MTP_FIELDS:
+        return None
+    field, kind = _MTP_FIELDS[c.model_type]
+    if c.model_type == "minimax_m2" and not c.opt("use_mtp", False):
+        return None
+    n = c.opt(field, 0)
+    if c.model_type == "minimax_m2":
+        n *= c.opt("mtp_transformer_layers", 1)
+    if isinstance(n, bool) or not isinstance(n, int) or n < 0:
+        raise c.fail(field, f"{n!r} must be a whole number of MTP layers >= 0")
+    return {"layers": n, "attention": kind} if n else None
+
+
 def load_hf_config(path: str | Path) -> ModelSpec:
     """Read a Hugging Face ``config.json`` (local file, no network) into a :class:`ModelSpec`.
 
@@ -453,6 +480,9 @@ def load_hf_config(path: str | Path) -> ModelSpec:
     c = _Config(raw, path)
     model_id, repo = _model_id(raw, path)
     body = _BUILDERS[model_type](c)
+    mtp = _mtp(c)
+    if mtp is not None:
+        body["mtp"] = mtp
     context = _context(c)
     data = {
         "id": model_id, "name": repo or model_id, "family": model_type,
@@ -463,7 +493,7 @@ def load_hf_config(path: str | Path) -> ModelSpec:
         "sources": [{
             "url": f"https://huggingface.co/{repo or model_id}/blob/main/config.json",
             "covers": ["total_params", "active_params", "layers", "attention", "ffn", "hidden_size",
-                       "vocab_size", *context, "gemm_dtypes"],
+                       "vocab_size", *context, "gemm_dtypes", *(("mtp",) if mtp else ())],
             "note": f"imported from the local file {path}; parameter counts computed from the "
                     "architecture by prfaas_plan.model.hf_config.count_params",
         }],

@@ -8,12 +8,23 @@ or from a measured end-to-end profile where a scenario gives one. The analytic r
 
 Decode capacity (Eq. 5): the largest batch whose step meets the TPOT SLO and whose caches fit,
 on every GPU, beside the layout's share of the weights and the engine's reserve.
+
+Speculative decoding (the engine profile's ``speculative`` block, :class:`~prfaas_plan.engine.Speculative`,
+method ``mtp``): a step verifies ``k + 1`` tokens per request, timed as a decode step at batch
+``b (k + 1)`` (GEMMs at ``m = b (k+1)``; the attention of ``k + 1`` queries over a context
+approximated by the generation attention of ``b (k+1)`` requests at that context: an upper bound
+on its memory traffic), plus the drafting (:func:`draft_step_s`); a request gains the profile's
+mean accepted tokens per step, so its time per output token is the step over them. Memory holds
+the model's MTP layers (:meth:`~prfaas_plan.model.arch.ModelSpec.with_mtp_layers`: their weights
+and their KV, one more attention layer each) and ``k`` more KV slots per request. With no
+``speculative`` block every figure is the plain decode step's.
 Token counts are tokens; times seconds; memory bytes (GiB = 2^30 B where named).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from prfaas_plan.errors import InvalidInput
 from prfaas_plan.hardware import Instance
@@ -24,6 +35,9 @@ from prfaas_plan.perf.kernels import kernel_tables
 from prfaas_plan.perf.ops import OpBreakdown, decode_ops, prefill_ops
 from prfaas_plan.perf.roofline import MeasuredProfile, check_tokens
 from prfaas_plan.units import GIB_BYTES
+
+if TYPE_CHECKING:
+    from prfaas_plan.engine import Speculative
 
 KV_MEMORY_FRACTION = 0.90
 """Fraction of each GPU's memory the engine manages (vLLM's default ``gpu_memory_utilization``)."""
@@ -72,9 +86,61 @@ def decode_step_s(model: ModelSpec, inst: Instance, batch: int, context_tokens: 
     return float(decode_step(model, inst, batch, context_tokens, settings).total_s)
 
 
+def speculative(model: ModelSpec, inst: Instance) -> Speculative | None:
+    """The instance's speculative decoding (its engine profile's block), or None when off; MTP on
+    a model without MTP layers is a one-line InvalidInput."""
+    spec = inst.engine_profile.speculative
+    if spec is not None and spec.method == "mtp" and model.mtp is None:
+        raise InvalidInput(f"engine.speculative: {model.id} has no MTP layers for method mtp; turn speculative "
+                           "decoding off or use a model whose checkpoint ships MTP modules")
+    return spec
+
+
+def tokens_per_step(model: ModelSpec, inst: Instance) -> float:
+    """Mean output tokens a request gains per decode step: 1, or the accepted tokens under
+    speculative decoding."""
+    spec = speculative(model, inst)
+    return 1.0 if spec is None else spec.accepted_tokens
+
+
+def draft_step_s(model: ModelSpec, inst: Instance, batch: int, context_tokens: float,
+                 settings: CacheSettings | None = None) -> float:
+    """Seconds drafting ``k`` tokens for ``batch`` requests (0 without speculative decoding):
+    per draft token one transformer layer (the mean layer of the batch-``batch`` decode step's
+    kernels, overhead and LM head left out) plus the LM head: the shape of an MTP module, one
+    transformer block sharing the output head (arXiv 2412.19437, section 2.2)."""
+    spec = speculative(model, inst)
+    if spec is None or spec.draft_tokens == 0 or batch == 0:
+        return 0.0
+    d = decode_ops(model, inst, int(batch), float(context_tokens), inst.engine_profile, _kv_dtype(settings))
+    head = float(d.ops.get("lm_head", 0.0))
+    layer = (float(d.total_s) - float(d.families["overhead"]) - head) / model.layers.count
+    return spec.draft_tokens * (layer + head)
+
+
+def speculative_step_s(model: ModelSpec, inst: Instance, batch: int, context_tokens: float,
+                       settings: CacheSettings | None = None) -> float:
+    """Seconds of one decode step of ``batch`` requests as the instance's engine runs it: the
+    plain decode step, or under speculative decoding the verify step at ``batch (k + 1)`` tokens
+    plus the drafting (see the module docstring)."""
+    spec = speculative(model, inst)
+    k = 0 if spec is None else spec.draft_tokens
+    return decode_step_s(model, inst, batch * (k + 1), context_tokens, settings) + \
+        draft_step_s(model, inst, batch, context_tokens, settings)
+
+
+def _resident(model: ModelSpec, inst: Instance) -> tuple[ModelSpec, int]:
+    """(the model whose weights and caches the instance holds: MTP layers included when
+    speculative decoding is on, the extra KV slots per request)."""
+    spec = speculative(model, inst)
+    return (model, 0) if spec is None else (model.with_mtp_layers(), spec.draft_tokens)
+
+
 @dataclass(frozen=True)
 class DecodeCapacity:
-    """Largest decode batch that meets a TPOT SLO and fits memory, and its step time."""
+    """Largest decode batch that meets a TPOT SLO and fits memory, and its time per output token
+    (``step_s``: the decode step; under speculative decoding the verify step over the mean
+    accepted tokens, ``tokens_per_step``)."""
 
     batch_max: int
     step_s: float
@@ -82,6 +148,7 @@ class DecodeCapacity:
     memory_batch_max: int
     cache_bytes_per_gpu: float  # left for caches on each GPU after weights and the engine's reserve
     request_bytes_per_gpu: float  # one request's cache on the busiest GPU that holds it
+    tokens_per_step: float = 1.0  # mean output tokens per request per engine step
 
     @property
     def memory_note(self) -> str:
@@ -96,10 +163,14 @@ class DecodeCapacity:
 
 def free_cache_bytes_per_gpu(model: ModelSpec, inst: Instance,
                              reserve_gib_per_gpu: float = ENGINE_RESERVE_GIB_PER_GPU) -> float:
-    """Bytes per GPU left for caches: the engine's share of memory less the layout's weights and
-    the engine's reserve; weights that do not fit are a one-line PlanError."""
+    """Bytes per GPU left for caches: the engine's share of memory less the layout's weights (the
+    MTP layers' too, and their replicated ``eh_proj``, under speculative decoding) and the
+    engine's reserve; weights that do not fit are a one-line PlanError."""
     usable = inst.gpu.memory_bytes * KV_MEMORY_FRACTION - reserve_gib_per_gpu * GIB_BYTES
-    weights = weight_bytes_per_gpu(model, check_layout(model, inst.parallel))
+    resident, _ = _resident(model, inst)
+    weights = weight_bytes_per_gpu(resident, check_layout(resident, inst.parallel))
+    if resident is not model:
+        weights += model.mtp_projection_bytes()
     if weights >= usable:
         raise InvalidInput(
             f"memory: {model.id}'s weights ({weights / GIB_BYTES:.1f} GiB per GPU) do not fit {inst.name} "
@@ -108,18 +179,41 @@ def free_cache_bytes_per_gpu(model: ModelSpec, inst: Instance,
     return usable - weights
 
 
+def requests_fit(model: ModelSpec, inst: Instance, tokens: float, free_bytes_per_gpu: float,
+                 settings: CacheSettings | None = None) -> int:
+    """Requests of ``tokens`` tokens whose caches fit ``free_bytes_per_gpu`` on every GPU
+    (:func:`~prfaas_plan.kvcache.requests_per_instance_memory`), under speculative decoding with
+    the MTP layers' KV and ``k`` more slots per request."""
+    resident, extra = _resident(model, inst)
+    return requests_per_instance_memory(resident, inst.parallel, tokens + extra, free_bytes_per_gpu, settings)
+
+
+def request_bytes_per_gpu(model: ModelSpec, inst: Instance, tokens: float,
+                          settings: CacheSettings | None = None) -> int:
+    """One request's cache bytes on the busiest GPU that holds it
+    (:func:`~prfaas_plan.kvcache.per_gpu_kv_bytes`), under speculative decoding with the MTP
+    layers' KV and ``k`` more slots."""
+    resident, extra = _resident(model, inst)
+    return per_gpu_kv_bytes(resident, tokens + extra, inst.parallel, settings)
+
+
 def decode_capacity(model: ModelSpec, inst: Instance, context_tokens: float, tpot_s: float,
                     settings: CacheSettings | None = None,
                     reserve_gib_per_gpu: float = ENGINE_RESERVE_GIB_PER_GPU) -> DecodeCapacity:
     """``BS_max`` and ``T_decode`` of Eq. 5: the largest batch whose step time meets ``tpot_s``
     and whose caches fit beside the weights and the engine's reserve (placed by the instance's
-    layout: :func:`~prfaas_plan.kvcache.requests_per_instance_memory`)."""
+    layout: :func:`requests_fit`). Under speculative decoding the time per output token is the
+    verify step over the mean accepted tokens, and the memory holds the MTP layers."""
     free = free_cache_bytes_per_gpu(model, inst, reserve_gib_per_gpu)
-    layout = inst.parallel
-    mem_max = requests_per_instance_memory(model, layout, context_tokens, free, settings)
+    mem_max = requests_fit(model, inst, context_tokens, free, settings)
     if mem_max < 1:
         raise InvalidInput(f"memory: one {context_tokens:.0f}-token request does not fit beside the weights on {inst.name}")
-    step1 = decode_step_s(model, inst, 1, context_tokens, settings)
+    gain = tokens_per_step(model, inst)
+
+    def per_token_s(b: int) -> float:
+        return speculative_step_s(model, inst, b, context_tokens, settings) / gain
+
+    step1 = per_token_s(1)
     if step1 > tpot_s:
         raise InvalidInput(
             f"tpot: even batch 1 takes {step1 * 1e3:.1f} ms per token on {inst.name}, above the "
@@ -128,19 +222,18 @@ def decode_capacity(model: ModelSpec, inst: Instance, context_tokens: float, tpo
     lo, hi = 1, mem_max
     while lo < hi:  # step time is increasing in the batch: bisect on integers
         mid = (lo + hi + 1) // 2
-        if decode_step_s(model, inst, mid, context_tokens, settings) <= tpot_s:
+        if per_token_s(mid) <= tpot_s:
             lo = mid
         else:
             hi = mid - 1
-    step = decode_step_s(model, inst, lo, context_tokens, settings)
     binding = "memory" if lo == mem_max else "tpot"
-    per_req = float(per_gpu_kv_bytes(model, context_tokens, layout, settings))
-    return DecodeCapacity(lo, step, binding, mem_max, free, per_req)
+    per_req = float(request_bytes_per_gpu(model, inst, context_tokens, settings))
+    return DecodeCapacity(lo, per_token_s(lo), binding, mem_max, free, per_req, gain)
 
 
 __all__ = ["DecodeCapacity", "ENGINE_RESERVE_GIB_PER_GPU", "KV_MEMORY_FRACTION", "decode_capacity", "decode_step",
-           "decode_step_s", "free_cache_bytes_per_gpu", "latency_source", "prefill_latency", "prefill_time_s"]
-
+           "decode_step_s", "draft_step_s", "free_cache_bytes_per_gpu", "latency_source", "prefill_latency",
+           "prefill_time_s", "request_bytes_per_gpu", "requests_fit", "speculative", "speculative_step_s", "tokens_per_step"]
 
 
 def latency_source(inst: Instance) -> str:

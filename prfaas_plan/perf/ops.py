@@ -25,7 +25,7 @@ import numpy as np
 
 from prfaas_plan.engine import EngineProfile
 from prfaas_plan.hardware import Instance
-from prfaas_plan.layout import ACTIVATION_BYTES, Layout, collectives
+from prfaas_plan.layout import ACTIVATION_BYTES, Layout, collectives, projection_shard
 from prfaas_plan.model.arch import ModelSpec
 from prfaas_plan.model.kinds import GDN, KDA, MLA, SWA, Lightning
 from prfaas_plan.perf.kernels import KernelTables, OpTime, kernel_tables
@@ -156,7 +156,9 @@ class Comm:
     """One collective of the layout (:func:`prfaas_plan.layout.collectives`), ``bytes_per_token``
     per token an attention rank holds. All-gathers and reduce-scatters take half an all-reduce of
     the same bytes (a ring all-reduce is one of each); an expert-parallel all-to-all is timed as
-    dispatch plus combine by the tables, so it is listed once (its dispatch)."""
+    dispatch plus combine by the tables, so it is listed once (its dispatch), for the
+    ``token_fraction`` of the rank's tokens each GPU sends (``1 / attn_tp``: a TP group splits its
+    replica's tokens)."""
 
     name: str
     op: str
@@ -165,12 +167,13 @@ class Comm:
     hidden: int = 0
     topk: int = 0
     experts: int = 0
+    token_fraction: float = 1.0
     family: str = "comm"
 
     def time(self, t: KernelTables, w: Work) -> OpTime:
         m = w.rank_tokens
         if self.op == "all_to_all":
-            return t.all_to_all(m, self.hidden, self.topk, self.experts, self.ranks,
+            return t.all_to_all(m * self.token_fraction, self.hidden, self.topk, self.experts, self.ranks,
                                 "context" if w.phase == "prefill" else "generation")
         r = t.all_reduce(m * self.bytes_per_token, self.ranks)
         return r if self.op == "all_reduce" else OpTime(0.5 * r.latency_s, r.source)
@@ -187,26 +190,15 @@ class Step:
     count: int
 
 
-def _split(name: str, shape: tuple[int, int], tp: int) -> tuple[str, int, int]:
-    """How vLLM/SGLang shard a projection ``(in, out)`` over ``tp`` ranks: the output projection
-    ``wo`` row-parallel (``k`` split), the low-rank down-projections ``*_a`` replicated, every
-    other projection column-parallel (``n`` split). Returns (parallel class, n, k) per rank."""
-    k, n = shape
-    if name.startswith("wo"):
-        return "row", n, math.ceil(k / tp)
-    if name.endswith("_a"):
-        return "replicated", n, k
-    return "column", math.ceil(n / tp), k
-
-
 def attention_gemms(model: ModelSpec, name: str, tp: int) -> list[Gemm]:
-    """The projections of one ``name`` attention layer per rank, fused as the engines fuse them:
-    column-parallel projections reading the same input into one GEMM (``qkv_proj``), likewise the
-    replicated low-rank down-projections (``fused_qkv_a_proj``)."""
+    """The projections of one ``name`` attention layer per rank, each sharded by
+    :func:`prfaas_plan.layout.projection_shard` (the rule the weights per GPU follow), fused as the
+    engines fuse them: column-parallel projections reading the same input into one GEMM
+    (``qkv_proj``), likewise the replicated low-rank down-projections (``fused_qkv_a_proj``)."""
     attn, dtype = model.attention[name], model.gemm_dtype("attention")
     fused: dict[tuple[str, int], int] = {}
     for wname, shape in attn.gemm_shapes(model.hidden_size).items():
-        cls, n, k = _split(wname, shape, tp)
+        cls, n, k = projection_shard(attn, wname, shape, tp)
         key = (cls, k) if cls != "row" else (f"row:{wname}", k)
         fused[key] = fused.get(key, 0) + n
     return [Gemm(f"{name}.{cls.split(':')[-1]}", n, k, dtype) for (cls, k), n in fused.items()]
@@ -269,7 +261,7 @@ def forward_ops(model: ModelSpec, layout: Layout, kv_dtype: str = "bf16", phase:
     for c in collectives(model, layout, layout.attn_dp, "context" if phase == "prefill" else "generation"):
         if c.after != "moe_combine" or c.op != "all_to_all":
             steps.append(Step(Comm(f"comm.{c.op}.{c.after}", c.op, c.message_bytes, c.ranks, model.hidden_size,
-                                   f.experts_per_token, f.num_experts), c.count_per_forward))
+                                   f.experts_per_token, f.num_experts, c.tokens or 1.0), c.count_per_forward))
     lm_dtype = model.gemm_dtype("lm_head")
     steps.append(Step(Gemm("lm_head", math.ceil(model.vocab_size / tp), model.hidden_size, lm_dtype, "head"), 1))
     return steps

@@ -11,17 +11,18 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from functools import cached_property
+from functools import cached_property, lru_cache
 from typing import TYPE_CHECKING
 
 import numpy as np
 
 from prfaas_plan.defaults import DEFAULT_BUCKETS
 from prfaas_plan.errors import InvalidInput
+from prfaas_plan.handoff import Staging
 from prfaas_plan.kvcache import kv_bytes
-from prfaas_plan.perf.latency import decode_capacity, prefill_time_s
+from prfaas_plan.perf.latency import decode_capacity, free_cache_bytes_per_gpu, prefill_time_s, request_bytes_per_gpu
 from prfaas_plan.scenario import Scenario, build_workload
-from prfaas_plan.units import GBPS_BITS_PER_S
+from prfaas_plan.units import GBPS_BITS_PER_S, GIB_BYTES
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -48,6 +49,9 @@ class PlanInputs:
     trace / cache_blocks: the loaded trace of a trace workload (None otherwise) and its prefix-cache
     size in blocks (None = unlimited, 0 = off); with cache_blocks != 0, exact mode replays one cache
     per cluster. The simulator replays the same frame rather than reading the file again.
+    staging: the decode side's staging memory (``decode.staging_memory``; None: not charged); with
+    it, ``decode_batch_max`` is what :func:`prfaas_plan.planner.staging.staged_inputs` leaves.
+    transfer_buffer_bytes: PrfaaS-side bytes per instance for KV waiting on the link (None: unlimited).
     """
 
     scenario: Scenario
@@ -67,6 +71,8 @@ class PlanInputs:
     link_nominal_bits_per_s: float
     trace: pd.DataFrame | None = None
     cache_blocks: int | None = 0
+    staging: Staging | None = None
+    transfer_buffer_bytes: float | None = None
 
     @property
     def decode_rps_per_instance(self) -> float:
@@ -95,6 +101,24 @@ def _kv_bytes_fn(sc: Scenario) -> LengthFn:
     return lambda tokens: np.asarray(kv_bytes(sc.model, np.asarray(tokens, dtype=float), sc.cache), dtype=float)
 
 
+def _staging(sc: Scenario, batch_max: int, context_tokens: float) -> Staging:
+    """The decode side's staging memory: the cache memory of one decode GPU, one running request's
+    bytes at the mean context, and a staged request's full prompt KV (per GPU, by the layout)."""
+    model, inst, cache = sc.model, sc.local_instance, sc.cache
+
+    @lru_cache(maxsize=1 << 17)  # the planner asks for the same bucket lengths at every probe
+    def per_gpu(tokens: float) -> float:
+        return float(request_bytes_per_gpu(model, inst, tokens, cache))
+
+    def staged_bytes(tokens: np.ndarray) -> np.ndarray:
+        tokens = np.asarray(tokens, dtype=float)
+        unique, back = np.unique(tokens, return_inverse=True)
+        return np.array([per_gpu(float(t)) for t in unique], dtype=float)[back].reshape(tokens.shape)
+
+    return Staging(sc.engine.kv_reserve_at, free_cache_bytes_per_gpu(model, inst, sc.spec.decode.reserve_gib_per_gpu),
+                   float(request_bytes_per_gpu(model, inst, context_tokens, cache)), int(batch_max), staged_bytes)
+
+
 def plan_inputs(sc: Scenario) -> PlanInputs:
     """Resolve a scenario: workload, prefill time functions (measured profile when the scenario
     gives one, else the kernel model), cache bytes, and decode capacity."""
@@ -121,6 +145,9 @@ def plan_inputs(sc: Scenario) -> PlanInputs:
         link_bits_per_s=sc.spec.link.gbps * sc.spec.link.efficiency * GBPS_BITS_PER_S,
         link_nominal_bits_per_s=sc.spec.link.gbps * GBPS_BITS_PER_S,
         trace=resolved.trace, cache_blocks=resolved.cache_blocks,
+        staging=_staging(sc, int(batch), ctx_tokens) if d.staging_memory else None,
+        transfer_buffer_bytes=(None if sc.spec.prfaas.transfer_buffer_gib is None
+                               else sc.spec.prfaas.transfer_buffer_gib * GIB_BYTES),
     )
 
 

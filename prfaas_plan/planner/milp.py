@@ -20,7 +20,6 @@ seconds, link rates Gbit/s inside the models.
 
 from __future__ import annotations
 
-import sys
 from dataclasses import dataclass
 from functools import lru_cache
 from types import ModuleType
@@ -145,25 +144,14 @@ def _highs_core() -> ModuleType | None:
     their own: importing them as ``scipy.optimize._highspy._core`` first runs ``scipy.optimize``'s
     package (linalg, fft, ...; 0.66 s), which ``plan`` does not need. None when this scipy lays
     them out otherwise; the solves then go through ``scipy.optimize`` (same HiGHS, same answers)."""
-    import importlib.util
     from pathlib import Path
 
     import scipy
 
-    name = "scipy.optimize._highspy._core"
-    if name in sys.modules:
-        return sys.modules[name]
-    for path in sorted((Path(scipy.__file__).parent / "optimize" / "_highspy").glob("_core.*")):
-        spec = importlib.util.spec_from_file_location(name, path)
-        if spec is None or spec.loader is None:
-            continue
-        core = importlib.util.module_from_spec(spec)
-        try:
-            spec.loader.exec_module(core)
-        except ImportError:
-            return None
-        return core if all(hasattr(core, a) for a in ("_Highs", "HighsLp", "HighsOptions")) else None
-    return None
+    from prfaas_plan.extensions import load_extension
+
+    core = load_extension(Path(scipy.__file__).parent / "optimize" / "_highspy", "_core", "scipy.optimize._highspy._core")
+    return core if all(hasattr(core, a) for a in ("_Highs", "HighsLp", "HighsOptions")) else None
 
 
 def _highs_run(cost: np.ndarray, a: _Csc, row_lo: np.ndarray, row_hi: np.ndarray, col_lo: np.ndarray,
@@ -183,7 +171,8 @@ def _highs_run(cost: np.ndarray, a: _Csc, row_lo: np.ndarray, row_hi: np.ndarray
     lp.row_lower_, lp.row_upper_ = row_lo, row_hi
     lp.a_matrix_.start_, lp.a_matrix_.index_, lp.a_matrix_.value_ = a.start, a.index, a.value
     if integral.any():
-        lp.integrality_ = [h.HighsVarType(int(i)) for i in integral]
+        kinds = (h.HighsVarType(0), h.HighsVarType(1))  # continuous, integer (one enum object each)
+        lp.integrality_ = [kinds[i] for i in integral.tolist()]
     highs, opts = h._Highs(), h.HighsOptions()
     for key, value in options.items():
         setattr(opts, key, value)
@@ -280,7 +269,9 @@ def cbc_solution(inp: PlanInputs, b: Buckets, pools: Pools) -> ExactSolution | N
     import pulp
 
     def solved(prob: pulp.LpProblem) -> bool:
-        return pulp.LpStatus[prob.solve(pulp.PULP_CBC_CMD(msg=False))] == "Optimal"
+        # primal and dual tolerances at 1e-10 (CBC's default 1e-7 left link-bound optima up to 2.9e-5 low)
+        cmd = pulp.PULP_CBC_CMD(msg=False, options=["primalT 1e-10", "dualT 1e-10"])
+        return pulp.LpStatus[prob.solve(cmd)] == "Optimal"
 
     k, nb, n_local = _Coefficients.of(inp, b), len(b.tokens), pools.n_local
     with warnings.catch_warnings():  # pulp 3.3 announces API changes for 4.0 on every variable

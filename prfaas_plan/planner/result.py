@@ -24,7 +24,7 @@ if TYPE_CHECKING:
 PATHS = ("prfaas", "pd_p", "pd_d")
 """The stages of a PrfaaS-PD deployment: PrfaaS prefill, local prefill (PD-P), local decode (PD-D)."""
 STAGE_NAMES = {"prfaas": "PrfaaS prefill (compute)", "pd_p": "local prefill (PD-P)",
-               "pd_d": "decode (PD-D)", "link": "inter-DC link bandwidth"}
+               "pd_d": "decode (PD-D)", "link": "inter-DC link bandwidth", "buffer": "PrfaaS transfer buffer"}
 """How a binding constraint is named to users."""
 
 
@@ -208,6 +208,9 @@ class PlanResult:
         at the scenario's ``load`` times the plan's own Lambda_max (``basis = "own load"``) and at
         one common rate all plans can serve (``basis = "common rate"``).
     slo_rps: the largest rate meeting the TTFT percentile SLO, per plan (when the SLO is set).
+    staging: per plan, with ``decode.staging_memory`` on, the fixed point of staged decode memory and
+        BS_max (:func:`prfaas_plan.planner.staging.staged`): BS_max with and without staging, plans
+        solved, held bytes per decode GPU at Lambda_max and at ``load`` x Lambda_max (Little's law).
     :attr:`ttft` is ``ttft_records`` as a DataFrame (built on first use: planning imports no pandas).
     """
 
@@ -220,6 +223,7 @@ class PlanResult:
     ttft_records: tuple[dict[str, Any], ...]
     slo_rps: dict[str, float]
     baseline_buckets: Buckets | None = None  # the baselines' (one shared cache); None = ``buckets``
+    staging: dict[str, dict[str, Any]] | None = None  # per plan, the staging-memory fixed point (decode.staging_memory)
 
     def __repr__(self) -> str:
         p = self.plan
@@ -340,4 +344,5 @@ class PlanResult:
             "decode": {"batch_max": self.inputs.decode_batch_max, "step_s": self.inputs.decode_step_s,
                        "source": self.inputs.decode_source},
             "ratios": {k: self.ratio(k) for k in self.baselines},
+            **({"staging": self.staging} if self.staging else {}),
         }

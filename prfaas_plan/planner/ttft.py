@@ -13,6 +13,8 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from prfaas_plan.errors import InvalidInput
+from prfaas_plan.handoff import link_share
+from prfaas_plan.handoff import unhidden_transfer_s as unhidden_transfer
 from prfaas_plan.queueing import ServiceMix, TTFTDist, max_rate_for_slo, mixed_ttft, ttft_distribution
 from prfaas_plan.units import BITS_PER_BYTE
 
@@ -22,8 +24,6 @@ if TYPE_CHECKING:
     from prfaas_plan.planner.inputs import Buckets, PlanInputs
     from prfaas_plan.planner.result import Plan
 
-MIN_LINK_SHARE = 0.05
-"""Smallest fraction of the link a transfer is assumed to get when the link is saturated."""
 SLO_RATE_CAP = 1 - 1e-6
 """The SLO rate is sought below this share of Lambda_max (at Lambda_max itself the wait is infinite)."""
 
@@ -39,20 +39,13 @@ def offload_fractions(plan: Plan, b: Buckets) -> np.ndarray:
 
 
 def unhidden_transfer_s(inp: PlanInputs, b: Buckets, egress_bits_per_s: float) -> np.ndarray:
-    """KV transfer time that layer-wise pipelining does not hide, per bucket (seconds).
-
-    A request's transfer gets the link's free share ``bw = link * max(1 - utilisation, 5%)``
-    and takes ``X = 8 * S / bw``. Layer ``i``'s cache leaves as layer ``i`` finishes, so after the
-    prefill ends only the last layer's share ``X / L`` remains, or ``X - T * (1 - 1/L)`` when the
-    link is slower than the prefill; plus half a round trip.
-    """
-    n_layers = inp.scenario.model.layers.count
+    """KV transfer time that layer-wise pipelining does not hide, per bucket (seconds): the
+    handoff term :func:`prfaas_plan.handoff.unhidden_transfer_s` at the link's free share
+    ``link * max(1 - utilisation, 5%)`` (:func:`prfaas_plan.handoff.link_share`)."""
     link = inp.link_bits_per_s
-    if link <= 0:
-        return np.full_like(b.tokens, np.inf)
-    share = max(1.0 - egress_bits_per_s / link, MIN_LINK_SHARE)
-    x = BITS_PER_BYTE * b.kv_bytes / (link * share)
-    return np.maximum(x / n_layers, x - b.t_remote_s * (1 - 1 / n_layers)) + inp.scenario.spec.link.rtt_s / 2
+    rate = link * link_share(egress_bits_per_s, link) if link > 0 else 0.0
+    return unhidden_transfer(BITS_PER_BYTE * b.kv_bytes, b.t_remote_s, rate, inp.scenario.model.layers.count,
+                             inp.scenario.spec.link.rtt_s)
 
 
 def ttft_at(inp: PlanInputs, plan: Plan, b: Buckets, rate_rps: float) -> dict[str, TTFTDist]:

@@ -2,13 +2,15 @@
 
 The style every chart gets (font, sizes, plan and series colours, the Vega-Lite ``config`` merged
 into each spec) and the small helpers the pages build their charts with: altair imported lazily
-(:func:`_alt`), finite-only data, the plan colour scale and log-scale token axes.
+(:func:`_alt`), finite-only data, the plan colour scale and log-scale token axes, and
+:func:`unvalidated` (charts built without altair's schema check of every object).
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
-from typing import Any
+import functools
+from collections.abc import Callable, Iterable
+from typing import Any, TypeVar
 
 import numpy as np
 import pandas as pd
@@ -43,6 +45,25 @@ def _alt():
     import altair as alt
 
     return alt
+
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def unvalidated(fn: F) -> F:
+    """``fn`` run with altair's ``debug_mode`` off. In debug mode (altair's default) every chart
+    object validates itself against the Vega-Lite schema as it is built, and again as each layer
+    or concatenation copies it: 0.1-0.2 s a page. The specs are the same either way; the tests
+    validate each chart's whole spec (``Figure.spec(validate=True)``)."""
+
+    @functools.wraps(fn)
+    def run(*args: Any, **kwargs: Any) -> Any:
+        from altair.utils.schemapi import debug_mode
+
+        with debug_mode(False):
+            return fn(*args, **kwargs)
+
+    return run  # type: ignore[return-value]
 
 
 def _finite(df: pd.DataFrame) -> pd.DataFrame:

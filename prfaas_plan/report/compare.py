@@ -33,6 +33,7 @@ from prfaas_plan.report.charts import (
     _finite,
     _log_token_axis,
     _token_ticks,
+    unvalidated,
 )
 from prfaas_plan.report.files import _check_png_dir, _write
 from prfaas_plan.report.formulas import kv_pretty
@@ -64,6 +65,7 @@ def build_compare(models: Iterable[str] | None = None, hardware: str = "h200", g
                                         extra_hardware_dirs=extra_hardware_dirs))
 
 
+@unvalidated
 def compare_page(c: CompareReport) -> Report:
     """Lay out a :class:`~prfaas_plan.analysis.CompareReport` as the comparison page."""
     alt = _alt()

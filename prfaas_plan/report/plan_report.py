@@ -29,6 +29,7 @@ from prfaas_plan.report.charts import (
     _finite,
     _log_token_axis,
     _plan_scale,
+    unvalidated,
 )
 from prfaas_plan.report.files import _check_png_dir, _write
 from prfaas_plan.report.page import Col, Columns, Figure, Report, Section, Table, _e, _fmt, _tokens
@@ -78,6 +79,7 @@ def _gpu_ratio(a: int, b: int) -> str:
     return f"{a // g} : {b // g}"
 
 
+@unvalidated
 def plan_page(a: PlanReport) -> Report:
     """Lay out a :class:`~prfaas_plan.analysis.PlanReport` as the plan report page."""
     alt = _alt()

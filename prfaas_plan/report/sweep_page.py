@@ -10,7 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from prfaas_plan.report.charts import _alt
+from prfaas_plan.report.charts import _alt, unvalidated
 from prfaas_plan.report.files import _write
 from prfaas_plan.report.page import Col, Figure, Report, Section, Table, _e, _table_html
 
@@ -47,6 +47,7 @@ def _panel(alt, h: HeatmapData, col: str, label: str, scheme: str, lower: bool, 
         title=label, width=alt.Step(56), height=alt.Step(34) if h.y is not None else 40)
 
 
+@unvalidated
 def _chart(h: HeatmapData):
     """The panels side by side, with a drop-down per other axis."""
     from prfaas_plan.sweeps.heatmaps import safe_name

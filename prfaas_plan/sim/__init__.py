@@ -33,12 +33,20 @@ What is modelled, and the assumptions
   last layer's share is ``8 S / L`` bits at the per-transfer rate at prefill end. On a lightly
   loaded link this is :func:`planner.unhidden_transfer_s`: ``max(x/L, x - T (1 - 1/L)) + rtt/2``
   (tested request by request); on a loaded one it is processor sharing, whose mean slowdown
-  ``1 / (1 - rho)`` is the planner's ``share = 1 - utilisation`` (M/G/1-PS, also tested). The
-  transfer itself is not limited by the rate the prefill produces the cache; PrfaaS memory for
-  KV waiting on the link is not limited.
+  ``1 / (1 - rho)`` is the planner's ``share = 1 - utilisation`` (M/G/1-PS, also tested). Both
+  are the one handoff term of :mod:`prfaas_plan.handoff`. The transfer itself is not limited by the
+  rate the prefill produces the cache. PrfaaS memory for KV waiting on the link is unlimited
+  unless ``prfaas.transfer_buffer_gib`` is set: then a remote request's KV occupies it (pooled
+  over the PrfaaS instances) from prefill start until ready, and a prefill starts only when it fits.
 * **Decode**: each PD-D instance runs continuous batching with ``BS_max`` slots; a request holds
   one slot for ``output_tokens x T_decode`` seconds (``T_decode = PlanInputs.decode_step_s``,
   independent of batch occupancy, so TPOT is ``T_decode``), FCFS for slots when all are busy.
+  With ``decode.staging_memory`` on, decode memory is limited: a request reserves its prompt's KV
+  on a decode instance when its engine profile says (``kv_reserve_at``: prefill start, transfer
+  start, or not before the bytes arrive) and holds it until admitted; an instance admits while
+  it has a slot (the plan's ``BS_max``, lowered by the planner's staging fixed point) and memory (running requests at the planner's bytes
+  each), so staged memory squeezes the running batch and requests wait for decode memory. Held
+  memory (mean, P50, P99) is in the summary (``held_decode_gib_*``). Not with the ``dual`` policy.
 * **TTFT** = arrival -> first token = prefill wait + prefill + unhidden transfer + decode-slot
   wait + one decode step.
 * **Policies** (:class:`Policy`): ``fixed`` (the plan's routing), ``short`` (the paper's
@@ -145,7 +153,7 @@ def _result(eng: Engine, setup: Setup, policy: Policy, ttft_quantile: float = 0.
     base_info.update(info or {})
     totals = None if sink.totals is None else sink.totals.figures()
     return SimResult(policy, eng.horizon_s, setup.ttft_slo_s, ttft_quantile, setup.tpot_slo_s, cache, base_info,
-                     eng.frames, totals, out_dir)
+                     eng.frames, totals, out_dir, eng.staging_figures())
 
 
 def simulate(sc: Scenario, res: PlanResult | None = None, *, rate_rps: float | None = None, load: float | None = None,
@@ -199,6 +207,9 @@ def simulate(sc: Scenario, res: PlanResult | None = None, *, rate_rps: float | N
     events = check_link_events(link_events)
     res = make_plan(sc) if res is None else res
     setup = Setup.from_plan(res, sc)
+    if setup.staging is not None and pol.name == "dual":
+        raise InvalidInput("policy: the dual policy moves decode instances, which staging memory does not model; "
+                           "use fixed or short, or set decode.staging_memory: false")
     info = {"lambda_max_rps": res.lambda_max_rps, "threshold_tokens": res.threshold_tokens or np.nan,
             "n_prfaas": setup.n_prfaas, "n_pd_p": setup.n_pd_p, "n_pd_d": setup.n_pd_d, "seed": int(seed)}
 

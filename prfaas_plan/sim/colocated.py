@@ -16,7 +16,7 @@ linear interpolation between batches) can be checked:
   (:func:`~prfaas_plan.kvcache.requests_per_instance_memory` at the mean ``isl + osl``) are in
   the engine. A request arriving during a step waits for its end.
 * **Step time**: the kernel model's step, the same functions the closed form uses: a pure
-  decode step is :func:`serving._point_times`' decode step at that (integer) batch; a step with
+  decode step is :func:`~prfaas_plan.serving.step_table`'s decode step at that (integer) batch; a step with
   one chunk is :func:`~prfaas_plan.perf.ops.mixed_step_ops` for the batch and that chunk (its
   prefix included); a step with several chunks runs the token-linear ops (GEMMs, MoE,
   collectives, elementwise passes) once over all its tokens and each chunk's attention over its
@@ -24,7 +24,14 @@ linear interpolation between batches) can be checked:
   Decode attention is at the closed form's mean context ``isl + osl / 2``. Step times are cached
   per (batch, chunks).
 * **Tokens**: a prompt's last chunk step yields its first token (TTFT ends there); each later
-  step yields one more; TPOT is ``(finish - first token) / (osl - 1)``. No speculative decoding.
+  step yields one more; TPOT is ``(finish - first token) / (osl - 1)``.
+* **Speculative decoding** (``spec``, or the engine profile's ``speculative`` block): each
+  decode takes ``k + 1`` tokens of the budget and every step carrying decodes adds the drafting
+  (:func:`~prfaas_plan.perf.latency.draft_step_s`; a pure decode step is the table's verify
+  step); each step advances each request by ``1 +`` its leading accepted drafts, draft ``i``
+  accepted with probability ``r_i`` (:attr:`~prfaas_plan.serving.SpecDecode.position_rates`),
+  drawn when its first token is out from a second generator seeded ``(seed, 1)``, so runs without
+  speculative decoding draw exactly as before.
 * **Lengths**: fixed (as benchmarks run), or lognormal with mean ``isl`` / ``osl`` and log-space
   deviation ``length_sigma`` (whole tokens, at least 1).
 * **Window**: requests sent in ``[warmup_s, duration_s)`` are measured; the run goes on
@@ -47,8 +54,9 @@ from prfaas_plan.errors import InvalidInput
 from prfaas_plan.hardware import Instance
 from prfaas_plan.kvcache import CacheSettings
 from prfaas_plan.model.arch import ModelSpec
+from prfaas_plan.perf.latency import draft_step_s
 from prfaas_plan.perf.ops import mixed_step_ops
-from prfaas_plan.serving import _case, _point_times, _steps
+from prfaas_plan.serving import SpecDecode, step_table, with_spec
 
 DEFAULT_COLOCATED_DURATION_S = 300.0
 TOKEN_LINEAR = frozenset({"gemm", "moe", "comm", "elementwise", "launch", "overhead"})
@@ -68,20 +76,22 @@ class _StepTimes:
     memo: dict = field(default_factory=dict)
 
     def __post_init__(self) -> None:
-        self.case = _case(self.model, self.inst, self.settings)
-        self.table = _steps(self.case, self.isl, self.osl, 0)
+        self.table = step_table(self.model, self.inst, self.isl, self.osl, self.settings)
+        self.k = self.table.k
         self.ctx = self.isl + self.osl / 2.0
         self.kv = self.settings.kv_dtype if self.settings is not None else "bf16"
 
     def _mixed(self, b: int, sizes, prefixes) -> object:
-        return mixed_step_ops(self.model, self.inst, b, self.ctx, sizes, prefixes, self.inst.engine_profile, self.kv)
+        """A step of ``b`` decodes (``b (k + 1)`` verify tokens) and the given chunks, drafting excluded."""
+        return mixed_step_ops(self.model, self.inst, b * (self.k + 1), self.ctx, sizes, prefixes,
+                              self.inst.engine_profile, self.kv)
 
     def __call__(self, b: int, chunks: tuple[tuple[int, int], ...]) -> float:
         key = (b, chunks)
         s = self.memo.get(key)
         if s is None:
             if not chunks:
-                s = _point_times(self.case, self.isl, self.osl, 0, b)[0]
+                s = self.table.times(b).decode_s
             elif len(chunks) == 1:
                 s = float(self._mixed(b, chunks[0][0], chunks[0][1]).total_s)
             else:
@@ -91,6 +101,8 @@ class _StepTimes:
                 attn = sum(np.asarray(v, dtype=float) for k, v in fam.items() if k not in TOKEN_LINEAR)
                 attn = np.broadcast_to(attn, (len(chunks) + 1,))
                 s = whole - float(attn[0]) + float(np.sum(attn[1:]))
+            if chunks:
+                s += draft_step_s(self.model, self.inst, b, self.ctx, self.settings)
             self.memo[key] = s
         return s
 
@@ -189,10 +201,21 @@ def _schedule(queue: deque, reqs: _Requests, avail: int, in_engine: int, fit: in
     return chunks, in_engine
 
 
+def _decode_steps(rng: np.random.Generator | None, rates: np.ndarray, tokens: int) -> int:
+    """Decode steps until ``tokens`` more tokens are out: one per token without speculative
+    decoding (``rng`` None), else each step yields 1 + its leading accepted drafts (draft ``i``
+    accepted with probability ``rates[i]``)."""
+    if rng is None or tokens <= 0:
+        return tokens
+    accepted = rng.random((tokens, len(rates))) < rates  # at most ``tokens`` steps
+    gained = 1 + np.cumprod(accepted, axis=1).sum(axis=1)
+    return int(np.searchsorted(np.cumsum(gained), tokens)) + 1
+
+
 def _run(steps: _StepTimes, source: _Source, reqs: _Requests, duration_s: float, warmup_s: float,
-         closed: bool) -> dict:
+         closed: bool, accept: tuple[np.random.Generator | None, np.ndarray]) -> dict:
     """The step loop; returns time-weighted figures over the steps starting in the window."""
-    budget, fit = steps.table.budget, steps.table.fit
+    budget, fit, per_decode = steps.table.budget, steps.table.fit, steps.k + 1
     queue: deque = deque()  # requests waiting for or in prefill, FCFS
     finishing: dict[int, list[int]] = {}  # step index -> requests whose last token it yields
     t, step_no, batch, in_engine = 0.0, 0, 0, 0
@@ -205,7 +228,7 @@ def _run(steps: _StepTimes, source: _Source, reqs: _Requests, duration_s: float,
                 break
             t = nxt
             continue
-        chunks, in_engine = _schedule(queue, reqs, budget - batch, in_engine, fit)
+        chunks, in_engine = _schedule(queue, reqs, budget - batch * per_decode, in_engine, fit)
         s = steps(batch, tuple((c[1], c[2]) for c in chunks))
         if warmup_s <= t < duration_s:
             acc["time_s"] += s
@@ -224,7 +247,7 @@ def _run(steps: _StepTimes, source: _Source, reqs: _Requests, duration_s: float,
                     _finish(reqs, r, t, source, closed, duration_s)
                     in_engine -= 1
                 else:
-                    finishing.setdefault(step_no + reqs.osl[r] - 1, []).append(r)
+                    finishing.setdefault(step_no + _decode_steps(*accept, reqs.osl[r] - 1), []).append(r)
                     batch += 1
         for r in finishing.pop(step_no, ()):
             _finish(reqs, r, t, source, closed, duration_s)
@@ -286,10 +309,11 @@ def simulate_colocated(model: ModelSpec, inst: Instance, isl_tokens: int, osl_to
                        rate_rps: float | None = None, concurrency: int | None = None,
                        duration_s: float = DEFAULT_COLOCATED_DURATION_S, seed: int = 0,
                        settings: CacheSettings | None = None, warmup_s: float | None = None,
-                       length_sigma: float = 0.0, overhead_jitter: bool = False):
+                       length_sigma: float = 0.0, overhead_jitter: bool = False, spec: SpecDecode | None = None):
     """Simulate one colocated instance step by step (see the module docstring).
 
-    Give ``rate_rps`` (Poisson, open loop) or ``concurrency`` (closed loop). Requests sent in
+    Give ``rate_rps`` (Poisson, open loop) or ``concurrency`` (closed loop); ``spec`` turns
+    speculative decoding on (None: as the instance's engine profile says). Requests sent in
     ``[warmup_s, duration_s)`` (default warm-up: a fifth of the duration) are measured.
     Returns ``(requests, summary)``: a pandas DataFrame, one row per request sent (id, issue_s,
     arrive_s (reaches the engine), isl_tokens, osl_tokens, start_s (first chunk scheduled), first_token_s, finish_s, ttft_s,
@@ -301,14 +325,18 @@ def simulate_colocated(model: ModelSpec, inst: Instance, isl_tokens: int, osl_to
 
     _check(isl_tokens, osl_tokens, rate_rps, concurrency, duration_s, warmup_s, seed, length_sigma)
     warm = duration_s / 5.0 if warmup_s is None else float(warmup_s)
+    inst = with_spec(inst, spec)
     steps = _StepTimes(model, inst, settings, int(isl_tokens), int(osl_tokens))
+    on = SpecDecode.from_profile(inst.engine_profile)
+    accept = (None, np.zeros(0)) if on is None or steps.k == 0 else \
+        (np.random.default_rng((int(seed), 1)), np.asarray(on.position_rates))
     rng = np.random.default_rng(int(seed))
     reqs = _Requests()
     clients = None if concurrency is None else int(concurrency)
     stagger = 0.0 if clients is None else osl_tokens * steps(min(clients, steps.table.fit), ())
     source = _Source(rng, reqs, int(isl_tokens), int(osl_tokens), float(length_sigma), steps.table.request_s,
                      None if rate_rps is None else float(rate_rps), clients, stagger, bool(overhead_jitter))
-    acc = _run(steps, source, reqs, float(duration_s), warm, clients is not None)
+    acc = _run(steps, source, reqs, float(duration_s), warm, clients is not None, accept)
     df = pd.DataFrame({"issue_s": reqs.issue, "arrive_s": reqs.arrive, "isl_tokens": reqs.isl, "osl_tokens": reqs.osl, "start_s": reqs.start,
                        "first_token_s": reqs.first, "finish_s": reqs.finish})
     df.insert(0, "id", np.arange(len(df)))

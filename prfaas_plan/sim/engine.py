@@ -9,13 +9,31 @@ the set of transfers or the capacity changes) instead of as heap entries that go
 
 FCFS prefill pools and decode slots are heaps of the times each server or slot becomes free
 (Kiefer-Wolfowitz: a request starts on the one that frees first), so service starts need no
-events. Times are seconds, transfer sizes bits.
+events. Two opt-in memories make starts wait for memory; then both prefill pools are FIFO queues
+started by events (a server frees, memory frees), which gives the same starts when memory never runs out:
+
+* **decode staging memory** (``Setup.staging``): a request reserves its prompt's KV on the decode
+  instance with the most free memory at the point its engine profile names
+  (:mod:`prfaas_plan.handoff`): at prefill start (the prefill waits until it fits), at transfer
+  start (the transfer waits to join the link; a local request waits to hand over), or not before
+  the bytes arrive; it holds it until admitted. A decode instance admits the requests whose KV is
+  there, FCFS, while it has a slot (the plan's ``BS_max``, which the planner's staging fixed point
+  has lowered) and memory (running requests hold ``running_bytes`` each; an idle instance takes
+  one whatever); a finished decode (``DECODE_END``) makes room. Held memory is
+  integrated over time (mean) and sampled at each tick (P50 / P99): :meth:`Engine.staging_figures`.
+* **the PrfaaS transfer buffer** (``Setup.transfer_buffer_bytes``, pooled over the PrfaaS
+  instances): a remote request's KV occupies it from prefill start until its KV is ready; a
+  prefill starts only when the buffer has room for it (an empty buffer takes any one), so a
+  lagging link holds back prefill.
+
+Times are seconds, transfer sizes bits, memory bytes (per GPU of a decode instance).
 """
 
 from __future__ import annotations
 
 import heapq
 import math
+from collections import deque
 from collections.abc import Callable, Sequence
 from heapq import heappop, heappush, heapreplace
 from operator import itemgetter
@@ -24,12 +42,13 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from prfaas_plan.defaults import PREFIX_BLOCK_TOKENS
+from prfaas_plan.handoff import kv_ready_s, last_layer_s, transfer_join_s
 from prfaas_plan.sim import arrivals as arrivals_module
 from prfaas_plan.sim.link import Link, LinkEvent, capacity_schedule
 from prfaas_plan.sim.outputs import Sink
 from prfaas_plan.sim.policies import scheduler_for
 from prfaas_plan.sim.ring import Ring
-from prfaas_plan.units import BITS_PER_BYTE, GBPS_BITS_PER_S
+from prfaas_plan.units import BITS_PER_BYTE, GBPS_BITS_PER_S, GIB_BYTES
 from prfaas_plan.workload import LRUPrefixCache
 
 if TYPE_CHECKING:
@@ -40,8 +59,9 @@ if TYPE_CHECKING:
     from prfaas_plan.sim.policies import Policy
 
 # Heap event kinds, in the order they are handled at equal times (payload: request id, or the
-# index into the capacity schedule). The link's completion (kind 1) is kept beside the heap.
-LINK_CAPACITY, LINK_DONE, TRANSFER_JOIN, REMOTE_PREFILL_END, LOCAL_PREFILL_END, KV_READY = range(6)
+# index into the capacity schedule). The link's completion (kind 1) is kept beside the heap;
+# DECODE_END occurs only with staging memory on.
+LINK_CAPACITY, LINK_DONE, TRANSFER_JOIN, REMOTE_PREFILL_END, LOCAL_PREFILL_END, KV_READY, DECODE_END = range(7)
 _INF = math.inf
 _earliest_slot = itemgetter(0)
 
@@ -66,6 +86,7 @@ class Engine:
         self.frames: tuple[pd.DataFrame, pd.DataFrame] | None = None  # (requests, timeseries) when kept in memory
         self._init_pools()
         self._init_link()
+        self._init_memory()
         self._init_arrivals()
 
     # -- state --------------------------------------------------------------------------------
@@ -79,7 +100,7 @@ class Engine:
         self.local_waiting: list[float] = []
         self.decode_waiting: list[float] = []
         self.decode_ends: list[float] = []  # end times of admitted requests (for occupancy)
-        self.step_s, self.n_layers, self.half_rtt_s = s.decode_step_s, s.n_layers, s.rtt_s / 2
+        self.step_s, self.n_layers, self.rtt_s = s.decode_step_s, s.n_layers, s.rtt_s
         self.heap: list[tuple[float, int, int]] = [(t, LINK_CAPACITY, i) for i, (t, _) in enumerate(self.schedule[1:], 1)]
         heapq.heapify(self.heap)
 
@@ -92,6 +113,28 @@ class Engine:
         self.transfer_done: set[int] = set()  # rids whose transfer finished while their prefill runs
         self.next_tick_s = self.policy.period_s if self.policy.period_s <= self.horizon_s else _INF
         self.last_bits_sent = self.last_capacity_time = self.last_bits_routed = self.bits_routed = 0.0
+
+    def _init_memory(self) -> None:
+        """Decode staging memory per PD-D instance and the PrfaaS transfer buffer (when set)."""
+        s = self.setup
+        self.staging, self.buffer_bytes = s.staging, s.transfer_buffer_bytes
+        n_d = s.n_pd_d
+        self.dec_running, self.dec_used = [0] * n_d, [0.0] * n_d  # running requests; bytes (running + staged)
+        self.dec_queue: list[deque[int]] = [deque() for _ in range(n_d)]  # KV there, waiting for admission
+        self.dec_of: dict[int, int] = {}  # rid -> decode instance, from reservation (or admission) to its end
+        self.staged_of: dict[int, float] = {}  # rid -> staged bytes held
+        self.ready_at: dict[int, float] = {}  # rid -> when its KV was there
+        self.need: dict[int, float] = {}  # rid -> bytes it will stage (reserved later)
+        self.held = self.held_area = self.held_last_s = 0.0
+        self.held_samples: list[float] = []
+        self.buffer_used = 0.0
+        self.buffer_of: dict[int, float] = {}
+        self.gated = self.staging is not None or self.buffer_bytes is not None  # prefill starts wait for memory
+        # (rid, arrival_s, prefill_s, bits, hit, uncached) waiting for a server and memory, per pool
+        self.remote_fifo: deque[tuple[int, float, float, float, int, int]] = deque()
+        self.local_fifo: deque[tuple[int, float, float, float, int, int]] = deque()
+        self.reserve_fifo: deque[tuple[int, bool]] = deque()  # (rid, remote) waiting to reserve at transfer start
+        self.waiting_join: set[int] = set()  # remote rids whose transfer waits for decode memory
 
     def _init_arrivals(self) -> None:
         """The ring of per-request results and the first chunk of arrivals (loaded at its first arrival)."""
@@ -125,6 +168,8 @@ class Engine:
             self.t_local = np.asarray(s.t_local(tokens), float).tolist()
             self.bits = (BITS_PER_BYTE * np.asarray(s.kv_bytes(tokens), float)).tolist()
             self.planned = self.scheduler.planned_offloads(a.input_tokens, a.route_u)
+        if self.staging is not None:
+            self.staged_bytes = np.asarray(self.staging.staged_bytes(a.input_tokens), float).tolist()
         self.ring.add(a, self.arrival_s, self.output_tokens, self.sink)
         self._bind_ring()
         self.base_rid, self.chunk_len = rid, len(self.arrival_s)
@@ -143,8 +188,9 @@ class Engine:
         """Handle every event in time order until no arrival and no event is left, then hand the
         last records to the sink."""
         heap, link_finish = self.heap, self._on_link_done
+        kv_ready = self._admit_decode if self.staging is None and self.buffer_bytes is None else self._on_kv_ready
         handlers = (self._on_link_capacity, None, self._on_transfer_join, self._on_remote_prefill_end,
-                    self._on_local_prefill_end, self._admit_decode)
+                    self._on_local_prefill_end, kv_ready, self._on_decode_end)
         handled = 0
         while True:
             t_arrival, t_tick = self.next_arrival_s, self.next_tick_s
@@ -219,67 +265,136 @@ class Engine:
         uncached = self.input_tokens[k] - hit
         index = uncached if self.caching else k
         prefill_s, bits = self.t_remote[index], self.bits[index]
+        self.bits_routed += bits
+        if self.gated:
+            self._queue_gated(rid, k, (rid, now, prefill_s, bits, hit, uncached), self.remote_fifo, now)
+            return prefill_s
         servers = self.remote_servers
         free = servers[0]
         start = free if free > now else now
-        done = start + prefill_s
-        heapreplace(servers, done)
+        heapreplace(servers, start + prefill_s)
         if start > now:
             heappush(self.remote_waiting, start)
+        self._begin_remote(rid, now, start, prefill_s, bits, hit, uncached)
+        return prefill_s
+
+    def _begin_remote(self, rid: int, arrival_s: float, start: float, prefill_s: float, bits: float, hit: int,
+                      uncached: int) -> None:
+        """A remote prefill starts at ``start`` (its server taken): its transfer joins the link
+        after its first layer."""
         self.job_bits[rid] = bits
-        self.bits_routed += bits
-        heappush(self.heap, (start + prefill_s / self.n_layers, TRANSFER_JOIN, rid))
-        heappush(self.heap, (done, REMOTE_PREFILL_END, rid))
+        heappush(self.heap, (start + transfer_join_s(prefill_s, self.n_layers), TRANSFER_JOIN, rid))
+        heappush(self.heap, (start + prefill_s, REMOTE_PREFILL_END, rid))
         j = rid & self.mask
         self.path[j], self.hit_tokens[j], self.uncached[j] = 1, hit, uncached
-        self.wait[j], self.prefill[j] = start - now, prefill_s
-        return prefill_s
+        self.wait[j], self.prefill[j] = start - arrival_s, prefill_s
 
     def _start_local_prefill(self, rid: int, k: int, now: float) -> float:
         """Queue an arrival on the PD-P pool. Returns its prefill time (s)."""
         hit = self.last_hit_tokens
         uncached = self.input_tokens[k] - hit
         prefill_s = self.t_local[uncached if self.caching else k]
+        if self.gated:
+            self._queue_gated(rid, k, (rid, now, prefill_s, 0.0, hit, uncached), self.local_fifo, now)
+            return prefill_s
         servers = self.local_servers
         free = servers[0]
         start = free if free > now else now
-        done = start + prefill_s
-        heapreplace(servers, done)
+        heapreplace(servers, start + prefill_s)
         if start > now:
             heappush(self.local_waiting, start)
-        heappush(self.heap, (done, LOCAL_PREFILL_END, rid))
-        j = rid & self.mask
-        self.hit_tokens[j], self.uncached[j] = hit, uncached
-        self.wait[j], self.prefill[j] = start - now, prefill_s
+        self._begin_local(rid, now, start, prefill_s, hit, uncached)
         return prefill_s
 
+    def _begin_local(self, rid: int, arrival_s: float, start: float, prefill_s: float, hit: int, uncached: int) -> None:
+        """A PD-P prefill starts at ``start`` (its server taken)."""
+        heappush(self.heap, (start + prefill_s, LOCAL_PREFILL_END, rid))
+        j = rid & self.mask
+        self.hit_tokens[j], self.uncached[j] = hit, uncached
+        self.wait[j], self.prefill[j] = start - arrival_s, prefill_s
+
+    # -- prefill gated by memory (staging memory or a transfer buffer) ---------------------------
+    def _queue_gated(self, rid: int, k: int, job: tuple, fifo: deque, now: float) -> None:
+        """Gated mode: the arrival waits in its pool's FIFO for a server and its memory."""
+        if self.staging is not None:
+            self.need[rid] = self.staged_bytes[k]
+        fifo.append(job)
+        self._start_waiting(now)
+
+    def _start_waiting(self, now: float) -> None:
+        """Start the waiting prefills of each pool, FCFS, while a server is free and the memory
+        they take at prefill start is there: PrfaaS transfer-buffer room for a remote one (an empty
+        buffer takes any one), decode memory when the profile reserves it at prefill start."""
+        cap, at_start = self.buffer_bytes, self.staging is not None and self.staging.reserve_at == "prefill_start"
+        for fifo, servers, remote in ((self.remote_fifo, self.remote_servers, True),
+                                      (self.local_fifo, self.local_servers, False)):
+            while fifo and servers[0] <= now:
+                rid, arrival_s, prefill_s, bits, hit, uncached = fifo[0]
+                need = bits / BITS_PER_BYTE
+                if remote and cap is not None and self.buffer_used > 0 and self.buffer_used + need > cap:
+                    break
+                if at_start and not self._try_reserve(now, rid):
+                    break
+                fifo.popleft()
+                heapreplace(servers, now + prefill_s)
+                if remote:
+                    if cap is not None:
+                        self.buffer_used += need
+                        self.buffer_of[rid] = need
+                    self._begin_remote(rid, arrival_s, now, prefill_s, bits, hit, uncached)
+                else:
+                    self._begin_local(rid, arrival_s, now, prefill_s, hit, uncached)
+
     def _on_local_prefill_end(self, now: float, rid: int) -> None:
-        """A PD-P prefill ends: its blocks enter the local cache; it asks for a decode slot."""
+        """A PD-P prefill ends: its blocks enter the local cache; it asks for a decode slot
+        (reserving its memory first if the profile reserves at transfer start)."""
         if self.caching:
             self.local_cache.insert(self.hash_ids[rid])
-        self._admit_decode(now, rid)
+        if not self.gated:
+            self._admit_decode(now, rid)
+            return
+        self._start_waiting(now)  # its server is free
+        if self.staging is None:
+            self._admit_decode(now, rid)
+        elif self.staging.reserve_at != "transfer_start" or self._try_reserve(now, rid):
+            self._decode_ready(now, rid)
+            self._memory_freed(now)
+        else:
+            self.reserve_fifo.append((rid, False))
 
     def _on_remote_prefill_end(self, now: float, rid: int) -> None:
         """A PrfaaS prefill ends: its blocks enter the PrfaaS cache, and the last layer's cache
-        leaves at the per-transfer share of the link (this transfer counted once, whether or not
-        it is still running). KV is ready now if the transfer is done, else when it is."""
+        leaves at the per-transfer share of the link (this transfer counted once, whether it is
+        running, done, or waiting for decode memory to join). KV is ready now if the transfer is
+        done, else when it is."""
         if self.caching:
             self.remote_cache.insert(self.hash_ids[rid])
         link = self.link
         done_already = rid in self.transfer_done
-        last_layer_s = self.job_bits[rid] / self.n_layers * (link.n + done_already) / link.capacity_bps
+        off_link = done_already or rid in self.waiting_join
+        last_s = last_layer_s(self.job_bits[rid], self.n_layers, link.capacity_bps / (link.n + off_link))
         if done_already:
             self.transfer_done.discard(rid)
             del self.job_bits[rid]
-            ready = now + last_layer_s + self.half_rtt_s
+            ready = kv_ready_s(now, now + last_s, now, self.rtt_s)
             self.transfer[rid & self.mask] = ready - now
             heappush(self.heap, (ready, KV_READY, rid))
         else:
-            self.prefill_ended[rid] = (now, now + last_layer_s)
+            self.prefill_ended[rid] = (now, now + last_s)
+        if self.gated:
+            self._start_waiting(now)  # its server is free
 
     # -- the link -----------------------------------------------------------------------------
     def _on_transfer_join(self, now: float, rid: int) -> None:
-        """A remote request's first layer is done: its transfer joins the link."""
+        """A remote request's first layer is done: its transfer joins the link (once its decode
+        memory is reserved, if the profile reserves at transfer start)."""
+        if self.staging is not None and self.staging.reserve_at == "transfer_start" and not self._try_reserve(now, rid):
+            self.waiting_join.add(rid)
+            self.reserve_fifo.append((rid, True))
+            return
+        self._join_link(now, rid)
+
+    def _join_link(self, now: float, rid: int) -> None:
         link = self.link
         link.advance(now)
         link.n += 1
@@ -305,7 +420,7 @@ class Engine:
             else:
                 prefill_end_s, min_ready_s = ended
                 del self.job_bits[rid]
-                ready = (min_ready_s if min_ready_s > now else now) + self.half_rtt_s
+                ready = kv_ready_s(prefill_end_s, min_ready_s, now, self.rtt_s)
                 self.transfer[rid & self.mask] = ready - prefill_end_s
                 heappush(self.heap, (ready, KV_READY, rid))
         if link.n == 0:
@@ -344,6 +459,113 @@ class Engine:
         self.end[j] = end
         self.ring.left[rid >> self.ring.shift] -= 1
 
+    # -- staging memory and the transfer buffer ------------------------------------------------
+    def _try_reserve(self, now: float, rid: int) -> bool:
+        """Reserve ``rid``'s prompt KV on the decode instance with the most free memory, if it fits
+        there (an instance holding nothing takes any one); False: it waits for memory."""
+        used = self.dec_used
+        i = min(range(len(used)), key=used.__getitem__)
+        need = self.need[rid]
+        if used[i] > 0 and used[i] + need > self.staging.memory_bytes:
+            return False
+        del self.need[rid]
+        used[i] += need
+        self.dec_of[rid], self.staged_of[rid] = i, need
+        self._held_change(now, need)
+        return True
+
+    def _memory_freed(self, now: float) -> None:
+        """Decode memory was freed: serve the waiting reservations, FCFS (transfers that wait to
+        join the link, local requests that wait to hand over), then the gated prefill pools."""
+        fifo = self.reserve_fifo
+        while fifo and self._try_reserve(now, fifo[0][0]):
+            rid, remote = fifo.popleft()
+            if remote:
+                self.waiting_join.discard(rid)
+                self._join_link(now, rid)
+            else:
+                self._decode_ready(now, rid)
+        self._start_waiting(now)
+
+    def _held_change(self, now: float, delta: float) -> None:
+        """Staged bytes change by ``delta``: integrate what was held up to ``now`` (within the horizon)."""
+        t = now if now < self.horizon_s else self.horizon_s
+        if t > self.held_last_s:
+            self.held_area += self.held * (t - self.held_last_s)
+            self.held_last_s = t
+        self.held += delta
+
+    def _on_kv_ready(self, now: float, rid: int) -> None:
+        """A remote request's KV is ready (staging or buffer mode): its buffer space is free (the
+        next remote prefills may start) and it asks for decode admission."""
+        if self.buffer_bytes is not None:
+            self.buffer_used -= self.buffer_of.pop(rid)
+        if self.staging is None:
+            self._admit_decode(now, rid)
+            self._start_waiting(now)
+        else:
+            self._decode_ready(now, rid)
+            self._memory_freed(now)
+
+    def _decode_ready(self, now: float, rid: int) -> None:
+        """Staging mode: ``rid``'s KV is on its decode instance (one is chosen now if it reserved
+        nothing): it queues there for admission."""
+        i = self.dec_of.get(rid)
+        if i is None:
+            used = self.dec_used
+            self.dec_of[rid] = i = min(range(len(used)), key=used.__getitem__)
+        self.need.pop(rid, None)
+        self.ready_at[rid] = now
+        self.dec_queue[i].append(rid)
+        self._admit_staged(now, i)
+
+    def _admit_staged(self, now: float, i: int) -> None:
+        """Admit instance ``i``'s queued requests, FCFS, while it has a slot and memory: a request
+        trades its staged bytes for a running request's (an idle instance takes one whatever)."""
+        st, queue, used, slots = self.staging, self.dec_queue[i], self.dec_used, self.setup.decode_batch_max
+        while queue and self.dec_running[i] < slots:
+            rid = queue[0]
+            staged = self.staged_of.get(rid, 0.0)
+            if self.dec_running[i] and used[i] - staged + st.running_bytes > st.memory_bytes:
+                return
+            queue.popleft()
+            self.staged_of.pop(rid, None)
+            used[i] += st.running_bytes - staged
+            self.dec_running[i] += 1
+            if staged:
+                self._held_change(now, -staged)
+            j = rid & self.mask
+            end = now + (self.ring_output[j] or 1) * self.step_s
+            heappush(self.heap, (end, DECODE_END, rid))
+            heappush(self.decode_ends, end)
+            self.decode_wait[j] = now - self.ready_at.pop(rid)
+            self.ttft[j] = now + self.step_s - self.ring_arrival[j]
+            self.end[j] = end
+            self.ring.left[rid >> self.ring.shift] -= 1
+
+    def _on_decode_end(self, now: float, rid: int) -> None:
+        """Staging mode: ``rid``'s last token: its slot and memory are free."""
+        i = self.dec_of.pop(rid)
+        self.dec_running[i] -= 1
+        self.dec_used[i] -= self.staging.running_bytes
+        self._admit_staged(now, i)
+        self._memory_freed(now)
+
+    def staging_figures(self) -> dict[str, float]:
+        """Held decode memory (staged bytes per decode GPU, averaged over the PD-D instances) over
+        the arrival window: its time mean, P50 and P99 of the per-tick samples, in GiB and as a
+        fraction of the cache memory; empty without staging."""
+        st = self.staging
+        if st is None:
+            return {}
+        self._held_change(self.horizon_s, 0.0)
+        n_d = len(self.dec_used)
+        mean = self.held_area / self.horizon_s / n_d if self.horizon_s > 0 else math.nan
+        samples = np.asarray(self.held_samples, dtype=float)
+        p50, p99 = (np.quantile(samples, [0.5, 0.99]) if samples.size else (math.nan, math.nan))
+        return {"held_decode_gib_mean": mean / GIB_BYTES, "held_decode_gib_p50": float(p50) / GIB_BYTES,
+                "held_decode_gib_p99": float(p99) / GIB_BYTES, "held_decode_fraction_mean": mean / st.memory_bytes}
+
     # -- sampling -----------------------------------------------------------------------------
     def _on_sampling_tick(self, now: float) -> None:
         """Every ``policy.period_s``: the long-term rule's turn, one time-series row (columns
@@ -363,6 +585,12 @@ class Engine:
             while queue and queue[0] <= now:
                 heappop(queue)
         remote_queue, local_queue, decode_queue, admitted = map(len, queues)
+        if self.staging is not None:
+            decode_queue = sum(map(len, self.dec_queue))
+            admitted += decode_queue
+            self.held_samples.append(self.held / len(self.dec_used))
+        remote_queue += len(self.remote_fifo)
+        local_queue += len(self.local_fifo)
         n_pd_p, n_pd_d = len(self.local_servers), len(self.decode_slots)
         scheduler.adapt(demand, remote_queue, local_queue, n_pd_p)
         self.sink.tick((

@@ -18,6 +18,7 @@ import numpy as np
 from prfaas_plan.errors import InvalidInput
 
 if TYPE_CHECKING:
+    from prfaas_plan.handoff import Staging
     from prfaas_plan.planner import Buckets, Plan, PlanResult
     from prfaas_plan.scenario import Scenario
     from prfaas_plan.workload import LengthDist
@@ -77,6 +78,8 @@ class Setup:
     request's prefill time and shipped cache. ``lengths``/``output_tokens``: synthetic requests.
     ``cache_blocks``: prefix-cache blocks per cluster (0 off, None unlimited;
     ``remote_cache_blocks`` None = the same). SLOs in seconds (None: none).
+    ``staging``: decode staging memory (:class:`prfaas_plan.handoff.Staging`; None: not limited);
+    ``transfer_buffer_bytes``: the PrfaaS transfer buffer, pooled over its instances (None: unlimited).
     """
 
     n_prfaas: int
@@ -98,6 +101,8 @@ class Setup:
     ttft_slo_s: float | None = None
     tpot_slo_s: float | None = None
     remote_cache_blocks: int | None = None
+    staging: Staging | None = None
+    transfer_buffer_bytes: float | None = None
 
     def __post_init__(self) -> None:
         if self.n_pd_d < 1 or self.decode_batch_max < 1:
@@ -128,4 +133,7 @@ class Setup:
             t_remote=inp.t_remote, t_local=inp.t_local, kv_bytes=inp.kv_bytes, routing=routing,
             lengths=inp.lengths, output_tokens=inp.output_tokens,
             cache_blocks=sc.spec.workload.prefix_cache_blocks, ttft_slo_s=slo.ttft_s, tpot_slo_s=slo.tpot_s,
+            staging=inp.staging,
+            transfer_buffer_bytes=(None if inp.transfer_buffer_bytes is None
+                                   else inp.transfer_buffer_bytes * plan.instances.get("prfaas", 0)),
         )

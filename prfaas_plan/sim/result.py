@@ -153,6 +153,10 @@ class SimResult:
         link_capacity_gbps, active_transfers, remote_queue, local_queue, decode_queue, decode_busy
         (slots in use), decode_slots, threshold_tokens (effective t), n_pd_p, n_pd_d.
 
+    staging: with decode staging memory on, the whole run's held decode memory (GiB per decode
+        GPU: time mean, P50 and P99 of the per-tick samples; the mean as a fraction of the cache
+        memory), also in every :meth:`summary`.
+
     A run small enough (see :func:`simulate`'s ``max_rows_in_memory``) holds both in ``frames``.
     A larger one holds ``totals``, its whole-run :meth:`summary` (percentiles from a t-digest);
     its ``requests`` and ``timeseries`` are read back from ``out_dir`` when the run wrote them there.
@@ -168,6 +172,7 @@ class SimResult:
     frames: tuple[pd.DataFrame, pd.DataFrame] | None = None  # (requests, timeseries), kept in memory
     totals: dict | None = None  # whole-run summary figures of a run that did not keep its records
     out_dir: Path | None = None  # where the run wrote requests.parquet and timeseries.parquet
+    staging: dict = field(default_factory=dict)  # held decode memory figures (staging memory on), in the summary
 
     @property
     def requests(self) -> pd.DataFrame:
@@ -230,6 +235,7 @@ class SimResult:
                     totals.add(kind, frame)
             out = totals.figures()
         out.update(self.cache)
+        out.update(self.staging)
         return out
 
     def summary_frame(self, **kw) -> pd.DataFrame:

@@ -1,0 +1,317 @@
+"""Sizing (prfaas_plan.sizing): the cheapest plan for a target rate, checked against an exhaustive
+search that judges every instance count and link tier with the planner's own fixed-count LP;
+the case study at the fixed plan's Lambda_max; the kinds of candidate; bad input in one line.
+
+The exhaustive search sorts every (PrfaaS type, local type, instance counts, tier) of a small grid
+by $/hour (known before any solve: the tiers are fixed-price lines and energy is at TDP) and
+walks it from the cheapest, so the first feasible one is the grid's optimum.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from pathlib import Path
+
+import numpy as np
+import pytest
+import typer
+from typer.testing import CliRunner
+
+import prfaas_plan as pp
+from prfaas_plan.errors import Infeasible, InvalidInput
+from prfaas_plan.planner import Pools, fixed_count_lp
+from prfaas_plan.sizing import SizingSLO, load_link_tiers, size, sizing_context
+from prfaas_plan.sizing.colocated import REL_TOL
+from prfaas_plan.sizing.pools import layout_label, parse_layout, pool_layout, pool_profile
+from prfaas_plan.sizing.search import check_counts, combination_inputs, instance_usd_per_hour
+from prfaas_plan.sizing.tiers import HOURS_PER_MONTH
+
+N_BUCKETS = 16
+MAX_N = 8
+GPUS = ("h200", "h20")
+
+
+@pytest.fixture(scope="module")
+def sc():
+    return pp.load_scenario("paper-case-study")
+
+
+@pytest.fixture(scope="module")
+def lines():
+    """Three fixed-price lines of the bundled file (10, 30 and 100 Gbps)."""
+    return tuple(t for t in load_link_tiers() if t.usd_per_gb == 0)[:3]
+
+
+def exhaustive(sc, target_rps, slo, tiers):
+    """The cheapest PrfaaS-PD plan of the grid: the $/hour and its (remote, local, n_r, n_p, n_d, tier)."""
+    from prfaas_plan.energy import default_sites
+
+    ctx = sizing_context(sc, target_rps, slo, tiers, default_sites(), MAX_N, N_BUCKETS)
+    profs = {g: pool_profile(sc, g, pool_layout(sc.spec.local), ctx.b.tokens) for g in GPUS}
+    grid = []
+    for r, lo in itertools.product(GPUS, GPUS):
+        cr, cl = (instance_usd_per_hour(profs[g], ctx.sites[s]) for g, s in ((r, "prfaas"), (lo, "local")))
+        for n_r, n_p, n_d, tier in itertools.product(range(MAX_N + 1), range(MAX_N + 1), range(1, MAX_N + 1),
+                                                     (None, *tiers)):
+            if (tier is None) != (n_r == 0):
+                continue
+            cost = n_r * cr + (n_p + n_d) * cl + (tier.fixed_usd_per_hour if tier else 0.0)
+            grid.append((cost, r, lo, n_r, n_p, n_d, tier))
+    grid.sort(key=lambda x: x[0])
+    for cost, r, lo, n_r, n_p, n_d, tier in grid:
+        inp, b = combination_inputs(ctx, profs[r], profs[lo], profs[lo], tier)
+        lam = fixed_count_lp(inp, b, Pools(n_r, n_p + n_d, allow_remote=n_r > 0), n_p).lambda_rps
+        if lam < target_rps * (1 - 1e-9):
+            continue
+        if slo.ttft_s is None or check_counts(ctx, profs[r], profs[lo], profs[lo], n_r, n_p, n_d, tier):
+            return cost, (r, lo, n_r, n_p, n_d, tier), (ctx, profs)
+    return math.inf, None, (ctx, profs)
+
+
+def counts(plan):
+    by = {p.role: p for p in plan.pools}
+    return tuple(by[k].instances if k in by else 0 for k in ("prfaas_prefill", "local_prefill", "local_decode"))
+
+
+@pytest.mark.parametrize("target_rps, ttft_s", [(1.6, None), (1.0, 7.0), (1.4, 5.0)])
+def test_no_cheaper_plan_in_an_exhaustive_search(sc, lines, target_rps, ttft_s):
+    slo = SizingSLO(ttft_s=ttft_s, tpot_s=sc.spec.slo.tpot_s)
+    best, where, (ctx, profs) = exhaustive(sc, target_rps, slo, lines)
+    res = size(sc, target_rps, slo, gpus=GPUS, link_tiers=lines, max_instances_per_role=MAX_N, n_buckets=N_BUCKETS)
+    pd = next(c for c in res.candidates if c.kind == "prfaas-pd")
+    assert where is not None and pd.feasible
+    assert pd.usd_per_hour <= best * (1 + 1e-9), (pd.bill_of_materials(), where)
+    # and what sizing bought passes the exhaustive search's own judgement, so it is not cheaper by cheating
+    n_r, n_p, n_d = counts(pd)
+    r = next(p.gpu for p in pd.pools if p.role == "prfaas_prefill") if n_r else "h200"
+    lo = next(p.gpu for p in pd.pools if p.role == "local_decode")
+    inp, b = combination_inputs(ctx, profs[r], profs[lo], profs[lo], pd.link)
+    assert fixed_count_lp(inp, b, Pools(n_r, n_p + n_d, allow_remote=n_r > 0), n_p).lambda_rps >= target_rps * (1 - 1e-9)
+    if ttft_s is not None:
+        assert check_counts(ctx, profs[r], profs[lo], profs[lo], n_r, n_p, n_d, pd.link)
+        assert pd.ttft_quantile_s <= ttft_s
+    assert pd.usd_per_hour >= best * (1 - 1e-9)  # the search's optimum is the true one: equal
+
+
+def test_case_study_at_lambda_max_costs_no_more_than_the_fixed_plan(sc):
+    fixed = pp.plan(sc)
+    lam = fixed.lambda_max_rps
+    res = size(sc, lam)
+    from prfaas_plan.energy import default_sites
+
+    tiers = {t.id: t for t in load_link_tiers()}
+    sites = default_sites()
+    ctx = sizing_context(sc, lam, res.slo, tuple(tiers.values()), sites, 64, 128)
+    h200 = pool_profile(sc, "h200", pool_layout(sc.spec.prfaas), ctx.b.tokens)
+    h20 = pool_profile(sc, "h20", pool_layout(sc.spec.local), ctx.b.tokens)
+    # the fixed plan's bill, priced the same way: 4 x 8xH200 + 8 x 8xH20 + the 100 Gbps line
+    n = fixed.plan.instances
+    fixed_usd = (n["prfaas"] * instance_usd_per_hour(h200, sites["prfaas"])
+                 + (n["pd_p"] + n["pd_d"]) * instance_usd_per_hour(h20, sites["local"]) + tiers["line-100g"].fixed_usd_per_hour)
+    assert (n["prfaas"], n["pd_p"] + n["pd_d"]) == (4, 8)
+    assert res.winner.feasible and res.winner.usd_per_hour <= fixed_usd * (1 + 1e-9)
+    assert res.winner.lambda_max_rps >= lam * (1 - 1e-6)
+    assert res.winner.gpu_usd_per_hour <= fixed.plan.cost_usd_per_hour + 1e-9
+
+
+def test_candidates_cover_every_kind_and_the_table_compares_them(sc):
+    res = size(sc, 1.5, gpus=GPUS, n_buckets=N_BUCKETS)
+    kinds = [c.kind for c in res.candidates]
+    assert kinds.count("prfaas-pd") == 1 and kinds.count("naive-heterogeneous") == 1
+    assert kinds.count("homogeneous-pd") == 2 and kinds.count("colocated") == 2
+    df = res.table()
+    assert len(df) == len(res.candidates)
+    win = df[df["winner"]]
+    assert len(win) == 1 and win["margin_vs_winner"].iloc[0] == 0.0
+    assert (df["margin_vs_winner"].dropna() >= 0).all()
+    assert res.winner.usd_per_hour == min(c.usd_per_hour for c in res.candidates if c.feasible)
+    eq = res.equal_cost_rps()
+    own = eq[eq["label"] == res.winner.label]
+    assert own["rps_at_equal_cost"].iloc[0] == pytest.approx(1.5) and (eq["vs_winner"] <= 1 + 1e-12).all()
+    for c in res.candidates:
+        if c.feasible:
+            assert c.lambda_max_rps >= 1.5 * (1 - 1e-9)
+            assert c.usd_per_hour == pytest.approx(c.gpu_usd_per_hour + c.link_usd_per_hour + c.energy_usd_per_hour)
+            row = eq[eq["label"] == c.label]
+            assert row["rps_at_equal_cost"].iloc[0] == pytest.approx(1.5 * res.winner.usd_per_hour / c.usd_per_hour)
+
+
+def test_naive_offloads_everything_and_homogeneous_nothing(sc):
+    res = size(sc, 1.5, gpus=GPUS, n_buckets=N_BUCKETS)
+    naive = next(c for c in res.candidates if c.kind == "naive-heterogeneous")
+    homo = [c for c in res.candidates if c.kind == "homogeneous-pd"]
+    assert naive.threshold_tokens == 0.0 and counts(naive)[1] == 0 and naive.link is not None
+    assert all(c.link is None and counts(c)[0] == 0 and c.egress_gbps == 0 for c in homo)
+    # naive is a PrfaaS-PD plan, so PrfaaS-PD is never dearer
+    pd = next(c for c in res.candidates if c.kind == "prfaas-pd")
+    assert pd.usd_per_hour <= naive.usd_per_hour * (1 + 1e-9)
+
+
+def test_colocated_buys_whole_instances_at_the_rate_the_serving_model_gives(sc):
+    from prfaas_plan.hardware import instance
+    from prfaas_plan.serving import colocated_open_loop
+
+    res = size(sc, 1.5, gpus=("h200",), n_buckets=N_BUCKETS)
+    colo = next(c for c in res.candidates if c.kind == "colocated")
+    (pool,) = colo.pools
+    per_instance = colo.lambda_max_rps / pool.instances
+    assert pool.instances == math.ceil(1.5 / per_instance)
+    from prfaas_plan.planner import plan_inputs
+
+    inp = plan_inputs(sc)
+    isl, osl = round(inp.mean_tokens), round(inp.output_tokens)
+    inst = instance("h200", 8, engine=sc.engine)
+    at_rate = colocated_open_loop(sc.model, inst, isl, osl, per_instance, sc.cache)  # the rate it was sized at
+    bought = colocated_open_loop(sc.model, inst, isl, osl, 1.5 / pool.instances, sc.cache)  # the load it carries
+    assert at_rate.tpot_s <= sc.spec.slo.tpot_s and colo.tpot_s == pytest.approx(bought.tpot_s)
+    try:  # one step of the bisection more is past the model's ceiling or over the TPOT SLO
+        above = colocated_open_loop(sc.model, inst, isl, osl, per_instance * (1 + 2 * REL_TOL), sc.cache)
+    except InvalidInput:
+        pass
+    else:
+        assert above.tpot_s > sc.spec.slo.tpot_s
+    assert colo.gpu_usd_per_hour == pytest.approx(pool.instances * 8 * pp.load_gpu("h200").price_usd_per_gpu_hour)
+
+
+def test_tpot_slo_moves_decode_capacity(sc):
+    loose = size(sc, 1.5, SizingSLO(tpot_s=0.05), gpus=("h20",), n_buckets=N_BUCKETS)
+    tight = size(sc, 1.5, SizingSLO(tpot_s=0.025), gpus=("h20",), n_buckets=N_BUCKETS)
+    homo = [next(c for c in r.candidates if c.kind == "homogeneous-pd") for r in (loose, tight)]
+    assert counts(homo[0])[2] <= counts(homo[1])[2]
+    assert homo[0].tpot_s <= 0.05 and homo[1].tpot_s <= 0.025
+
+
+def test_infeasible_slo_names_the_constraint(sc):
+    with pytest.raises(Infeasible, match=r"ttft_p90: P90 TTFT is [\d.]+ s even at vanishing load"):
+        size(sc, 1.0, SizingSLO(ttft_s=0.5), gpus=GPUS, n_buckets=N_BUCKETS)
+    with pytest.raises(Infeasible, match="instances"):
+        size(sc, 50.0, gpus=GPUS, max_instances_per_role=2, n_buckets=N_BUCKETS)
+
+
+def test_no_gpu_holds_the_weights(sc):
+    with pytest.raises(Infeasible, match=r"binding constraint: memory: kimi-linear-1t's weights .* do not fit 8xl40s"):
+        size(sc, 1.0, gpus=("l40s",), n_buckets=N_BUCKETS)
+
+
+def test_gpus_the_model_cannot_fit_are_skipped_with_the_reason(sc):
+    res = size(sc, 1.0, gpus=("h20", "l40s"), n_buckets=N_BUCKETS)
+    assert any(s.startswith("8xl40s tp8: memory:") for s in res.skipped)
+    assert all("l40s" not in p.gpu for c in res.candidates if c.feasible for p in c.pools)
+
+
+@pytest.mark.parametrize("label", ["tp8", "tp8-ep8", "dp8-ep8", "tp16", "tp8-dcp8", "dp4"])
+def test_layout_labels_round_trip(label):
+    assert layout_label(parse_layout(label)) == label
+
+
+@pytest.mark.parametrize("bad", ["tp", "ep8", "tp8-ep4", "tp0", "8"])
+def test_bad_layout_label(bad):
+    with pytest.raises(InvalidInput, match="--layouts"):
+        parse_layout(bad)
+
+
+def test_link_tiers_file(tmp_path: Path):
+    tiers = load_link_tiers()
+    assert {"line-10g", "line-100g", "line-400g", "vpc-egress"} <= {t.id for t in tiers}
+    t100 = next(t for t in tiers if t.id == "line-100g")
+    assert t100.fixed_usd_per_hour == pytest.approx(t100.usd_per_month / HOURS_PER_MONTH)
+    vpc = next(t for t in tiers if t.id == "vpc-egress")
+    # 10 Gbps for an hour is 4,500 GB
+    assert vpc.usd_per_hour(10.0) == pytest.approx(4500 * vpc.usd_per_gb)
+    assert all(t.source.startswith("https://") for t in tiers)
+    dup = tmp_path / "dup.yaml"
+    dup.write_text("read: x\ntiers:\n  - {id: a, gbps: 1, source: 'https://x'}\n  - {id: a, gbps: 2, source: 'https://y'}\n")
+    with pytest.raises(InvalidInput, match="--link-tiers.*unique"):
+        load_link_tiers(dup)
+
+
+def test_metered_egress_is_chosen_when_cheaper(sc):
+    """A tiny rate ships little: metered egress costs less than any line's port, and is chosen."""
+    tiers = load_link_tiers()
+    res = size(sc, 0.05, gpus=("h200", "h20"), link_tiers=tiers, n_buckets=N_BUCKETS)
+    pd = next(c for c in res.candidates if c.kind == "prfaas-pd")
+    if pd.link is not None:
+        cheapest = min((t for t in tiers if t.gbps * 0.9 >= pd.egress_gbps), key=lambda t: t.usd_per_hour(pd.egress_gbps))
+        assert pd.link.usd_per_hour(pd.egress_gbps) == pytest.approx(cheapest.usd_per_hour(pd.egress_gbps))
+        assert pd.link_usd_per_hour == pytest.approx(pd.link.usd_per_hour(pd.egress_gbps))
+
+
+@pytest.mark.parametrize("target", [0.0, -1.0, float("nan"), float("inf")])
+def test_bad_target(sc, target):
+    with pytest.raises(InvalidInput, match="--target-rps"):
+        size(sc, target)
+
+
+def test_unknown_gpu(sc):
+    with pytest.raises(InvalidInput, match=r"--gpus: unknown GPU 'h2000'.*did you mean"):
+        size(sc, 1.0, gpus=("h2000",))
+
+
+# ----------------------------------------------------------------------------- the CLI
+def _app():
+    from prfaas_plan.cli.sizing import size as size_cmd
+
+    app = typer.Typer(add_completion=False, pretty_exceptions_enable=False)
+    app.command()(size_cmd)
+    app.command("noop")(lambda: None)  # two commands: typer keeps the command name
+    return app
+
+
+def cli(*args: str):
+    """Run the command as the real CLI does: PlanError -> one line on stderr, exit 2."""
+    from prfaas_plan.errors import PlanError
+
+    runner = CliRunner()
+    res = runner.invoke(_app(), ["size", *args], catch_exceptions=True)
+    if isinstance(res.exception, PlanError):
+        return 2, str(res.exception), res.stdout
+    return res.exit_code, "", res.stdout
+
+
+@pytest.mark.parametrize("args, needle", [
+    (["--target-rps", "0"], "--target-rps"),
+    (["--target-rps", "-2"], "--target-rps"),
+    (["--target-rps", "1", "--gpus", "h2000"], "--gpus: unknown GPU"),
+    (["--target-rps", "1", "--link-tiers", "no-such-file.yaml"], "--link-tiers"),
+    (["--target-rps", "1", "--tpot-ms", "0"], "--tpot-ms"),
+    (["--target-rps", "1", "--layouts", "tp8-ep3"], "--layouts"),
+])
+def test_cli_bad_input_is_one_line(args, needle):
+    code, err, _ = cli("paper-case-study", *args)
+    assert code == 2 and needle in err and "\n" not in err
+
+
+def test_cli_malformed_tier_file(tmp_path: Path):
+    bad = tmp_path / "tiers.yaml"
+    bad.write_text("read: x\ntiers:\n  - {id: a, gbps: -1, source: 'https://x'}\n")
+    code, err, _ = cli("paper-case-study", "--target-rps", "1", "--link-tiers", str(bad))
+    assert code == 2 and "--link-tiers" in err and "gbps" in err
+    broken = tmp_path / "broken.yaml"
+    broken.write_text("tiers: [\n")
+    code, err, _ = cli("paper-case-study", "--target-rps", "1", "--link-tiers", str(broken))
+    assert code == 2 and "malformed YAML" in err
+
+
+def test_cli_json_and_out_file(tmp_path: Path):
+    import json
+
+    out = tmp_path / "size.json"
+    code, err, stdout = cli("paper-case-study", "--target-rps", "1.5", "--gpus", "h200,h20", "--format", "json",
+                            "--out", str(out))
+    assert code == 0, err
+    rows = json.loads(stdout)
+    doc = json.loads(out.read_text())
+    assert [r["label"] for r in rows] == [c["label"] for c in doc["candidates"]]
+    assert doc["winner"]["label"] == rows[0]["label"] and doc["target_rps"] == 1.5
+    assert np.isclose(doc["winner"]["usd_per_hour"], rows[0]["usd_per_hour"])
+
+
+def test_cli_pareto_frontier_in_the_json(tmp_path: Path):
+    import json
+
+    out = tmp_path / "size.json"
+    code, err, _ = cli("paper-case-study", "--target-rps", "1.5", "--pareto", "2", "--out", str(out), "--format", "csv")
+    assert code == 0, err
+    rate = json.loads(out.read_text())["frontiers"]["rate"]
+    assert sorted({r["target_rps"] for r in rate}) == pytest.approx([1.5 * 0.25, 1.5 * 4.0])
