@@ -8,7 +8,7 @@ scenarios/grids/paper-link-threshold.yaml, and the case study itself) it solves 
 of a plan (PrfaaS-PD, homogeneous PD, naive heterogeneous) with :func:`planner.solve_exact` (HiGHS,
 verified, CBC only as the fallback) and with CBC alone, and prints the largest |Lambda difference|
 (req/s, absolute and relative), and how many models differ in P:D split, threshold t,
-routing kind or binding constraint, or fell back to CBC. Exit status 1 when a Lambda differs beyond 5e-6 (relative) or a
+routing kind or binding constraint, or fell back to CBC. Exit status 1 when a Lambda differs beyond 1e-6 (relative) or a
 P:D split differs; a different t at the same Lambda and split is a tie the two solvers break differently (CBC
 then offloads a few buckets of ~1e-9 probability, reported as per-bucket routing), printed but not an error.
 """
@@ -27,7 +27,7 @@ from prfaas_plan.sweeps import expand_grid
 
 HERE = Path(__file__).resolve().parent
 GRID_FILE = Path(pp.__file__).parent / "data" / "scenarios" / "grids" / "paper-link-threshold.yaml"
-AGREE_REL = 5e-6  # CBC's tolerances on link-bound cells: up to 4.6e-6 (relative) below HiGHS
+AGREE_REL = 1e-6  # the issue's agreement; CBC at 1e-10 primal/dual tolerances: 6.2e-8 measured (221 cells)
 
 
 def _bench_sweep_grid(cells: int, n_buckets: int) -> dict:

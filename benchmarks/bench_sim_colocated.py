@@ -7,6 +7,9 @@ form's and the simulation's mean TTFT and TPOT, their gaps, and the simulation's
   the same with exponentially distributed request overheads of the same mean (``overhead_jitter``);
 * open loop at the closed loop's throughputs (300 s);
 * open loop at 30, 60 and 85% of the closed form's largest sustainable rate (60 s);
+* memory (on-demand KV pages, recompute preemption): Llama-3.1-70B FP8 on one H200 (vLLM
+  profile), ISL 1024 / OSL 4096, closed loop at c = 32, 40, 48, 64, 96 around the 53 requests the
+  pool holds at their mean context (2 seeds x 1,000 s pooled), with the preemptions counted;
 * speculative decoding (MTP k = 2, per-position acceptance 0.8 / 0.6), DeepSeek-V3 on 8xH200
   (SGLang profile), ISL 1024 / OSL 256: closed loop at c = 1, 8, 32 (4 seeds x 60 s pooled) and
   open loop at 30 and 60% of the closed form's largest sustainable rate (4 seeds x 60 s pooled).
@@ -79,6 +82,22 @@ def main() -> None:
              time.perf_counter() - t, s["requests"])
 
 
+def memory() -> None:
+    """Closed form vs simulation where the KV pool binds: pages allocated per generated token,
+    the newest requests preempted (recompute) when the decodes' next tokens do not fit."""
+    model = load_model("llama-3.1-70b").with_gemm_dtypes(attention="fp8", dense_ffn="fp8")
+    inst, isl, osl = instance("h200", 1, engine="vllm"), 1024, 4096
+    for c in (32, 40, 48, 64, 96):
+        p = colocated_closed_loop(model, inst, isl, osl, c)
+        t = time.perf_counter()
+        runs = [simulate_colocated(model, inst, isl, osl, concurrency=c, duration_s=1000.0, seed=s) for s in range(2)]
+        m = [df[df["measured"]] for df, _ in runs]
+        ttft = float(np.concatenate([x["ttft_s"].to_numpy() for x in m]).mean())
+        tpot = float(np.concatenate([x["tpot_s"].to_numpy() for x in m]).mean())
+        _row(f"memory c={c} ({sum(s['preemptions'] for _, s in runs)} preempted)", p, ttft, tpot,
+             time.perf_counter() - t, sum(len(x) for x in m))
+
+
 def spec_decode() -> None:
     """Closed form vs simulation with MTP speculative decoding (each step's accepted tokens drawn)."""
     model, inst = load_model("deepseek-v3"), instance("h200", 8, engine="sglang")
@@ -98,4 +117,5 @@ def spec_decode() -> None:
 
 if __name__ == "__main__":
     main()
+    memory()
     spec_decode()

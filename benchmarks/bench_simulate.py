@@ -1,9 +1,9 @@
-"""Benchmark: the simulator's speed, this checkout beside the previous implementation (commit 1ddbf07).
+"""Benchmark: the simulator's speed, this checkout beside the previous implementation (commit 7c6c8d0).
 
 1. One million Poisson requests at 80% of the paper case study's Lambda_max (issue #18: target
    <= 2 us per event, never slower than before): events, events per request, and us per event
    (min and median over ``--repeats`` runs) for the new code and for the baseline side by side,
-   and their ratio. Each side runs in its own process (the baseline with
+   and their ratio (``PRFAAS_SIM_BASELINE_REV`` picks another commit). Each side runs in its own process (the baseline with
    ``PYTHONPATH=baseline_root()``, in that folder); runs alternate old/new so that a busy machine
    slows both alike. Times are the process's CPU time of ``simulate`` (one thread; the plan is
    made before timing), which a loaded machine disturbs far less than wall time.
@@ -28,7 +28,9 @@ import sys
 import time
 from pathlib import Path
 
-from _baseline import ROOT, baseline_root  # benchmarks/ is on sys.path: it holds this script
+from _baseline import ROOT, baseline_root, stats  # benchmarks/ is on sys.path: it holds this script
+
+SIM_BASELINE_REV = os.environ.get("PRFAAS_SIM_BASELINE_REV", "7c6c8d0")  # before the event-loop speed round
 
 TRACE = ROOT.parent / "shared" / "traces" / "mooncake_conversation.jsonl"
 POISSON = """
@@ -58,21 +60,18 @@ def poisson_run(requests: int, pythonpath: Path | None) -> dict:
 
 def bench_poisson(requests: int, repeats: int) -> None:
     """Old and new, alternating: us per event (min, median), events per request, ratio."""
-    old_root = baseline_root()
+    old_root = baseline_root(SIM_BASELINE_REV)
     runs: dict[str, list[dict]] = {"new": [], "old": []}
     for _ in range(repeats):
         runs["old"].append(poisson_run(requests, old_root))
         runs["new"].append(poisson_run(requests, None))
-    medians = {}
     for label in ("new", "old"):
         first = runs[label][0]
-        us = [1e6 * r["cpu_s"] / r["events"] for r in runs[label]]
-        medians[label] = statistics.median(us)
-        print(f"{'this checkout' if label == 'new' else 'before (1ddbf07)':>16}: {first['requests']:,} requests, "
-              f"{first['events']:,} events ({first['events'] / first['requests']:.3f} per request): "
-              f"min {min(us):.3f} us/event, median {medians[label]:.3f} us/event "
-              f"(median {statistics.median(r['cpu_s'] for r in runs[label]):.2f} s CPU)")
-    print(f"ratio (median before / median now): {medians['old'] / medians['new']:.2f}x faster; target <= 2 us/event")
+        print(f"{'this checkout' if label == 'new' else f'before ({SIM_BASELINE_REV})':>16}: {first['requests']:,} requests, "
+              f"{first['events']:,} events ({first['events'] / first['requests']:.3f} per request), "
+              f"median {statistics.median(r['cpu_s'] for r in runs[label]):.2f} s CPU")
+    per_event = {label: [r["cpu_s"] / r["events"] for r in runs[label]] for label in runs}
+    print(stats("per event", per_event["new"], per_event["old"], unit="us") + "; target <= 2 us/event")
 
 
 def bench_trace() -> None:

@@ -27,9 +27,19 @@ open loop: Poisson arrivals at ``rate``, which by PASTA see time averages):
   queue whose server is the step's prefill token budget: each prompt occupies ``isl / budget`` of
   it per chunk step; the closed loop caps the wait at everyone else's prefill) + the request's own
   chunk steps.
-* Memory: the decode batch must fit (:func:`~prfaas_plan.perf.latency.free_cache_bytes_per_gpu`,
-  :func:`~prfaas_plan.kvcache.requests_per_instance_memory` at ``isl + osl`` tokens); clients
-  beyond it wait in the engine's queue and that wait, ``(c - c_fit) / X`` by Little, is added to TTFT.
+* Memory: vLLM and SGLang allocate KV pages on demand (:data:`~prfaas_plan.perf.latency.ON_DEMAND_KV_ENGINES`,
+  sources there): a running request holds its prompt and the tokens generated so far, so the pool
+  (:func:`~prfaas_plan.perf.latency.free_cache_bytes_per_gpu`) holds the running requests'
+  current contexts, in steady state with fixed lengths ``isl + osl / 2`` each on average
+  (:func:`~prfaas_plan.perf.latency.held_context_tokens`; ``isl + osl`` for an engine that
+  reserves up front, ``trtllm``): ``c_fit`` = :func:`~prfaas_plan.perf.latency.requests_fit` at
+  that mean (a request in prefill is charged the same, an over-estimate for the share of time it
+  spends in prefill). When more clients than that are running the pool overflows and the engine
+  preempts (vLLM: recompute) or retracts (SGLang) the newest requests, which re-enter its queue;
+  the closed form takes the simplest steady state of that: ``c_fit`` requests run, the others
+  wait in the queue, and that wait, ``(c - c_fit) / X`` by Little, is added to TTFT (the re-prefill
+  of preempted requests is left out; the simulator's colocated mode runs the preemption). One
+  request's final context ``isl + osl`` must fit the pool.
 
 The fixed point (TTFT, TPOT) is found by damped iteration (half steps) stopped when both change by
 less than 1e-12 relative, at most 2,000 rounds (a note says if it stopped short). Step times are
@@ -68,6 +78,7 @@ from prfaas_plan.perf.latency import (
     decode_step_s,
     draft_step_s,
     free_cache_bytes_per_gpu,
+    held_context_tokens,
     requests_fit,
     speculative,
     speculative_step_s,
@@ -205,8 +216,10 @@ class StepTable:
     (:func:`_batch_grid`), each grid point computed when first needed and cached, so a call at
     concurrency ``c`` never times batches above ``c``. ``k`` is the draft length (0: no
     speculative decoding), ``accepted`` the mean tokens a request gains per step, ``budget`` the
-    step's token budget, ``fit`` the requests memory holds (:func:`~prfaas_plan.perf.latency.requests_fit`
-    at ``isl + osl`` tokens), ``request_s`` the request overhead."""
+    step's token budget, ``fit`` the requests memory holds in steady state
+    (:func:`~prfaas_plan.perf.latency.requests_fit` at ``held_tokens``, the mean context a running
+    request holds: :func:`~prfaas_plan.perf.latency.held_context_tokens`), ``request_s`` the
+    request overhead."""
 
     case: _Case
     isl: int
@@ -217,6 +230,7 @@ class StepTable:
     budget: int
     fit: int
     request_s: float
+    held_tokens: float
 
     def times(self, b: int) -> StepTimes:
         """The steps beside an integer decode batch ``b`` (cached per content of the case)."""
@@ -260,14 +274,15 @@ def _table(case: _Case, isl: int, osl: int) -> StepTable:
     model, inst = case.model, case.inst
     spec = speculative(model, inst)
     free = free_cache_bytes_per_gpu(model, inst)
-    fit = requests_fit(model, inst, isl + osl, free, case.settings)
-    if fit < 1:
+    if requests_fit(model, inst, isl + osl, free, case.settings) < 1:
         raise InvalidInput(f"isl_tokens: one {isl + osl}-token request does not fit beside the weights on "
                            f"{inst.name}")
+    held = held_context_tokens(inst, isl, osl)
+    fit = requests_fit(model, inst, held, free, case.settings)
     eng = inst.engine_profile
     k, accepted = (0, 1.0) if spec is None else (spec.draft_tokens, spec.accepted_tokens)
     return StepTable(case, isl, osl, k, accepted, _batch_grid(fit), int(eng.chunked_prefill_tokens), fit,
-                     eng.request_overhead_s)
+                     eng.request_overhead_s, held)
 
 
 @lru_cache(maxsize=16384)
@@ -361,7 +376,7 @@ def colocated_closed_loop(model: ModelSpec, inst: Instance, isl_tokens: int, osl
     notes = []
     running = min(int(concurrency), t.fit)
     if running < concurrency:
-        notes.append(f"memory-bound: {t.fit} requests of {isl_tokens + osl_tokens} tokens fit; "
+        notes.append(f"memory-bound: {t.fit} running requests of {t.held_tokens:g} tokens on average fit; "
                      f"{concurrency - running} clients wait in the queue (their wait is in TTFT)")
     s = _solve(t, int(isl_tokens), int(osl_tokens), float(running), None)
     x = running / (s["ttft"] + (osl_tokens - 1) * s["tpot"])

@@ -291,6 +291,53 @@ def test_the_0_5_10_mla_module_row_is_attention_plus_its_projection_gemms():
         kt.mla_context(2, 4096, 16, 512, 64, 128, 128, "fp8").latency_s / 2, rel=1e-9)
 
 
+def _raw(family: str, engine: str, version: str, name: str, **shape):
+    """The latency (s) of the one raw wheel row at ``shape`` (CUDA-graph / balanced rows as we import)."""
+    import pandas as pd
+
+    rows = pd.read_parquet(WHEEL_DIR / "aiconfigurator_core" / "systems" / "data" / "h200_sxm" / family / engine
+                           / version / name)
+    for column, value in shape.items():
+        rows = rows[rows[column] == value]
+    assert len(rows) == 1, rows
+    return float(rows.latency.iloc[0]) * 1e-3
+
+
+@pytest.mark.skipif(not WHEEL_DIR.is_dir(), reason="needs the unpacked aiconfigurator-core wheel")
+def test_decode_path_lookups_of_the_mla_moe_models_equal_the_raw_wheel_rows():
+    # Kimi-K2 (int4 W4A16 experts, 384 x top-8, TP8) on vLLM and DeepSeek-V3 (fp8 block, 256 x top-8)
+    # on SGLang, 8xH200 decode at 16 tokens: the per-rank fused-MoE row of the TP8 (moe_tp 8, ep 1)
+    # layout, the MLA decode row at 16 heads per rank (bf16 KV, step 1023: 1,023 cached tokens + the new one),
+    # the CUDA-graph custom all-reduce of 16 x 7168 bf16 (between 65,536 and 131,072 elements)
+    moe = {"hidden_size": 7168, "inter_size": 2048, "topk": 8, "moe_tp_size": 8, "moe_ep_size": 1,
+           "distribution": "balanced", "num_tokens": 16}
+    vllm, sglang = kernel_tables(H200, "vllm", "0.24.0"), kernel_tables(H200, "sglang", "0.5.14")
+    assert vllm.moe(16, 7168, 2048, 8, 384, 8, 1, "int4_w4a16").latency_s == pytest.approx(
+        _raw("moe", "vllm", "0.24.0", "moe_perf.parquet", moe_dtype="int4_wo", num_experts=384, **moe), rel=1e-6)
+    assert sglang.moe(16, 7168, 2048, 8, 256, 8, 1, "fp8_block").latency_s == pytest.approx(
+        _raw("moe", "sglang", "0.5.14", "moe_perf.parquet", moe_dtype="fp8_block", num_experts=256, **moe), rel=1e-6)
+    mla = _raw("mla", "sglang", "0.5.14", "generation_mla_perf.parquet", kv_cache_dtype="bfloat16", num_heads=16,
+               batch_size=16, step=1023)
+    assert sglang.mla_generation(16, 1024, 16, 512, 64).latency_s == pytest.approx(mla, rel=1e-6)
+    lo, hi = (_raw("comm", "sglang", "0.5.14", "custom_allreduce_perf.parquet", num_gpus=8, message_size=n,
+                   kernel_source="SGLang_CustomAllReduce_graph") for n in (65536, 131072))
+    assert lo < sglang.all_reduce(16 * 7168 * 2, 8).latency_s < hi
+
+
+@pytest.mark.skipif(not WHEEL_DIR.is_dir(), reason="needs the unpacked aiconfigurator-core wheel")
+def test_fp8_kv_rows_standing_in_for_bf16_keep_their_measured_time():
+    # SGLang 0.5.9 reads 0.5.10's WideEP MLA module table, measured with fp8 KV only. A bf16-KV decode
+    # query takes that row's measured attention time (module minus its q_b and o GEMMs), not the time
+    # re-costed with twice the cache bytes: that made the attention alone 1.96x the whole module row
+    kt = kernel_tables(H200, "sglang", "0.5.9")
+    module_s = _raw("mla", "sglang", "0.5.10", "wideep_generation_mla_perf.parquet", kernel_source="flashinfer",
+                    num_heads=16, batch_size=16, isl=1024)
+    gemms_s = sum(kt.gemm(16, n, k, "fp8_block").latency_s for n, k in ((16 * 192, 1536), (7168, 16 * 128)))
+    t = kt.mla_generation(16, 1024, 16, 512, 64)  # bf16 KV (the default)
+    assert "kv fp8 rows stand in for bf16" in t.source
+    assert t.latency_s + gemms_s == pytest.approx(module_s, rel=1e-6)
+
+
 def test_import_of_a_table_with_a_missing_shape_column_is_one_line_and_writes_nothing(tmp_path):
     # a wheel folder whose GEMM table lacks its k column: exit 2, one line naming the file and
     # the column, no tables folder left behind

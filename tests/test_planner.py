@@ -58,13 +58,20 @@ def test_paper_mode_vs_naive_headline(paper):
 
 
 @pytest.mark.parametrize("reserve_gib", [8.0, 10.9])
-def test_case_study_does_not_move_with_the_engine_reserve(sc, exact, reserve_gib):
-    # The engine reserve (9.15 GiB per GPU) is derived from one public vLLM log. From 8.0 to
-    # 10.9 GiB decode batches go from 14 (TPOT-bound) to 11, but local prefill binds, not decode:
-    # the plan does not move, as the README says.
+def test_case_study_with_the_engine_reserve(sc, exact, reserve_gib):
+    # The engine reserve (9.15 GiB per GPU) is derived from one public vLLM log. A smaller one
+    # leaves the plan where it is (local prefill binds); a larger one shrinks the decode batch
+    # until decode saturates with local prefill, as the README states.
     res = pp.plan(sc.with_updates(**{"decode.reserve_gib_per_gpu": reserve_gib}), mode="exact")
-    assert res.lambda_max_rps == pytest.approx(exact.lambda_max_rps, rel=1e-9)
-    assert res.instances == exact.instances and res.plan.binding == exact.plan.binding == "local prefill (PD-P)"
+    claim = (f"at {reserve_gib:.1f} GiB: BS_max {res.inputs.decode_batch_max}, "
+             f"Lambda_max {res.lambda_max_rps:.2f} req/s")
+    assert claim in _readme_case_study()
+    assert (res.inputs.decode_batch_max > exact.inputs.decode_batch_max) == (reserve_gib < 9.15)
+    if reserve_gib < 9.15:
+        assert res.lambda_max_rps == pytest.approx(exact.lambda_max_rps, rel=1e-9)
+    else:  # decode-bound: Eq. 5 at the plan's decode instances (less the tie-break's 1e-6 headroom)
+        decode_rps = res.instances["pd_d"] * res.inputs.decode_rps_per_instance
+        assert res.lambda_max_rps == pytest.approx(decode_rps, rel=2e-6) and res.lambda_max_rps < exact.lambda_max_rps
 
 
 @pytest.mark.parametrize("overhead_s", [0.015, 0.5])
@@ -126,10 +133,19 @@ def test_exact_mode_no_better_threshold_plan_by_brute_force(sc, exact):
     assert exact.lambda_max_rps <= best * 1.05
 
 
-def test_exact_mode_offload_set_is_a_threshold(exact):
-    assert exact.plan.is_threshold
+def test_exact_mode_offload_set_is_a_threshold_but_for_split_buckets(exact):
+    # An optimal vertex of the LP splits at most as many buckets as it has tight capacity rows
+    # besides the balances (here the two prefill pools): the rest is offloaded whole or not at all,
+    # shortest kept local, longest offloaded. The README states the split.
     frac = exact.plan.routing["offload_fraction"].to_numpy()
-    assert frac[0] == 0 and frac[-1] == 1
+    whole = frac[(frac == 0) | (frac == 1)]
+    split = int(((frac > 0) & (frac < 1)).sum())
+    assert frac[0] == 0 and frac[-1] == 1 and split <= 2
+    assert np.all(np.diff(whole) >= 0)  # no whole bucket kept local above an offloaded one
+    assert exact.plan.is_threshold == (split == 0 and np.all(np.diff(frac) >= 0))
+    first = exact.plan.routing["tokens"].to_numpy()[np.argmax(frac > 0)]
+    assert (f"{exact.plan.offload_fraction:.0%} of requests offloaded by per-bucket shares "
+            f"(none below {first:,.0f} tokens" in _readme_case_study()) == (not exact.plan.is_threshold)
 
 
 def test_exact_vs_paper_both_reported(paper, exact):
@@ -250,7 +266,10 @@ def test_trace_plan_uses_one_prefix_cache_per_cluster(sc):
     res = pp.plan(cached, mode="exact")
     inp = res.inputs
     shared = P.plan_exact(inp, P.buckets(inp, P.DEFAULT_BUCKETS))  # as if both clusters shared one cache
-    assert res.lambda_max_rps < shared.lambda_max_rps  # fewer hits per cluster, less capacity
+    # fewer hits per cluster: longer uncached prompts, no more capacity
+    per_cluster, one_cache = res.buckets_for(res.plan.name), P.buckets(inp, P.DEFAULT_BUCKETS)
+    assert np.dot(per_cluster.tokens, per_cluster.probs) > np.dot(one_cache.tokens, one_cache.probs)
+    assert res.lambda_max_rps <= shared.lambda_max_rps * (1 + 1e-9)
     # the routing the plan reports reproduces itself through the replay (a fixed point): the same
     # share of requests offloaded and the same rate (the threshold itself is loosely determined
     # where almost every request is offloaded: buckets below it hold almost no probability)

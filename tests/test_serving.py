@@ -180,3 +180,32 @@ def test_max_sustainable_rate_is_the_edge_the_open_loop_accepts(minimax):
         colocated_open_loop(model, inst, 2048, 256, top * (1 + 1e-6))
     # the prefill server saturates first: a prompt's share of full-budget steps times the rate
     assert 10 < top < 40
+
+
+def test_on_demand_engines_hold_the_mean_context_and_trtllm_the_final_one(minimax):
+    """vLLM and SGLang allocate KV pages as tokens are written: a decoding request at step j holds
+    isl + j tokens, isl + osl / 2 on average over j = 1 .. osl - 1; TensorRT-LLM's default
+    GUARANTEED_NO_EVICT reserves isl + osl."""
+    from prfaas_plan.perf.latency import held_context_tokens
+
+    _, inst = minimax
+    assert held_context_tokens(inst, 1000, 300) == 1000 + sum(range(1, 300)) / 299
+    sglang = instance("h200", 8, engine="sglang")
+    assert held_context_tokens(sglang, 1000, 300) == 1150.0
+    trt = instance("h200", 8, engine=inst.engine_profile.model_copy(update={"kernel_engine": "trtllm"}))
+    assert held_context_tokens(trt, 1000, 300) == 1300.0
+
+
+def test_memory_caps_the_running_batch_at_the_mean_context(minimax):
+    """Clients beyond what the pool holds at the mean context wait in the queue, and only then."""
+    from prfaas_plan.perf.latency import free_cache_bytes_per_gpu, requests_fit
+
+    model, inst = minimax
+    isl, osl = 8192, 32768
+    fit = requests_fit(model, inst, isl + osl / 2, free_cache_bytes_per_gpu(model, inst))
+    assert requests_fit(model, inst, isl + osl, free_cache_bytes_per_gpu(model, inst)) < fit
+    inside = colocated_closed_loop(model, inst, isl, osl, fit)
+    beyond = colocated_closed_loop(model, inst, isl, osl, fit + 10)
+    assert inside.notes == ()
+    assert beyond.notes and beyond.notes[0].startswith(f"memory-bound: {fit} running requests")
+    assert beyond.ttft_s > inside.ttft_s + 10 / beyond.throughput_rps * 0.99

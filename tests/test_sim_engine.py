@@ -41,6 +41,8 @@ def test_a_short_policy_that_never_adapts_is_the_fixed_policy():
     pd.testing.assert_frame_equal(short.requests, fixed.requests, check_exact=True)
     pd.testing.assert_frame_equal(short.timeseries, fixed.timeseries, check_exact=True)
     assert short.info["events"] == fixed.info["events"]
+    # the fixed policy's ticks skip the short-term rule and record the plan's t (the planner's number)
+    assert len(fixed.timeseries) == 600 and (fixed.timeseries.threshold_tokens == res.threshold_tokens).all()
 
 
 @pytest.mark.parametrize("policy", ["fixed", "short"])

@@ -14,6 +14,7 @@ import math
 from pathlib import Path
 
 import numpy as np
+import pandas as pd
 import pytest
 import typer
 from typer.testing import CliRunner
@@ -180,6 +181,61 @@ def test_tpot_slo_moves_decode_capacity(sc):
     homo = [next(c for c in r.candidates if c.kind == "homogeneous-pd") for r in (loose, tight)]
     assert counts(homo[0])[2] <= counts(homo[1])[2]
     assert homo[0].tpot_s <= 0.05 and homo[1].tpot_s <= 0.025
+
+
+def test_staging_memory_buys_the_decode_that_covers_the_target_at_its_held_memory(sc):
+    """With ``decode.staging_memory`` on, every candidate keeps at least the decode instances it has
+    with it off, and a homogeneous PD plan (nothing offloaded) has the fewest decode instances whose
+    staged BS_max covers the target: the held bytes by Little's law over the local path
+    (planner.staging's hold, handoff.held_bytes), BS_max = Staging.batch_max_with(held / n)."""
+    from prfaas_plan.energy import default_sites
+    from prfaas_plan.handoff import hold_s
+
+    on = sc.with_updates(**{"decode.staging_memory": True})
+    target = 1.6
+    off_res, on_res = (size(x, target, gpus=GPUS, n_buckets=N_BUCKETS) for x in (sc, on))
+    raised = 0
+    for off_c, on_c in zip(off_res.candidates, on_res.candidates):
+        assert on_c.kind == off_c.kind and on_c.feasible
+        if on_c.label == off_c.label and on_c.kind != "colocated":
+            assert counts(on_c)[2] >= counts(off_c)[2], on_c.label
+            raised += counts(on_c)[2] > counts(off_c)[2]
+        assert on_c.lambda_max_rps >= target * (1 - 1e-9)
+    ctx = sizing_context(on, target, on_res.slo, load_link_tiers(), default_sites(), 64, N_BUCKETS)
+    for g in GPUS:
+        plan = next(c for c in on_res.candidates if c.label == f"homogeneous PD {g}")
+        prof = pool_profile(on, g, pool_layout(on.spec.local), ctx.b.tokens)
+        st = prof.staging
+        hold = hold_s(st.reserve_at, False, prof.prefill_s, 0.0, on.model.layers.count)
+        held = target * float(np.sum(ctx.b.probs * hold * st.staged_bytes(ctx.b.tokens)))
+        assert held > 0
+        rps = {n: n * st.batch_max_with(held / n) / (prof.decode_step_s * ctx.inp.output_tokens) for n in range(1, 65)}
+        n_d = counts(plan)[2]
+        assert rps[n_d] >= target * (1 - 1e-12)
+        assert n_d == 1 or rps[n_d - 1] < target or n_d == math.ceil(target / prof.decode_rps * (1 - 1e-12))
+    assert raised >= 1  # staging moves the case study's decode
+
+
+def test_a_shared_setup_sizes_as_a_fresh_one_and_reuses_its_solves(sc):
+    """Points sized on one prepared setup (a frontier's way) give each fresh ``size``'s table, and a
+    point sized again computes nothing new (every solve and quantile comes from the memo)."""
+    from dataclasses import replace
+
+    from prfaas_plan.sizing import prepare, size_prepared
+
+    setup = prepare(sc, gpus=GPUS, n_buckets=N_BUCKETS)
+    tables = {}
+    for target, ttft_s in ((1.4, None), (1.0, 7.0), (1.4, 5.0)):
+        slo = replace(setup.slo, ttft_s=ttft_s)
+        tables[target, ttft_s] = size_prepared(setup, target, slo).table()
+        pd.testing.assert_frame_equal(tables[target, ttft_s], size(sc, target, slo, gpus=GPUS,
+                                                                   n_buckets=N_BUCKETS).table())
+    known = len(setup.ctx.memo)
+    again = size_prepared(setup, 1.4, replace(setup.slo, ttft_s=5.0)).table()
+    assert len(setup.ctx.memo) == known > 0
+    pd.testing.assert_frame_equal(again, tables[1.4, 5.0])
+    with pytest.raises(InvalidInput, match="slo.tpot_s: 0.01 is not the"):
+        size_prepared(setup, 1.4, replace(setup.slo, tpot_s=0.01))
 
 
 def test_infeasible_slo_names_the_constraint(sc):

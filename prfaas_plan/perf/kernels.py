@@ -25,7 +25,9 @@ newest of each source). A lookup for engine version V reads, per table, the coll
 nearest V by version tuple (major, minor, patch, post), a tie going to the newer; None reads the
 newest (:func:`nearest_version`, :func:`pick_table`). ``OpTime.source`` names the version used.
 SGLang's newest tables stand in for any table an engine lacks, and a table measured only with
-fp8 KV (SGLang's WideEP MLA) stands in for bf16 (both said in the source). A table a measured GPU
+fp8 KV (SGLang's WideEP MLA) stands in for bf16 (both said in the source) at its measured time:
+the query is costed with the kv dtype its rows were measured with, so a stand-in row is never
+re-priced with another dtype's cache bytes. A table a measured GPU
 lacks (A100 has no MLA or GDN-prefill table) and GPUs without tables (H20, ...) take the nearest
 measured GPU's through :mod:`prfaas_plan.perf.transfer` (``basis`` and every source say which).
 Resolving a shape (version, nearest measured shape, grid) is cached per shape; a lookup then
@@ -572,6 +574,9 @@ class KernelTables:
             return self._elsewhere(table, exact, near, axes, cost, tiles) or \
                 self._fallback(table, exact, flops, bytes_moved, pk, scalar)
         folder, got, grid, notes, stand_ins = found
+        if got != codes:  # the other kv dtype's rows stand in: the query costed as they were measured
+            cost = functools.partial(cost, kv_dtype=KV_DTYPES[got[spec.exact.index("kv_dtype")]])
+            flops, bytes_moved, pk = cost(**dict(zip(axes, points)))
         src = self.gpu if self.basis == self.gpu.id else _gpu(self.basis)
         log_eff, over, below = _interpolate(grid, points)
         eff = np.exp(log_eff)
@@ -648,7 +653,8 @@ class KernelTables:
         near = {"heads": heads, "kv_heads": kv_heads, "head_dim": head_dim, "window": w}
         return self._op("context_attention", {"kv_dtype": kv_dtype, "windowed": "yes" if w else "no"}, near,
                         {"batch": batch, "isl": isl_tokens},
-                        lambda batch, isl: context_attention_cost(batch, isl, heads, kv_heads, head_dim, w, kv_dtype),
+                        lambda batch, isl, kv_dtype=kv_dtype: context_attention_cost(batch, isl, heads, kv_heads,
+                                                                                     head_dim, w, kv_dtype),
                         lambda tr, batch, isl: tr.context_attention_tiles(batch, isl, heads))
 
     def generation_attention(self, batch, context_tokens, heads: int, kv_heads: int, head_dim: int,
@@ -659,15 +665,16 @@ class KernelTables:
         near = {"heads": heads, "kv_heads": kv_heads, "head_dim": head_dim, "window": w}
         return self._op("generation_attention", {"kv_dtype": kv_dtype, "windowed": "yes" if w else "no"}, near,
                         {"batch": batch, "context": context_tokens},
-                        lambda batch, context: generation_attention_cost(batch, context, heads, kv_heads, head_dim,
-                                                                         w, kv_dtype))
+                        lambda batch, context, kv_dtype=kv_dtype: generation_attention_cost(
+                            batch, context, heads, kv_heads, head_dim, w, kv_dtype))
 
     def mla_context(self, batch, isl_tokens, heads: int, kv_lora_rank: int, qk_rope_dim: int, qk_nope_dim: int,
                     v_dim: int, kv_dtype: str = "bf16") -> OpTime:
         """MLA prefill, ``heads`` per rank (tables measured at DeepSeek-V3 dims; other dims by their roofline)."""
         _check(kv_dtype, KV_DTYPES, "kv_dtype")
         return self._op("mla_context", {"kv_dtype": kv_dtype}, {"heads": heads}, {"batch": batch, "isl": isl_tokens},
-                        lambda batch, isl: mla_context_cost(batch, isl, heads, qk_nope_dim, qk_rope_dim, v_dim, kv_dtype),
+                        lambda batch, isl, kv_dtype=kv_dtype: mla_context_cost(batch, isl, heads, qk_nope_dim,
+                                                                                qk_rope_dim, v_dim, kv_dtype),
                         extra=(qk_nope_dim, qk_rope_dim, v_dim))
 
     def mla_generation(self, batch, context_tokens, heads: int, kv_lora_rank: int, qk_rope_dim: int,
@@ -676,8 +683,8 @@ class KernelTables:
         _check(kv_dtype, KV_DTYPES, "kv_dtype")
         return self._op("mla_generation", {"kv_dtype": kv_dtype}, {"heads": heads},
                         {"batch": batch, "context": context_tokens},
-                        lambda batch, context: mla_generation_cost(batch, context, heads, kv_lora_rank, qk_rope_dim,
-                                                                   kv_dtype), extra=(kv_lora_rank, qk_rope_dim))
+                        lambda batch, context, kv_dtype=kv_dtype: mla_generation_cost(
+                            batch, context, heads, kv_lora_rank, qk_rope_dim, kv_dtype), extra=(kv_lora_rank, qk_rope_dim))
 
     def linear_attention(self, kind: str, phase: str, batch, tokens, heads: int, head_dim_k: int, head_dim_v: int,
                          k_heads: int | None = None) -> OpTime:

@@ -197,6 +197,31 @@ def request_bytes_per_gpu(model: ModelSpec, inst: Instance, tokens: float,
     return per_gpu_kv_bytes(resident, tokens + extra, inst.parallel, settings)
 
 
+ON_DEMAND_KV_ENGINES = frozenset({"vllm", "sglang"})
+"""Engines (``kernel_engine``) that allocate KV pages on demand as tokens are written, so a
+running request holds its prompt and the tokens generated so far, not its final length: vLLM's
+PagedAttention (Kwon et al., SOSP 2023, arXiv 2309.06180; V1's ``allocate_slots`` per step,
+https://blog.vllm.ai/2025/09/05/anatomy-of-vllm.html) and SGLang's token-to-KV pool
+(https://docs.sglang.ai/advanced_features/hyperparameter_tuning.html: "KV cache pool is full.
+Retract requests."). When the pool runs out vLLM preempts by recompute (the request's KV is
+freed and re-prefilled later, https://docs.vllm.ai/en/stable/configuration/optimization/) and
+SGLang retracts decode requests the same way. TensorRT-LLM's default capacity policy,
+``GUARANTEED_NO_EVICT``, admits a request only if its whole prompt plus maximum output fits
+(https://nvidia.github.io/TensorRT-LLM/performance/performance-tuning-guide/useful-runtime-flags.html),
+so ``trtllm`` is charged the final length."""
+
+
+def held_context_tokens(inst: Instance, isl_tokens: float, osl_tokens: float) -> float:
+    """Mean tokens of cache one running request of an ``isl_tokens`` / ``osl_tokens`` workload
+    holds in the engine's pool, in steady state with fixed lengths: on demand
+    (:data:`ON_DEMAND_KV_ENGINES`) its prompt plus the tokens generated so far, which at a decode
+    step ``j = 1 .. osl - 1`` is ``isl + j``, ``isl + osl / 2`` on average over its output (the
+    running requests' progress spread uniformly); reserved up front (``trtllm``) ``isl + osl``."""
+    if inst.engine_profile.kernel_engine in ON_DEMAND_KV_ENGINES:
+        return float(isl_tokens) + float(osl_tokens) / 2.0
+    return float(isl_tokens) + float(osl_tokens)
+
+
 def decode_capacity(model: ModelSpec, inst: Instance, context_tokens: float, tpot_s: float,
                     settings: CacheSettings | None = None,
                     reserve_gib_per_gpu: float = ENGINE_RESERVE_GIB_PER_GPU) -> DecodeCapacity:
@@ -231,8 +256,9 @@ def decode_capacity(model: ModelSpec, inst: Instance, context_tokens: float, tpo
     return DecodeCapacity(lo, per_token_s(lo), binding, mem_max, free, per_req, gain)
 
 
-__all__ = ["DecodeCapacity", "ENGINE_RESERVE_GIB_PER_GPU", "KV_MEMORY_FRACTION", "decode_capacity", "decode_step",
-           "decode_step_s", "draft_step_s", "free_cache_bytes_per_gpu", "latency_source", "prefill_latency",
+__all__ = ["DecodeCapacity", "ENGINE_RESERVE_GIB_PER_GPU", "KV_MEMORY_FRACTION", "ON_DEMAND_KV_ENGINES",
+           "decode_capacity", "decode_step", "decode_step_s", "draft_step_s", "free_cache_bytes_per_gpu",
+           "held_context_tokens", "latency_source", "prefill_latency",
            "prefill_time_s", "request_bytes_per_gpu", "requests_fit", "speculative", "speculative_step_s", "tokens_per_step"]
 
 

@@ -12,9 +12,14 @@ linear interpolation between batches) can be checked:
 * **Engine step**: at each step boundary the running decodes take one token each of the budget
   ``engine.chunked_prefill_tokens``; prefill chunks fill the rest first come, first served (a
   started prompt first, then waiting ones, several per step when they fit, a prompt split where
-  the budget ends). A prompt starts only while fewer requests than memory holds
-  (:func:`~prfaas_plan.kvcache.requests_per_instance_memory` at the mean ``isl + osl``) are in
-  the engine. A request arriving during a step waits for its end.
+  the budget ends). A request arriving during a step waits for its end.
+* **Memory** (:class:`_Pool`): KV pages are allocated on demand (vLLM, SGLang:
+  :data:`~prfaas_plan.perf.latency.ON_DEMAND_KV_ENGINES`): a prompt takes its pages at its first
+  chunk, only if they fit beside what the running requests hold after the next step (else
+  admission stops, head of line), and a decoding request grows by the tokens it produces. When
+  the decodes' next tokens do not fit, the newest admitted requests are preempted by recompute
+  (:func:`_preempt`: pages freed, back to the queue's front, the prompt and the output so far
+  re-prefilled, the output kept); ``trtllm`` reserves ``isl + osl`` at admission and never preempts.
 * **Step time**: the kernel model's step, the same functions the closed form uses: a pure
   decode step is :func:`~prfaas_plan.serving.step_table`'s decode step at that (integer) batch; a step with
   one chunk is :func:`~prfaas_plan.perf.ops.mixed_step_ops` for the batch and that chunk (its
@@ -54,7 +59,12 @@ from prfaas_plan.errors import InvalidInput
 from prfaas_plan.hardware import Instance
 from prfaas_plan.kvcache import CacheSettings
 from prfaas_plan.model.arch import ModelSpec
-from prfaas_plan.perf.latency import draft_step_s
+from prfaas_plan.perf.latency import (
+    ON_DEMAND_KV_ENGINES,
+    draft_step_s,
+    free_cache_bytes_per_gpu,
+    request_bytes_per_gpu,
+)
 from prfaas_plan.perf.ops import mixed_step_ops
 from prfaas_plan.serving import SpecDecode, step_table, with_spec
 
@@ -119,12 +129,17 @@ class _Requests:
     start: list = field(default_factory=list)
     first: list = field(default_factory=list)
     finish: list = field(default_factory=list)
-    done: list = field(default_factory=list)  # prompt tokens prefilled
+    done: list = field(default_factory=list)  # tokens prefilled (of ``target``)
+    target: list = field(default_factory=list)  # tokens to prefill: the prompt, or the context after a preemption
+    left: list = field(default_factory=list)  # after a preemption: engine steps still to run
+    total: list = field(default_factory=list)  # decode steps of the request's output
+    preemptions: list = field(default_factory=list)
     scan: int = 0  # every request before this one has finished
 
     def add(self, t: float, arrive: float, isl: int, osl: int, client: int) -> int:
         for col, v in ((self.issue, t), (self.arrive, arrive), (self.isl, isl), (self.osl, osl), (self.client, client),
-                       (self.start, math.nan), (self.first, math.nan), (self.finish, math.nan), (self.done, 0)):
+                       (self.start, math.nan), (self.first, math.nan), (self.finish, math.nan), (self.done, 0),
+                       (self.target, isl), (self.left, 0), (self.total, 0), (self.preemptions, 0)):
             col.append(v)
         return len(self.issue) - 1
 
@@ -184,21 +199,94 @@ class _Source:
         return self.heap[0][0] if self.heap else math.inf
 
 
-def _schedule(queue: deque, reqs: _Requests, avail: int, in_engine: int, fit: int) -> tuple[list, int]:
-    """Prefill chunks of one step, FCFS within ``avail`` tokens: [(request, tokens, prefix)] and
-    the requests in the engine after admitting new prompts (memory permitting)."""
+@dataclass
+class _Pool:
+    """The engine's KV pool in bytes per GPU (all attention DP ranks' pools taken as one), and
+    what the admitted requests hold in it: a request's cache is ``fixed_b + per_token_b x tokens``
+    (the chord of :func:`~prfaas_plan.perf.latency.request_bytes_per_gpu` between the mean
+    ``isl`` and ``isl + osl``: exact for full and MLA attention and fixed states). A prefilling
+    request holds the pages of its whole prompt from its first chunk (``reserved``); a decoding one
+    grows by ``rate`` tokens a step from ``base`` tokens at step ``s0`` (``decoding``: request ->
+    (base, s0, rate, finishing step)), summed as ``fixed + slope x step`` so a step costs O(1)."""
+
+    capacity_b: float
+    fixed_b: float
+    per_token_b: float
+    reserved: dict = field(default_factory=dict)  # prefilling request -> bytes
+    decoding: dict = field(default_factory=dict)
+    admitted: dict = field(default_factory=dict)  # every request holding pages, in admission order
+    held_b: float = 0.0  # reserved bytes + the decodes' bytes at step 0 of their lines
+    slope_b: float = 0.0  # the decodes' growth, bytes per step
+
+    def used_b(self, step: int) -> float:
+        """Bytes held once step ``step`` has written its tokens."""
+        return self.held_b + self.slope_b * (step + 1)
+
+    def admit(self, r: int, tokens: int) -> None:
+        b = self.fixed_b + self.per_token_b * tokens
+        self.reserved[r], self.admitted[r] = b, None
+        self.held_b += b
+
+    def to_decode(self, r: int, base: int, s0: int, rate: float, finish_step: int) -> None:
+        self.held_b -= self.reserved.pop(r)
+        self.decoding[r] = (base, s0, rate, finish_step)
+        self.held_b += self.fixed_b + self.per_token_b * (base - rate * s0)
+        self.slope_b += self.per_token_b * rate
+
+    def release(self, r: int) -> tuple | None:
+        """Free ``r``'s pages; its decode line (base, s0, rate, finishing step) if it was decoding."""
+        self.admitted.pop(r, None)
+        if r in self.reserved:
+            self.held_b -= self.reserved.pop(r)
+            return None
+        base, s0, rate, fin = line = self.decoding.pop(r)
+        self.held_b -= self.fixed_b + self.per_token_b * (base - rate * s0)
+        self.slope_b -= self.per_token_b * rate
+        return line
+
+
+def _schedule(queue: deque, reqs: _Requests, avail: int, pool: _Pool, step: int) -> list:
+    """Prefill chunks of one step, FCFS within ``avail`` tokens: [(request, tokens, prefix)]; a
+    request not yet holding pages is admitted only if its prompt's pages fit the pool beside the
+    decodes' next step (else admission stops: head-of-line, as vLLM V1's waiting loop does)."""
     chunks = []
     for r in queue:
         if avail <= 0:
             break
-        if reqs.done[r] == 0 and math.isnan(reqs.start[r]):
-            if in_engine >= fit:
+        if r not in pool.admitted:
+            tokens = reqs.target[r]
+            if pool.fixed_b + pool.per_token_b * tokens > pool.capacity_b - pool.used_b(step):
                 break
-            in_engine += 1
-        take = min(avail, reqs.isl[r] - reqs.done[r])
+            pool.admit(r, tokens)
+        take = min(avail, reqs.target[r] - reqs.done[r])
         chunks.append((r, take, reqs.done[r]))
         avail -= take
-    return chunks, in_engine
+    return chunks
+
+
+def _preempt(pool: _Pool, queue: deque, reqs: _Requests, finishing: dict, step: int) -> int:
+    """Preempt the newest admitted requests until the decodes' next token fits the pool (vLLM:
+    recompute preemption of the lowest-priority, last-scheduled request; SGLang: retraction): a
+    victim frees its pages and goes back to the queue's front to re-prefill its prompt and the
+    tokens it has produced, keeping its output (its remaining decode steps continue after the
+    re-prefill, whose step yields its next token). Returns the decodes preempted."""
+    preempted = 0
+    while pool.admitted and pool.used_b(step) > pool.capacity_b:
+        r = next(reversed(pool.admitted))
+        line = pool.release(r)
+        reqs.preemptions[r] += 1
+        if line is None:  # mid-prefill: start its prompt again
+            reqs.done[r] = 0
+            continue
+        base, s0, rate, fin = line
+        finishing[fin].remove(r)
+        done_steps = step - s0  # steps s0 .. step - 1 have run
+        reqs.target[r] = int(round(base + rate * done_steps))
+        reqs.left[r] = fin - step + 1  # steps still to run (step .. fin), the re-prefill's counting as one
+        reqs.done[r] = 0
+        queue.appendleft(r)
+        preempted += 1
+    return preempted
 
 
 def _decode_steps(rng: np.random.Generator | None, rates: np.ndarray, tokens: int) -> int:
@@ -212,14 +300,36 @@ def _decode_steps(rng: np.random.Generator | None, rates: np.ndarray, tokens: in
     return int(np.searchsorted(np.cumsum(gained), tokens)) + 1
 
 
-def _run(steps: _StepTimes, source: _Source, reqs: _Requests, duration_s: float, warmup_s: float,
+def _prompt_done(r: int, t: float, step_no: int, reqs: _Requests, pool: _Pool, finishing: dict, source: _Source,
+                 closed: bool, duration_s: float, accept) -> int:
+    """Request ``r``'s prefill (or re-prefill) ended at ``t`` with step ``step_no``: its first
+    token (TTFT) the first time; then it decodes, or finishes. Returns the change of the decode batch."""
+    if math.isnan(reqs.first[r]):
+        reqs.first[r] = t
+        left = _decode_steps(*accept, reqs.osl[r] - 1)
+        total = left
+    else:  # a preempted request's re-prefill step yields its next token
+        left, total = reqs.left[r] - 1, reqs.total[r]
+    if left <= 0:
+        pool.release(r)
+        _finish(reqs, r, t, source, closed, duration_s)
+        return 0
+    reqs.total[r] = total
+    fin = step_no + left
+    rate = (reqs.osl[r] - 1) / total  # tokens a step (1 without speculative decoding)
+    pool.to_decode(r, reqs.target[r], step_no + 1, rate, fin)
+    finishing.setdefault(fin, []).append(r)
+    return 1
+
+
+def _run(steps: _StepTimes, source: _Source, reqs: _Requests, pool: _Pool, duration_s: float, warmup_s: float,
          closed: bool, accept: tuple[np.random.Generator | None, np.ndarray]) -> dict:
     """The step loop; returns time-weighted figures over the steps starting in the window."""
-    budget, fit, per_decode = steps.table.budget, steps.table.fit, steps.k + 1
+    budget, per_decode = steps.table.budget, steps.k + 1
     queue: deque = deque()  # requests waiting for or in prefill, FCFS
     finishing: dict[int, list[int]] = {}  # step index -> requests whose last token it yields
-    t, step_no, batch, in_engine = 0.0, 0, 0, 0
-    acc = dict(time_s=0.0, batch_s=0.0, chunk_s=0.0, steps=0)
+    t, step_no, batch = 0.0, 0, 0
+    acc = dict(time_s=0.0, batch_s=0.0, chunk_s=0.0, steps=0, preemptions=0)
     while True:
         queue.extend(source.pop_until(t))
         if not queue and batch == 0:
@@ -228,7 +338,11 @@ def _run(steps: _StepTimes, source: _Source, reqs: _Requests, duration_s: float,
                 break
             t = nxt
             continue
-        chunks, in_engine = _schedule(queue, reqs, budget - batch * per_decode, in_engine, fit)
+        if batch:
+            gone = _preempt(pool, queue, reqs, finishing, step_no)
+            batch -= gone
+            acc["preemptions"] += gone
+        chunks = _schedule(queue, reqs, budget - batch * per_decode, pool, step_no)
         s = steps(batch, tuple((c[1], c[2]) for c in chunks))
         if warmup_s <= t < duration_s:
             acc["time_s"] += s
@@ -237,22 +351,19 @@ def _run(steps: _StepTimes, source: _Source, reqs: _Requests, duration_s: float,
             acc["steps"] += 1
         t += s
         for r, take, _ in chunks:
-            if reqs.done[r] == 0:
+            if math.isnan(reqs.start[r]):
                 reqs.start[r] = t - s
             reqs.done[r] += take
-            if reqs.done[r] == reqs.isl[r]:
-                queue.popleft()  # FCFS: a finished prompt is the queue's head
-                reqs.first[r] = t
-                if reqs.osl[r] == 1:
-                    _finish(reqs, r, t, source, closed, duration_s)
-                    in_engine -= 1
+            if reqs.done[r] == reqs.target[r]:
+                if queue[0] == r:  # FCFS: a finished prompt is the queue's head
+                    queue.popleft()
                 else:
-                    finishing.setdefault(step_no + _decode_steps(*accept, reqs.osl[r] - 1), []).append(r)
-                    batch += 1
+                    queue.remove(r)
+                batch += _prompt_done(r, t, step_no, reqs, pool, finishing, source, closed, duration_s, accept)
         for r in finishing.pop(step_no, ()):
+            pool.release(r)
             _finish(reqs, r, t, source, closed, duration_s)
             batch -= 1
-            in_engine -= 1
         step_no += 1
         if t >= duration_s and _all_done(reqs, duration_s, t):
             break
@@ -305,6 +416,20 @@ def _check(isl, osl, rate_rps, concurrency, duration_s, warmup_s, seed, sigma) -
         raise InvalidInput(f"length_sigma: must be a number >= 0, got {sigma!r}")
 
 
+def _pool(model: ModelSpec, inst: Instance, isl: int, osl: int, settings: CacheSettings | None) -> _Pool:
+    """The instance's KV pool (:func:`~prfaas_plan.perf.latency.free_cache_bytes_per_gpu` on each
+    of its attention DP ranks) and the chord of one request's cache between ``isl`` and ``isl + osl``
+    tokens; an engine that reserves a request's final length up front (not in
+    :data:`~prfaas_plan.perf.latency.ON_DEMAND_KV_ENGINES`) is charged ``isl + osl`` from its first
+    chunk and never grows."""
+    free = free_cache_bytes_per_gpu(model, inst) * inst.parallel.attn_dp
+    lo, hi = (float(request_bytes_per_gpu(model, inst, n, settings)) for n in (isl, isl + osl))
+    if inst.engine_profile.kernel_engine not in ON_DEMAND_KV_ENGINES:
+        return _Pool(free, hi, 0.0)
+    per_token = (hi - lo) / osl
+    return _Pool(free, lo - per_token * isl, per_token)
+
+
 def simulate_colocated(model: ModelSpec, inst: Instance, isl_tokens: int, osl_tokens: int,
                        rate_rps: float | None = None, concurrency: int | None = None,
                        duration_s: float = DEFAULT_COLOCATED_DURATION_S, seed: int = 0,
@@ -336,9 +461,10 @@ def simulate_colocated(model: ModelSpec, inst: Instance, isl_tokens: int, osl_to
     stagger = 0.0 if clients is None else osl_tokens * steps(min(clients, steps.table.fit), ())
     source = _Source(rng, reqs, int(isl_tokens), int(osl_tokens), float(length_sigma), steps.table.request_s,
                      None if rate_rps is None else float(rate_rps), clients, stagger, bool(overhead_jitter))
-    acc = _run(steps, source, reqs, float(duration_s), warm, clients is not None, accept)
+    acc = _run(steps, source, reqs, _pool(model, inst, int(isl_tokens), int(osl_tokens), settings), float(duration_s),
+               warm, clients is not None, accept)
     df = pd.DataFrame({"issue_s": reqs.issue, "arrive_s": reqs.arrive, "isl_tokens": reqs.isl, "osl_tokens": reqs.osl, "start_s": reqs.start,
-                       "first_token_s": reqs.first, "finish_s": reqs.finish})
+                       "first_token_s": reqs.first, "finish_s": reqs.finish, "preemptions": reqs.preemptions})
     df.insert(0, "id", np.arange(len(df)))
     df["ttft_s"] = df["first_token_s"] - df["issue_s"]
     df["tpot_s"] = ((df["finish_s"] - df["first_token_s"]) / (df["osl_tokens"] - 1)).where(df["osl_tokens"] > 1)
@@ -353,7 +479,7 @@ def simulate_colocated(model: ModelSpec, inst: Instance, isl_tokens: int, osl_to
                    mean_step_s=acc["time_s"] / acc["steps"] if acc["steps"] else math.nan,
                    batch=acc["batch_s"] / acc["time_s"] if acc["time_s"] else 0.0,
                    prefill_share=acc["chunk_s"] / acc["time_s"] if acc["time_s"] else 0.0,
-                   steps=acc["steps"], end_s=float(m["finish_s"].max()) if len(m) else math.nan)
+                   steps=acc["steps"], preemptions=int(m["preemptions"].sum()), end_s=float(m["finish_s"].max()) if len(m) else math.nan)
     return df, summary
 
 

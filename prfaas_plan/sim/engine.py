@@ -77,6 +77,11 @@ class Engine:
         self.horizon_s, self.n = source.horizon_s, source.n
         self.schedule = capacity_schedule(link_events, setup.link_bits_per_s, setup.link_efficiency)
         self.scheduler = scheduler_for(policy, setup)
+        # at each tick: only the rebalancer moves instances, only adaptive policies move t
+        self.rebalances, self.adapts = policy.rebalances, policy.adapts_threshold
+        self.fixed_threshold = self.scheduler.threshold_tokens()
+        self.observes = self.scheduler.observes_arrivals
+        self.ticks = sink.ticks
         self.local_cache = LRUPrefixCache(setup.cache_blocks)
         remote_blocks = setup.cache_blocks if setup.remote_cache_blocks is None else setup.remote_cache_blocks
         self.remote_cache = LRUPrefixCache(remote_blocks)
@@ -100,6 +105,7 @@ class Engine:
         self.local_waiting: list[float] = []
         self.decode_waiting: list[float] = []
         self.decode_ends: list[float] = []  # end times of admitted requests (for occupancy)
+        self.queues = (self.remote_waiting, self.local_waiting, self.decode_waiting, self.decode_ends)
         self.step_s, self.n_layers, self.rtt_s = s.decode_step_s, s.n_layers, s.rtt_s
         self.heap: list[tuple[float, int, int]] = [(t, LINK_CAPACITY, i) for i, (t, _) in enumerate(self.schedule[1:], 1)]
         heapq.heapify(self.heap)
@@ -182,6 +188,7 @@ class Engine:
         self.wait, self.prefill, self.transfer = r["wait"], r["prefill"], r["transfer"]
         self.decode_wait, self.ttft, self.end = r["decode_wait"], r["ttft"], r["end"]
         self.ring_arrival, self.ring_output, self.mask = ring.arrival, ring.output, ring.cap - 1
+        self.ring_left, self.ring_shift = ring.left, ring.shift
 
     # -- the loop -----------------------------------------------------------------------------
     def run(self) -> None:
@@ -191,29 +198,35 @@ class Engine:
         kv_ready = self._admit_decode if self.staging is None and self.buffer_bytes is None else self._on_kv_ready
         handlers = (self._on_link_capacity, None, self._on_transfer_join, self._on_remote_prefill_end,
                     self._on_local_prefill_end, kv_ready, self._on_decode_end)
+        on_tick, on_arrival = self._on_sampling_tick, self._on_arrival
         handled = 0
+        top = None
         while True:
             t_arrival, t_tick = self.next_arrival_s, self.next_tick_s
             t_bound = t_tick if t_tick <= t_arrival else t_arrival
             while True:  # the heap's and the link's events before the next tick or arrival
-                t_heap = heap[0][0] if heap else _INF
+                if heap:
+                    top = heap[0]
+                    t_heap = top[0]
+                else:
+                    t_heap = _INF
                 t_link = self.link_done_s
-                if t_link < t_heap or (t_link == t_heap < _INF and heap[0][1] != LINK_CAPACITY):
+                if t_link < t_heap or (t_link == t_heap < _INF and top[1] != LINK_CAPACITY):
                     if t_link >= t_bound:
                         break
                     link_finish(t_link)
                 else:
                     if t_heap >= t_bound:
                         break
-                    now, kind, payload = heappop(heap)
+                    heappop(heap)
                     handled += 1
-                    handlers[kind](now, payload)
+                    handlers[top[1]](t_heap, top[2])
             if t_bound == _INF:
                 break  # no tick, arrival or event left
             if t_tick <= t_arrival:
-                self._on_sampling_tick(t_tick)
+                on_tick(t_tick)
             else:
-                self._on_arrival(t_arrival)
+                on_arrival(t_arrival)
         self.ring.flush(self.sink, everything=True)
         self.events += handled + self.n
         if self.progress is not None:
@@ -230,8 +243,8 @@ class Engine:
             k = 0
         self.next_arrival_s = (self.arrival_s[k + 1] if k + 1 < self.chunk_len else
                                float(self.pending.arrival_s[0]) if self.pending is not None else _INF)
-        if self.progress is not None and self.next_rid % self.progress_every == 0:
-            self.progress(self.next_rid / self.n)
+        if self.progress is not None and (rid + 1) % self.progress_every == 0:
+            self.progress((rid + 1) / self.n)
         input_tokens = self.input_tokens[k]
         if self.caching:
             remote = self._route_cached(rid, k, input_tokens)
@@ -242,7 +255,7 @@ class Engine:
                                                                                     self.route_u[k])
             self.last_route_tokens, self.last_hit_tokens = input_tokens, 0
         prefill_s = self._start_remote_prefill(rid, k, now) if remote else self._start_local_prefill(rid, k, now)
-        if self.scheduler.observes_arrivals:  # offered work counted at arrival, so a bottleneck cannot hide demand
+        if self.observes:  # offered work counted at arrival, so a bottleneck cannot hide demand
             decode_s = (self.output_tokens[k] or 1) * self.step_s
             self.scheduler.observe(self.last_route_tokens, decode_s, prefill_s, remote)
 
@@ -283,8 +296,9 @@ class Engine:
         """A remote prefill starts at ``start`` (its server taken): its transfer joins the link
         after its first layer."""
         self.job_bits[rid] = bits
-        heappush(self.heap, (start + transfer_join_s(prefill_s, self.n_layers), TRANSFER_JOIN, rid))
-        heappush(self.heap, (start + prefill_s, REMOTE_PREFILL_END, rid))
+        heap = self.heap
+        heappush(heap, (start + transfer_join_s(prefill_s, self.n_layers), TRANSFER_JOIN, rid))
+        heappush(heap, (start + prefill_s, REMOTE_PREFILL_END, rid))
         j = rid & self.mask
         self.path[j], self.hit_tokens[j], self.uncached[j] = 1, hit, uncached
         self.wait[j], self.prefill[j] = start - arrival_s, prefill_s
@@ -410,11 +424,12 @@ class Engine:
         # a hair short (otherwise the event could repeat without progress)
         if finish and finish[0][0] > link.v:
             link.v = finish[0][0]
-        tol = 1e-9 * (abs(link.v) + 1.0)
-        while finish and finish[0][0] <= link.v + tol:
+        limit = link.v + 1e-9 * (abs(link.v) + 1.0)
+        prefill_ended = self.prefill_ended
+        while finish and finish[0][0] <= limit:
             rid = heappop(finish)[1]
             link.n -= 1
-            ended = self.prefill_ended.pop(rid, None)
+            ended = prefill_ended.pop(rid, None)
             if ended is None:
                 self.transfer_done.add(rid)  # prefill still running
             else:
@@ -449,15 +464,16 @@ class Engine:
         free = slots[0]
         start = free if free > now else now
         j = rid & self.mask
-        end = start + (self.ring_output[j] or 1) * self.step_s
+        step_s = self.step_s
+        end = start + (self.ring_output[j] or 1) * step_s
         heapreplace(slots, end)
         heappush(self.decode_ends, end)
         if start > now:
             heappush(self.decode_waiting, start)
         self.decode_wait[j] = start - now
-        self.ttft[j] = start + self.step_s - self.ring_arrival[j]
+        self.ttft[j] = start + step_s - self.ring_arrival[j]
         self.end[j] = end
-        self.ring.left[rid >> self.ring.shift] -= 1
+        self.ring_left[rid >> self.ring_shift] -= 1
 
     # -- staging memory and the transfer buffer ------------------------------------------------
     def _try_reserve(self, now: float, rid: int) -> bool:
@@ -571,33 +587,49 @@ class Engine:
         """Every ``policy.period_s``: the long-term rule's turn, one time-series row (columns
         :data:`outputs.TIMESERIES_COLUMNS`), then the short-term rule's turn."""
         scheduler, link = self.scheduler, self.link
-        scheduler.on_period(now, self)
+        if self.rebalances:
+            scheduler.on_period(now, self)
         period_s = self.policy.period_s
         link.advance(now)
-        sent = link.bits_sent - self.last_bits_sent
-        offered = link.capacity_time - self.last_capacity_time
-        self.last_bits_sent, self.last_capacity_time = link.bits_sent, link.capacity_time
-        util = sent / offered if offered > 0 else 0.0
-        demand = (self.bits_routed - self.last_bits_routed) / offered if offered > 0 else 0.0
-        self.last_bits_routed = self.bits_routed
-        queues = (self.remote_waiting, self.local_waiting, self.decode_waiting, self.decode_ends)
-        for queue in queues:  # drop the start (end) times that have passed: what is left is still ahead
-            while queue and queue[0] <= now:
-                heappop(queue)
-        remote_queue, local_queue, decode_queue, admitted = map(len, queues)
+        bits_sent, capacity_time, bits_routed = link.bits_sent, link.capacity_time, self.bits_routed
+        sent = bits_sent - self.last_bits_sent
+        offered = capacity_time - self.last_capacity_time
+        if offered > 0:
+            util, demand = sent / offered, (bits_routed - self.last_bits_routed) / offered
+        else:
+            util = demand = 0.0
+        self.last_bits_sent, self.last_capacity_time, self.last_bits_routed = bits_sent, capacity_time, bits_routed
+        # drop the start (end) times that have passed: what is left is still ahead
+        remote_waiting, local_waiting, decode_waiting, decode_ends = self.queues
+        while remote_waiting and remote_waiting[0] <= now:
+            heappop(remote_waiting)
+        while local_waiting and local_waiting[0] <= now:
+            heappop(local_waiting)
+        while decode_waiting and decode_waiting[0] <= now:
+            heappop(decode_waiting)
+        while decode_ends and decode_ends[0] <= now:
+            heappop(decode_ends)
+        decode_queue, admitted = len(decode_waiting), len(decode_ends)
         if self.staging is not None:
             decode_queue = sum(map(len, self.dec_queue))
             admitted += decode_queue
             self.held_samples.append(self.held / len(self.dec_used))
-        remote_queue += len(self.remote_fifo)
-        local_queue += len(self.local_fifo)
+        remote_queue = len(remote_waiting) + len(self.remote_fifo)
+        local_queue = len(local_waiting) + len(self.local_fifo)
         n_pd_p, n_pd_d = len(self.local_servers), len(self.decode_slots)
-        scheduler.adapt(demand, remote_queue, local_queue, n_pd_p)
-        self.sink.tick((
+        if self.adapts:
+            scheduler.adapt(demand, remote_queue, local_queue, n_pd_p)
+            threshold = scheduler.threshold_tokens()
+        else:
+            threshold = self.fixed_threshold
+        self.ticks.append((
             now, sent / period_s / GBPS_BITS_PER_S, util, demand, offered / period_s / GBPS_BITS_PER_S, link.n,
             remote_queue, local_queue, decode_queue, max(admitted - decode_queue, 0),  # busy: admitted, not waiting
-            n_pd_d * self.setup.decode_batch_max, scheduler.threshold_tokens(), n_pd_p, n_pd_d,
+            n_pd_d * self.setup.decode_batch_max, threshold, n_pd_p, n_pd_d,
         ))
+        if len(self.ticks) >= self.sink.tick_rows:
+            self.sink.flush_ticks()
+            self.ticks = self.sink.ticks
         next_tick_s = now + period_s
         self.next_tick_s = next_tick_s if next_tick_s <= self.horizon_s else _INF
 

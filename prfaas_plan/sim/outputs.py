@@ -46,7 +46,10 @@ class Sink:
         self.totals, self.paths = totals, paths or {}
         self.kept: dict[str, list[pd.DataFrame]] | None = {"requests": [], "timeseries": []} if totals is None else None
         self.writers: dict = {}
+        # time-series rows (TIMESERIES_COLUMNS) the engine appends; at tick_rows it calls flush_ticks
+        # and appends to the new list
         self.ticks: list[tuple] = []
+        self.tick_rows = TIMESERIES_CHUNK_ROWS
         self.tokens = np.zeros((len(PATH_NAMES), 2), dtype=np.int64)  # per path: hit, input tokens
 
     def add(self, kind: str, frame: pd.DataFrame) -> None:
@@ -62,13 +65,7 @@ class Sink:
         else:
             self.totals.add(kind, frame)
 
-    def tick(self, row: tuple) -> None:
-        """One time-series row (columns TIMESERIES_COLUMNS)."""
-        self.ticks.append(row)
-        if len(self.ticks) >= TIMESERIES_CHUNK_ROWS:
-            self._flush_ticks()
-
-    def _flush_ticks(self) -> None:
+    def flush_ticks(self) -> None:
         """Hand on the time-series rows gathered so far as one frame (one float conversion of all
         rows, counts cast back to int64: whole numbers, exact as floats)."""
         if self.ticks:
@@ -92,7 +89,7 @@ class Sink:
 
     def close(self) -> tuple[pd.DataFrame, pd.DataFrame] | None:
         """Finish the files; the (requests, timeseries) frames when kept in memory, else None."""
-        self._flush_ticks()
+        self.flush_ticks()
         frames = None
         if self.kept is not None:
             ts = self.kept["timeseries"]

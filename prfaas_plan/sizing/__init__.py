@@ -8,12 +8,15 @@ in one :class:`~prfaas_plan.sizing.result.SizingResult`: PrfaaS-PD (cross-site),
 each GPU type, colocated serving on each GPU type (:mod:`.colocated`), and naive heterogeneous
 (every request prefilled on the PrfaaS site, the local site only decodes: the planner's
 baseline). Costs are $/hour of GPUs (hardware_db rental prices) + link (:mod:`.tiers`) + energy
-(:mod:`prfaas_plan.energy`). Rates are requests/s, times seconds.
+(:mod:`prfaas_plan.energy`). :func:`prepare` builds what does not depend on the target rate or
+the TTFT SLO once (a :class:`SizingSetup`); :func:`size_prepared` sizes one target on it, as a
+frontier does per point. Rates are requests/s, times seconds.
 """
 
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -120,8 +123,8 @@ def _prfaas_pd(ctx: Context, remote: list[PoolProfile], local: list[PoolProfile]
     order of a lower bound (decode pool + :func:`_prefill_bound`); a pair whose bound, or whose
     MILP cost with every cap at 1, is not below the best plan found is skipped
     (:data:`~prfaas_plan.sizing.search.STOPPING_RULE`)."""
-    from prfaas_plan.sizing.milp import Routing, solve_cost
-    from prfaas_plan.sizing.search import decode_pool, instance_usd_per_hour, problem, size_combination
+    from prfaas_plan.sizing.milp import Routing
+    from prfaas_plan.sizing.search import cost_solution, decode_pool, instance_usd_per_hour, problem, size_combination
 
     pairs = []
     for r, lp in ((r, lp) for r in remote for lp in local if r.prefill_s is not None and lp.prefill_s is not None):
@@ -136,7 +139,7 @@ def _prfaas_pd(ctx: Context, remote: list[PoolProfile], local: list[PoolProfile]
         beaten = best is not None and best.feasible
         if beaten and bound >= best.usd_per_hour * (1 - 1e-12):
             break
-        first = solve_cost(problem(ctx, r, lp), Routing())
+        first = cost_solution(ctx, problem(ctx, r, lp), r, lp, Routing())
         solves += 1
         if beaten and (first is None or first.prefill_usd_per_hour + first.link_usd_per_hour + decode_usd
                        >= best.usd_per_hour * (1 - 1e-12)):
@@ -185,6 +188,70 @@ def _others(ctx: Context, ids: tuple[str, ...], remote: list[PoolProfile], local
     return out, solves
 
 
+@dataclass(frozen=True)
+class SizingSetup:
+    """What every sizing of one scenario, grid and TPOT SLO shares, whatever the target rate or
+    TTFT SLO: the :class:`~prfaas_plan.sizing.search.Context` (planner inputs, buckets, tiers,
+    sites, instance limit, and the memo of solves and TTFT quantiles), the GPU ids, the PrfaaS-site
+    and local-site instance types (:func:`_profiles`) and the notes on those skipped. Made by
+    :func:`prepare`; :func:`size_prepared` sizes one target on it (a frontier prepares once)."""
+
+    ctx: Context
+    ids: tuple[str, ...]
+    remote: tuple[PoolProfile, ...]
+    local: tuple[PoolProfile, ...]
+    skipped: tuple[str, ...]
+
+    @property
+    def slo(self) -> SizingSLO:
+        """The SLOs it was prepared with (the TPOT SLO is fixed; the TTFT SLO may change per sizing)."""
+        return self.ctx.slo
+
+
+def prepare(sc: Scenario, slo: SizingSLO | None = None, *, gpus: tuple[str, ...] | None = None,
+            link_tiers: tuple[LinkTier, ...] | None = None, layouts: tuple[str, ...] | None = None,
+            max_instances_per_role: int = 64, sites: dict[str, SiteEnergy] | None = None,
+            n_buckets: int = DEFAULT_BUCKETS) -> SizingSetup:
+    """The :class:`SizingSetup` of :func:`size`'s arguments but the target rate (``slo``: its TPOT
+    SLO sets the decode capacity; default the scenario's SLOs)."""
+    from prfaas_plan.energy import default_sites
+
+    _check(1.0, max_instances_per_role, slo)
+    spec_slo = sc.spec.slo
+    slo = slo or SizingSLO(spec_slo.ttft_s, spec_slo.ttft_quantile, spec_slo.tpot_s)
+    sc = _scenario_for(sc, slo)
+    ids = _gpu_ids(sc, gpus)
+    tiers = load_link_tiers() if link_tiers is None else tuple(link_tiers)
+    ctx = sizing_context(sc, 1.0, slo, tiers, sites or default_sites(), max_instances_per_role, n_buckets)
+    remote, local, skipped = _profiles(sc, ids, layouts, ctx.b.tokens)
+    return SizingSetup(ctx, ids, tuple(remote), tuple(local), skipped)
+
+
+def size_prepared(setup: SizingSetup, target_rps: float, slo: SizingSLO | None = None) -> SizingResult:
+    """:func:`size` on a prepared setup: ``target_rps`` (requests/s) within ``slo`` (default the
+    setup's; its TPOT SLO must be the setup's, the TTFT SLO and percentile may differ)."""
+    _check(target_rps, setup.ctx.max_instances, slo)
+    slo = slo or setup.slo
+    if slo.tpot_s != setup.slo.tpot_s:
+        raise InvalidInput(f"slo.tpot_s: {slo.tpot_s!r} is not the {setup.slo.tpot_s!r} the setup was prepared "
+                           "with (decode capacity depends on it); prepare another setup for that TPOT SLO")
+    from dataclasses import replace
+
+    from prfaas_plan.sizing.search import STOPPING_RULE
+
+    ctx = replace(setup.ctx, target_rps=float(target_rps), slo=slo)  # the memo is shared
+    remote, local = list(setup.remote), list(setup.local)
+    best_pd, solves = _prfaas_pd(ctx, remote, local)
+    others, more = _others(ctx, setup.ids, remote, local)
+    candidates = (best_pd, *others)
+    feasible = [c for c in candidates if c.feasible]
+    if not feasible:
+        raise Infeasible(f"infeasible: no deployment serves {target_rps:g} req/s within the SLOs; binding "
+                         f"constraint: {best_pd.reason}")
+    return SizingResult(float(target_rps), slo, min(feasible, key=lambda c: c.usd_per_hour), candidates,
+                        solves + more, STOPPING_RULE, setup.skipped)
+
+
 def size(sc: Scenario, target_rps: float, slo: SizingSLO | None = None, *, gpus: tuple[str, ...] | None = None,
          link_tiers: tuple[LinkTier, ...] | None = None, layouts: tuple[str, ...] | None = None,
          max_instances_per_role: int = 64, sites: dict[str, SiteEnergy] | None = None,
@@ -195,29 +262,13 @@ def size(sc: Scenario, target_rps: float, slo: SizingSLO | None = None, *, gpus:
     pool's own), link tiers (default ``cost_db/link_tiers.yaml``), at most
     ``max_instances_per_role`` instances per pool, site energy ``sites`` (default
     ``cost_db/sites.yaml``), on ``n_buckets`` length buckets (the planner's default, so that a target of ``plan``'s Lambda_max
-    is sized on the same model). Raises :class:`InvalidInput` for bad
+    is sized on the same model): :func:`size_prepared` on :func:`prepare`. Raises :class:`InvalidInput` for bad
     input and :class:`Infeasible` (naming the binding constraint) when no candidate can serve it."""
-    from prfaas_plan.energy import default_sites
-
     _check(target_rps, max_instances_per_role, slo)
-    spec_slo = sc.spec.slo
-    slo = slo or SizingSLO(spec_slo.ttft_s, spec_slo.ttft_quantile, spec_slo.tpot_s)
-    sc = _scenario_for(sc, slo)
-    ids = _gpu_ids(sc, gpus)
-    tiers = load_link_tiers() if link_tiers is None else tuple(link_tiers)
-    ctx = sizing_context(sc, target_rps, slo, tiers, sites or default_sites(), max_instances_per_role, n_buckets)
-    remote, local, skipped = _profiles(sc, ids, layouts, ctx.b.tokens)
-    best_pd, solves = _prfaas_pd(ctx, remote, local)
-    others, more = _others(ctx, ids, remote, local)
-    candidates = (best_pd, *others)
-    feasible = [c for c in candidates if c.feasible]
-    if not feasible:
-        raise Infeasible(f"infeasible: no deployment serves {target_rps:g} req/s within the SLOs; binding "
-                         f"constraint: {best_pd.reason}")
-    from prfaas_plan.sizing.search import STOPPING_RULE
-
-    return SizingResult(float(target_rps), slo, min(feasible, key=lambda c: c.usd_per_hour), candidates,
-                        solves + more, STOPPING_RULE, skipped)
+    setup = prepare(sc, slo, gpus=gpus, link_tiers=link_tiers, layouts=layouts,
+                    max_instances_per_role=max_instances_per_role, sites=sites, n_buckets=n_buckets)
+    return size_prepared(setup, target_rps)
 
 
-__all__ = ["LinkTier", "SizedPlan", "SizedPool", "SizingResult", "SizingSLO", "load_link_tiers", "size", "sizing_context"]
+__all__ = ["LinkTier", "SizedPlan", "SizedPool", "SizingResult", "SizingSLO", "SizingSetup", "load_link_tiers", "prepare",
+           "size", "size_prepared", "sizing_context"]

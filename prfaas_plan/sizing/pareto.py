@@ -2,9 +2,12 @@
 
 :func:`frontier_cost_vs_ttft` sizes one target rate under a sweep of percentile TTFT SLOs;
 :func:`frontier_cost_vs_rate` sizes a sweep of target rates under one SLO. Each point is one
-:func:`prfaas_plan.sizing.size` call, run in this process (``executor="serial"``) or on a
-dask.distributed cluster (``executor="dask"``, a LocalCluster unless a ``scheduler`` is given),
-with a rich progress bar on stderr; points come back in the order given on either executor.
+:func:`prfaas_plan.sizing.size_prepared` call on a setup :func:`prfaas_plan.sizing.prepare` made
+once (the instance types, and the MILP solves and TTFT quantiles the points share: the answer is
+``size``'s), run in this process (``executor="serial"``) or on a dask.distributed cluster
+(``executor="dask"``, a LocalCluster unless a ``scheduler`` is given; one task per worker, each
+preparing once), with a rich progress bar on stderr; points come back in the order given on either
+executor.
 
 The frame is long (tidy): per point, one ``series="winner"`` row (the plan ``size`` picks) and one
 row per candidate kind (``series`` = the kind: its cheapest feasible candidate over the GPU types,
@@ -35,6 +38,7 @@ if TYPE_CHECKING:
     import pandas as pd
 
     from prfaas_plan.scenario import Scenario
+    from prfaas_plan.sizing import SizingSetup
     from prfaas_plan.sizing.result import SizedPlan, SizingResult, SizingSLO
 
 FRONTIER_EXECUTORS = ("serial", "dask")
@@ -85,14 +89,15 @@ def _best_of_kinds(res: SizingResult) -> list[SizedPlan]:
     return list(best.values())
 
 
-def size_point(sc: Scenario, target_rps: float, slo: SizingSLO | None, size_kwargs: dict) -> list[dict[str, Any]]:
-    """The rows of one frontier point: ``size``'s winner and the best of each candidate kind; a
-    single infeasible winner row when ``size`` raises :class:`~prfaas_plan.errors.Infeasible`
-    (``binding``: the constraint its message names after "binding constraint: ")."""
-    from prfaas_plan.sizing import size
+def size_point(setup: SizingSetup, target_rps: float, slo: SizingSLO | None) -> list[dict[str, Any]]:
+    """The rows of one frontier point: :func:`~prfaas_plan.sizing.size_prepared`'s winner and the
+    best of each candidate kind; a single infeasible winner row when it raises
+    :class:`~prfaas_plan.errors.Infeasible` (``binding``: the constraint its message names after
+    "binding constraint: ")."""
+    from prfaas_plan.sizing import size_prepared
 
     try:
-        res = size(sc, target_rps, slo, **size_kwargs)
+        res = size_prepared(setup, target_rps, slo)
     except Infeasible as exc:
         binding = re.search(r"binding constraint: ([\w.-]+)", str(exc))
         return [{"series": "winner", "feasible": False, "binding": binding.group(1) if binding else "",
@@ -100,14 +105,29 @@ def size_point(sc: Scenario, target_rps: float, slo: SizingSLO | None, size_kwar
     return [{"series": "winner", **res.winner.row()}] + [{"series": p.kind, **p.row()} for p in _best_of_kinds(res)]
 
 
+def size_points(sc: Scenario, points: list[tuple[int, float, SizingSLO | None]],
+                size_kwargs: dict) -> list[tuple[int, list[dict[str, Any]]]]:
+    """The rows of several points ``(index, target_rps, slo)`` of one frontier, on one
+    :func:`~prfaas_plan.sizing.prepare` of ``size_kwargs`` (instance types built once, solves and
+    TTFT quantiles shared): what one dask task runs."""
+    from prfaas_plan.sizing import prepare
+
+    setup = prepare(sc, points[0][2], **size_kwargs)
+    return [(i, size_point(setup, rps, slo)) for i, rps, slo in points]
+
+
 # ----------------------------------------------------------------------------- executors
 def _run_points(sc: Scenario, points: list[tuple[float, SizingSLO | None]], size_kwargs: dict, executor: str,
                 workers: int | None, scheduler: Any, progress: bool | None, name: str) -> list[list[dict]]:
-    """Each point's rows, in the order of ``points``, computed on ``executor``."""
+    """Each point's rows, in the order of ``points``, computed on ``executor``: serially on one
+    setup, or on dask as one task per worker, each preparing its setup once and sizing every
+    ``k``-th point (round robin, so that the slow tight-SLO points spread over the workers)."""
+    from prfaas_plan.sizing import prepare
     from prfaas_plan.sweeps.run import _progress
 
     show = (sys.stderr.isatty() and len(points) > 1) if progress is None else progress
     out: list[list[dict] | None] = [None] * len(points)
+    indexed = [(i, rps, slo) for i, (rps, slo) in enumerate(points)]
     with contextlib.ExitStack() as stack:
         if executor == "dask":
             from dask.distributed import as_completed
@@ -115,12 +135,13 @@ def _run_points(sc: Scenario, points: list[tuple[float, SizingSLO | None]], size
             from prfaas_plan.sweeps.executors import _dask_client
 
             client = _dask_client(workers, scheduler, stack)
-            futures = [client.submit(size_point, sc, rps, slo, size_kwargs, pure=False) for rps, slo in points]
+            k = max(1, min(len(points), sum(client.nthreads().values())))
+            futures = [client.submit(size_points, sc, indexed[j::k], size_kwargs, pure=False) for j in range(k)]
             stack.callback(lambda: client.cancel([f for f in futures if not f.done()]))
-            index = {f.key: i for i, f in enumerate(futures)}
-            done = ((index[f.key], f.result()) for f in as_completed(futures))
+            done = (pair for f in as_completed(futures) for pair in f.result())
         else:
-            done = ((i, size_point(sc, rps, slo, size_kwargs)) for i, (rps, slo) in enumerate(points))
+            setup = prepare(sc, points[0][1], **size_kwargs)
+            done = ((i, size_point(setup, rps, slo)) for i, rps, slo in indexed)
         bar = stack.enter_context(_progress(show))  # after every dask task is submitted
         task = bar.add_task(name, total=len(points))
         for i, rows in done:
@@ -213,4 +234,4 @@ def frontier_cost_vs_rate(sc: Scenario, rates_rps: Sequence[float], slo: SizingS
     return _frame(rows, "target_rps", rates, "rate", fixed)
 
 
-__all__ = ["FRONTIER_EXECUTORS", "frontier_cost_vs_rate", "frontier_cost_vs_ttft", "pareto_flags", "size_point"]
+__all__ = ["FRONTIER_EXECUTORS", "frontier_cost_vs_rate", "frontier_cost_vs_ttft", "pareto_flags", "size_point", "size_points"]

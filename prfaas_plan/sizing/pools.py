@@ -28,6 +28,7 @@ from prfaas_plan.errors import InvalidInput, PlanError
 from prfaas_plan.layout import Layout
 
 if TYPE_CHECKING:
+    from prfaas_plan.handoff import Staging
     from prfaas_plan.hardware import GPU
     from prfaas_plan.scenario import PoolSpec, Scenario
 
@@ -64,7 +65,8 @@ class PoolProfile:
     """One instance type: ``gpus_per_instance`` GPUs of ``gpu`` in ``layout``; prefill seconds per
     length bucket (None when it cannot prefill: ``problem`` says why), decode requests/s per
     instance at the TPOT SLO with the batch and step behind it (None when it cannot decode:
-    ``decode_problem``), rental price and power at full load of the whole instance."""
+    ``decode_problem``), rental price and power at full load of the whole instance, and its decode
+    side's staging memory (``decode.staging_memory``; None when off or it cannot decode)."""
 
     gpu: GPU
     layout: Layout
@@ -76,6 +78,7 @@ class PoolProfile:
     power_w: float
     problem: str = ""
     decode_problem: str = ""
+    staging: Staging | None = None
 
     @property
     def gpus_per_instance(self) -> int:
@@ -129,9 +132,9 @@ def pool_profile(sc: Scenario, gpu: str, layout: Layout, tokens: np.ndarray) -> 
     try:
         prefill = np.asarray(inp.t_remote(tokens), dtype=float)
     except PlanError as exc:
-        return PoolProfile(prefill_s=None, decode_rps=inp.decode_rps_per_instance, problem=str(exc),
+        return PoolProfile(prefill_s=None, decode_rps=inp.decode_rps_per_instance, problem=str(exc), staging=inp.staging,
                            **(none | {"decode_batch_max": inp.decode_batch_max, "decode_step_s": inp.decode_step_s}))
-    return PoolProfile(prefill_s=prefill, decode_rps=inp.decode_rps_per_instance,
+    return PoolProfile(prefill_s=prefill, decode_rps=inp.decode_rps_per_instance, staging=inp.staging,
                        **(none | {"decode_batch_max": inp.decode_batch_max, "decode_step_s": inp.decode_step_s}))
 
 

@@ -7,7 +7,14 @@ evaluate the plan's TTFT at the target rate with the planner's queueing model
 (:func:`prfaas_plan.planner.ttft_at`); if the SLO percentile is over the SLO, take the path whose
 percentile is larger (PrfaaS or local prefill), and on the PrfaaS path the busier of its compute
 and its link, and set that pool's cap to :data:`TIGHTEN` times the smaller of its cap and its
-utilisation; re-solve. :data:`STOPPING_RULE` says when it stops.
+utilisation; re-solve. :data:`STOPPING_RULE` says when it stops. MILP solves, balanced routings
+and TTFT quantiles are memoised in the context (:func:`memoised`), keyed by what they depend on,
+so the three loops of a combination, the descent and the points of a frontier compute each once.
+
+With staging memory on (``decode.staging_memory``), a solution's decode pool is raised to the
+fewest instances whose staged ``BS_max`` covers the target (:func:`staged_decode`: the held bytes
+at the target rate under the solution's routing, a direct computation since the rate is fixed);
+the MILP itself prices decode unstaged (a lower bound), the descent prices it staged.
 
 Rates are requests/s, times seconds, prices $/hour, link rates Gbps.
 """
@@ -15,8 +22,8 @@ Rates are requests/s, times seconds, prices $/hour, link rates Gbps.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING
+from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -26,6 +33,8 @@ from prfaas_plan.sizing.result import SizedPlan, SizedPool
 from prfaas_plan.units import BITS_PER_BYTE, GBPS_BITS_PER_S
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from prfaas_plan.energy import SiteEnergy
     from prfaas_plan.planner import Buckets, PlanInputs
     from prfaas_plan.sizing.pools import PoolProfile
@@ -64,7 +73,10 @@ STAGE_LABELS = {"prfaas": "PrfaaS prefill", "pd_p": "local prefill", "pd_d": "de
 class Context:
     """What every combination of one sizing shares: the planner's inputs and buckets of the
     (TPOT-adjusted) scenario, the target, the SLOs, the link tiers and efficiency, the sites'
-    energy, and the instance limit per role."""
+    energy, and the instance limit per role; and ``memo``, the solves and TTFT quantiles already
+    computed (:func:`memoised`), which a context made with :func:`dataclasses.replace` for another
+    target or SLO shares: every key holds what the value depends on (instance types, target rate,
+    caps, counts, quantile), never the SLO limits, so a frontier reuses them across its points."""
 
     inp: PlanInputs
     b: Buckets
@@ -73,6 +85,7 @@ class Context:
     tiers: tuple[LinkTier, ...]
     sites: dict[str, SiteEnergy]
     max_instances: int
+    memo: dict = field(default_factory=dict, compare=False, repr=False)
 
     @property
     def link_efficiency(self) -> float:
@@ -81,6 +94,25 @@ class Context:
     @property
     def tokens_per_request(self) -> float:
         return self.inp.mean_tokens + self.inp.output_tokens
+
+
+def memoised(ctx: Context, key: tuple, compute: Callable[[], Any]) -> Any:
+    """``ctx.memo[key]``, computed by ``compute()`` the first time (the values are pure functions of
+    their keys and never mutated)."""
+    if key not in ctx.memo:
+        ctx.memo[key] = compute()
+    return ctx.memo[key]
+
+
+def _name(prof: PoolProfile | None) -> str | None:
+    return prof.name if prof is not None else None
+
+
+def cost_solution(ctx: Context, pb: CostProblem, remote: PoolProfile | None, local: PoolProfile | None,
+                  caps: Routing) -> CostSolution | None:
+    """:func:`~prfaas_plan.sizing.milp.solve_cost` of ``pb`` (the :func:`problem` of these instance
+    types at the context's target), once per context memo."""
+    return memoised(ctx, ("milp", _name(remote), _name(local), ctx.target_rps, caps), lambda: solve_cost(pb, caps))
 
 
 def instance_usd_per_hour(prof: PoolProfile, site: SiteEnergy) -> float:
@@ -114,15 +146,53 @@ def combination_inputs(ctx: Context, remote: PoolProfile | None, local: PoolProf
     t_l = local.prefill_s if local is not None else none
     link = tier.gbps * ctx.link_efficiency * GBPS_BITS_PER_S if tier is not None else 0.0
     inp = replace(ctx.inp, decode_batch_max=decode.decode_batch_max, decode_step_s=decode.decode_step_s,
-                  link_bits_per_s=link, link_nominal_bits_per_s=tier.gbps * GBPS_BITS_PER_S if tier else 0.0)
+                  staging=decode.staging, link_bits_per_s=link, link_nominal_bits_per_s=tier.gbps * GBPS_BITS_PER_S if tier else 0.0)
     return inp, Buckets(ctx.b.tokens, ctx.b.probs, t_r, t_l, ctx.b.kv_bytes)
 
 
+def _key(c: _Combo, ctx: Context, sol: CostSolution) -> tuple:
+    """What a solution's evaluation depends on (for :func:`memoised`)."""
+    return (_name(c.remote), _name(c.local), _name(c.decode), c.n_d, ctx.target_rps, sol.n_remote, sol.n_local,
+            sol.tier, sol.offload.tobytes())
+
+
+def staged_decode(ctx: Context, c: _Combo, sol: CostSolution) -> tuple[int, int] | None:
+    """Decode instances and ``BS_max`` per instance that serve the target under the solution's
+    routing: ``(c.n_d, BS_max)`` without staging memory; with it (the decode profile's
+    :class:`~prfaas_plan.handoff.Staging`), the fewest instances ``n >= c.n_d`` whose staged
+    ``BS(n) = batch_max_with(H / n)`` gives ``n BS(n) / (T_decode L_out) >= target``, ``H`` the bytes
+    per GPU staged requests hold at the target (:func:`prfaas_plan.planner.held_decode_bytes` of the
+    plan with one decode instance). At a fixed rate ``H`` does not depend on ``BS_max``: a direct
+    computation, not the planner's fixed point. None when more than the instance limit are needed."""
+    if c.decode.staging is None:
+        return c.n_d, c.decode.decode_batch_max
+    return memoised(ctx, ("staged", *_key(c, ctx, sol)), lambda: _staged_now(ctx, c, sol))
+
+
+def _staged_now(ctx: Context, c: _Combo, sol: CostSolution) -> tuple[int, int] | None:
+    from prfaas_plan.planner import ExactSolution, exact_plan, held_decode_bytes
+
+    inp, b = combination_inputs(ctx, c.remote, c.local, c.decode, sol.tier)
+    lam = ctx.target_rps
+    es = ExactSolution(lam, lam * b.probs * sol.offload, lam * b.probs * (1 - sol.offload), sol.n_local, 1, "lp")
+    held = held_decode_bytes(inp, exact_plan(inp, b, "prfaas-pd", es, sol.n_remote), b, lam)
+    running = lam * c.decode.decode_step_s * ctx.inp.output_tokens  # requests decoding at once (Little's law)
+    for n in range(c.n_d, ctx.max_instances + 1):
+        bs = c.decode.staging.batch_max_with(held / n)
+        if n * bs >= running * (1 - 1e-12):
+            return n, bs
+    return None
+
+
 def _stage_rates(ctx: Context, sol: CostSolution, decode: PoolProfile, n_d: int,
-                 remote: PoolProfile | None, local: PoolProfile | None) -> dict[str, float]:
-    """The rate each stage alone sustains under the solution's routing (requests/s)."""
+                 remote: PoolProfile | None, local: PoolProfile | None, batch_max: int | None = None) \
+        -> dict[str, float]:
+    """The rate each stage alone sustains under the solution's routing (requests/s), decode at
+    ``batch_max`` per instance (default the profile's)."""
     p, off = ctx.b.probs, sol.offload
-    rates = {"pd_d": n_d * decode.decode_rps}
+    bs = decode.decode_batch_max if batch_max is None else batch_max
+    rates = {"pd_d": n_d * (decode.decode_rps if batch_max is None else bs / (decode.decode_step_s
+                                                                               * ctx.inp.output_tokens))}
     if remote is not None and off.any():
         rates["prfaas"] = sol.n_remote / float(np.dot(p * remote.prefill_s, off))
         bits = float(np.dot(p * BITS_PER_BYTE * ctx.b.kv_bytes, off))
@@ -141,6 +211,14 @@ def _ttft(ctx: Context, sol: CostSolution, rates: dict[str, float], remote: Pool
           local: PoolProfile | None, decode: PoolProfile, n_d: int) -> tuple[dict[str, float], dict[str, float]]:
     """The SLO quantile of TTFT (seconds) at the target rate per path and over all (``"all"``),
     and per path how much of it is waiting (that quantile less the one at vanishing load)."""
+    key = ("ttft", _name(remote), _name(local), _name(decode), n_d, ctx.target_rps, ctx.slo.ttft_quantile,
+           sol.n_remote, sol.n_local, sol.tier, sol.offload.tobytes(), tuple(sorted(rates.items())))
+    return memoised(ctx, key, lambda: _ttft_now(ctx, sol, rates, remote, local, decode, n_d))
+
+
+def _ttft_now(ctx: Context, sol: CostSolution, rates: dict[str, float], remote: PoolProfile | None,
+              local: PoolProfile | None, decode: PoolProfile, n_d: int) -> tuple[dict[str, float], dict[str, float]]:
+    """:func:`_ttft`, computed."""
     from prfaas_plan.planner import ExactSolution, exact_plan, ttft_at
 
     inp, b = combination_inputs(ctx, remote, local, decode, sol.tier)
@@ -205,10 +283,11 @@ def _evaluate(ctx: Context, c: _Combo, sol: CostSolution) \
         -> tuple[dict[str, float], dict[str, float], dict[str, float], bool]:
     """A solution's stage rates, TTFT quantiles and waits at the target (:func:`_ttft`), and
     whether it meets the TTFT SLO."""
-    rates = _stage_rates(ctx, sol, c.decode, c.n_d, c.remote, c.local)
+    n_d, bs = staged_decode(ctx, c, sol)
+    rates = _stage_rates(ctx, sol, c.decode, n_d, c.remote, c.local, None if c.decode.staging is None else bs)
     if ctx.slo.ttft_s is None:
         return rates, {}, {}, True
-    ttft, waits = _ttft(ctx, sol, rates, c.remote, c.local, c.decode, c.n_d)
+    ttft, waits = _ttft(ctx, sol, rates, c.remote, c.local, c.decode, n_d)
     return rates, ttft, waits, ttft["all"] <= ctx.slo.ttft_s
 
 
@@ -217,8 +296,9 @@ def _at_counts(ctx: Context, c: _Combo, n_r: int, n_p: int, tier: LinkTier | Non
     TTFT SLO; else None."""
     from prfaas_plan.sizing.milp import balanced_routing
 
-    sol = balanced_routing(c.pb, Routing(), n_r, n_p, tier)
-    return sol if sol is not None and _evaluate(ctx, c, sol)[3] else None
+    key = ("balanced", _name(c.remote), _name(c.local), ctx.target_rps, n_r, n_p, tier)
+    sol = memoised(ctx, key, lambda: balanced_routing(c.pb, Routing(), n_r, n_p, tier))
+    return sol if sol is not None and staged_decode(ctx, c, sol) is not None and _evaluate(ctx, c, sol)[3] else None
 
 
 def check_counts(ctx: Context, remote: PoolProfile | None, local: PoolProfile | None, decode: PoolProfile,
@@ -236,8 +316,11 @@ def _descend(ctx: Context, c: _Combo, sol: CostSolution) -> CostSolution:
     """Local search below a feasible solution: one instance fewer of a prefill role (and up to
     :data:`SWAP_MOST` more of the other), or another tier (:func:`_at_counts`); the cheapest
     feasible move that lowers the cost is kept, until there is none."""
-    def cost(x: CostSolution) -> float:
-        return x.prefill_usd_per_hour + x.link_usd_per_hour
+    decode_usd = instance_usd_per_hour(c.decode, ctx.sites["local"])
+
+    def cost(x: CostSolution) -> float:  # decode is fixed without staging memory, so left out
+        staged = 0.0 if c.decode.staging is None else staged_decode(ctx, c, x)[0] * decode_usd
+        return x.prefill_usd_per_hour + x.link_usd_per_hour + staged
 
     while True:
         n_r, n_p = sol.n_remote, sol.n_local
@@ -287,21 +370,25 @@ def _loop(ctx: Context, c: _Combo, caps: Routing, kind: PlanKind, label: str,
     """The percentile-TTFT loop of one combination from ``caps`` (:data:`STOPPING_RULE`)."""
     sol, note = first, ""
     for it in range(1, MAX_ITERATIONS + 1):
-        sol = sol if it == 1 and sol is not None else solve_cost(c.pb, caps)
+        sol = sol if it == 1 and sol is not None else cost_solution(ctx, c.pb, c.remote, c.local, caps)
         if sol is None:
             why = note or f"instances: no plan within {ctx.max_instances} instances per role serves " \
                 f"{ctx.target_rps:g} req/s"
             return _infeasible(ctx, kind, label, note.split(" (")[0] if note else "instances", why), it
+        if staged_decode(ctx, c, sol) is None:
+            return _infeasible(ctx, kind, label, "decode", f"decode: with staging memory more than {ctx.max_instances} "
+                               "decode instances are needed"), it
         rates, ttft, waits, met = _evaluate(ctx, c, sol)
         if met:
             if ctx.slo.ttft_s is not None:
                 sol = _descend(ctx, c, sol)
                 rates, ttft, _, _ = _evaluate(ctx, c, sol)
             else:  # reported, not constrained
-                ttft = _ttft(ctx, sol, rates, c.remote, c.local, c.decode, c.n_d)[0]
+                ttft = _ttft(ctx, sol, rates, c.remote, c.local, c.decode, staged_decode(ctx, c, sol)[0])[0]
             util = {k: ctx.target_rps / v for k, v in rates.items()}
             binding = note.split(" (")[0] if note else STAGE_LABELS[max(util, key=util.get)]
-            return _priced(ctx, kind, label, sol, rates, ttft, (c.remote, c.local, c.decode, c.n_d), binding), it
+            pools = (c.remote, c.local, c.decode, staged_decode(ctx, c, sol)[0])
+            return _priced(ctx, kind, label, sol, rates, ttft, pools, binding), it
         util = {k: ctx.target_rps / v for k, v in rates.items()}
         caps, pool, cap = _tightened(caps, waits, util)
         note = (f"{ctx.slo.ttft_label} (via {STAGE_LABELS[pool]} utilisation cap {cap:.2f}): "
@@ -355,4 +442,5 @@ def _infeasible(ctx: Context, kind: PlanKind, label: str, binding: str, reason: 
 
 
 __all__ = ["CAP_FLOOR", "Context", "MAX_ITERATIONS", "STOPPING_RULE", "TIGHTEN", "check_counts", "combination_inputs",
-           "decode_pool", "instance_usd_per_hour", "problem", "size_combination", "ttft_floor_s"]
+           "cost_solution", "decode_pool", "instance_usd_per_hour", "memoised", "problem", "size_combination",
+           "staged_decode", "ttft_floor_s"]
