@@ -10,8 +10,10 @@ Power is watts, energy kWh, prices US dollars, utilisation a fraction 0-1.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from functools import lru_cache
+from types import MappingProxyType
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -101,11 +103,12 @@ class _SitesFile(BaseModel):
 
 
 @lru_cache(maxsize=1)
-def default_sites() -> dict[str, SiteEnergy]:
-    """The bundled energy defaults per site (``prfaas``, ``local``) from ``cost_db/sites.yaml``."""
+def default_sites() -> Mapping[str, SiteEnergy]:
+    """The bundled energy defaults per site (``prfaas``, ``local``) from ``cost_db/sites.yaml``, read-only
+    (every caller shares the one cached mapping)."""
     path = builtin_dir("prfaas_plan.data.cost_db") / "sites.yaml"
     spec = validate(_SitesFile, read_yaml(path), str(path))
-    return {name: SiteEnergy(s.pue, s.usd_per_kwh) for name, s in spec.sites.items()}
+    return MappingProxyType({name: SiteEnergy(s.pue, s.usd_per_kwh) for name, s in spec.sites.items()})
 
 
 __all__ = ["PowerProfile", "SiteEnergy", "default_sites", "energy_usd_per_hour", "facility_power_w", "gpu_power_w",

@@ -43,12 +43,12 @@ def link_share(egress_bits_per_s: float, link_bits_per_s: float) -> float:
     return max(1.0 - egress_bits_per_s / link_bits_per_s, MIN_LINK_SHARE)
 
 
-def transfer_join_s(prefill_s, n_layers: int):
+def transfer_join_s(prefill_s: float | np.ndarray, n_layers: int) -> float | np.ndarray:
     """Seconds after a prefill starts at which its transfer joins the link (its first layer is done)."""
     return prefill_s / n_layers
 
 
-def last_layer_s(bits, n_layers: int, rate_bits_per_s):
+def last_layer_s(bits: float | np.ndarray, n_layers: int, rate_bits_per_s: float | np.ndarray) -> float | np.ndarray:
     """Seconds the last layer's share of ``bits`` takes at ``rate_bits_per_s`` after the prefill ends."""
     return bits / n_layers / rate_bits_per_s
 
@@ -60,7 +60,8 @@ def kv_ready_s(prefill_end_s: float, last_layer_done_s: float, transfer_end_s: f
     return max(prefill_end_s, last_layer_done_s, transfer_end_s) + rtt_s / 2
 
 
-def unhidden_transfer_s(bits, prefill_s, rate_bits_per_s, n_layers: int, rtt_s: float):
+def unhidden_transfer_s(bits: float | np.ndarray, prefill_s: float | np.ndarray, rate_bits_per_s: float, n_layers: int,
+                        rtt_s: float) -> float | np.ndarray:
     """The handoff's transfer part, after the prefill ends, at a constant rate (closed form of
     :func:`kv_ready_s`): ``max(x/L, x - T (1 - 1/L)) + rtt/2`` with ``x = bits / rate``; infinite
     on a link of rate 0. Vectorised over ``bits`` and ``prefill_s``."""
@@ -73,7 +74,7 @@ def unhidden_transfer_s(bits, prefill_s, rate_bits_per_s, n_layers: int, rtt_s: 
     return ready - prefill_s + rtt_s / 2
 
 
-def reserve_offset_s(reserve_at: KvReserveAt, remote: bool, prefill_s, n_layers: int):
+def reserve_offset_s(reserve_at: KvReserveAt, remote: bool, prefill_s: float | np.ndarray, n_layers: int) -> float | np.ndarray:
     """Seconds after the prefill starts at which the decode side reserves the request's memory:
     0 at prefill start; at transfer start, the first layer (remote) or the prefill's end (local);
     ``inf`` when nothing is reserved before the bytes arrive."""
@@ -85,7 +86,8 @@ def reserve_offset_s(reserve_at: KvReserveAt, remote: bool, prefill_s, n_layers:
     return np.full_like(prefill_s, np.inf)
 
 
-def hold_s(reserve_at: KvReserveAt, remote: bool, prefill_s, handoff_s, n_layers: int):
+def hold_s(reserve_at: KvReserveAt, remote: bool, prefill_s: float | np.ndarray, handoff_s: float | np.ndarray,
+           n_layers: int) -> float | np.ndarray:
     """Seconds a request holds staged decode memory before its decode admission (a wait for a
     decode slot not included): from the reservation point to the end of the handoff, i.e.
     ``prefill + handoff - offset``; 0 where nothing is reserved early."""
@@ -93,7 +95,7 @@ def hold_s(reserve_at: KvReserveAt, remote: bool, prefill_s, handoff_s, n_layers
     return until_ready_s - np.minimum(reserve_offset_s(reserve_at, remote, prefill_s, n_layers), until_ready_s)
 
 
-def held_bytes(rate_rps: float, probs, hold_s_, bytes_) -> float:
+def held_bytes(rate_rps: float, probs: float | np.ndarray, hold_s_: float | np.ndarray, bytes_: float | np.ndarray) -> float:
     """Little's law: mean bytes held at ``rate_rps`` when a request of class ``i`` (probability
     ``probs[i]``) holds ``bytes_[i]`` for ``hold_s_[i]`` seconds."""
     return float(rate_rps * np.sum(np.asarray(probs, dtype=float) * np.asarray(hold_s_, dtype=float)

@@ -54,6 +54,14 @@ def test_bundled_sites_have_sources():
         assert 1.0 <= s.pue <= 2.5 and 0 < s.usd_per_kwh < 1
 
 
+def test_bundled_sites_are_read_only():
+    """Every caller shares the one cached mapping, so it cannot be changed under the others."""
+    sites = default_sites()
+    with pytest.raises(TypeError):
+        sites["local"] = sites["prfaas"]  # type: ignore[index]
+    assert default_sites() is sites
+
+
 @pytest.mark.parametrize("kwargs, field", [({"pue": 0.9, "usd_per_kwh": 0.1}, "pue"),
                                            ({"pue": 1.2, "usd_per_kwh": -0.1}, "usd_per_kwh")])
 def test_bad_site(kwargs, field):

@@ -21,6 +21,7 @@ from typer.testing import CliRunner
 
 import prfaas_plan as pp
 from prfaas_plan.errors import Infeasible, InvalidInput
+from prfaas_plan.layout import Layout
 from prfaas_plan.planner import Pools, fixed_count_lp
 from prfaas_plan.sizing import SizingSLO, load_link_tiers, size, sizing_context
 from prfaas_plan.sizing.colocated import REL_TOL
@@ -256,12 +257,21 @@ def test_gpus_the_model_cannot_fit_are_skipped_with_the_reason(sc):
     assert all("l40s" not in p.gpu for c in res.candidates if c.feasible for p in c.pools)
 
 
-@pytest.mark.parametrize("label", ["tp8", "tp8-ep8", "dp8-ep8", "tp16", "tp8-dcp8", "dp4"])
+@pytest.mark.parametrize("label", ["tp8", "tp8-ep8", "dp8-ep8", "tp16", "tp8-dcp8", "dp4", "dp8-atp2-ep8"])
 def test_layout_labels_round_trip(label):
     assert layout_label(parse_layout(label)) == label
 
 
-@pytest.mark.parametrize("bad", ["tp", "ep8", "tp8-ep4", "tp0", "8"])
+def test_attention_tp_layouts_keep_their_own_label():
+    """A TP x DP layout's label carries its TP group, parses back to it, and differs from pure DP's."""
+    tp_dp, dp = Layout(8, "dp", "ep", 1, 2), Layout(8, "dp", "ep")
+    assert layout_label(tp_dp) == "dp8-atp2-ep8" and layout_label(dp) == "dp8-ep8"
+    assert parse_layout(layout_label(tp_dp)) == tp_dp
+    assert layout_label(parse_layout(layout_label(tp_dp))) == layout_label(tp_dp)
+    assert layout_label(tp_dp) != layout_label(dp)
+
+
+@pytest.mark.parametrize("bad", ["tp", "ep8", "tp8-ep4", "tp0", "8", "tp8-atp2", "dp8-atp3"])
 def test_bad_layout_label(bad):
     with pytest.raises(InvalidInput, match="--layouts"):
         parse_layout(bad)

@@ -20,6 +20,7 @@ seconds, link rates Gbit/s inside the models.
 
 from __future__ import annotations
 
+import contextlib
 from dataclasses import dataclass
 from functools import lru_cache
 from types import ModuleType
@@ -30,6 +31,7 @@ import numpy as np
 from prfaas_plan.errors import InvalidInput
 from prfaas_plan.planner.inputs import split_cache_buckets
 from prfaas_plan.planner.result import Plan, PlanPoint, make_plan
+from prfaas_plan.quiet import c_stdout_silenced
 from prfaas_plan.units import BITS_PER_BYTE, GBPS_BITS_PER_S
 
 if TYPE_CHECKING:
@@ -176,8 +178,11 @@ def _highs_run(cost: np.ndarray, a: _Csc, row_lo: np.ndarray, row_hi: np.ndarray
     highs, opts = h._Highs(), h.HighsOptions()
     for key, value in options.items():
         setattr(opts, key, value)
-    if (highs.passOptions(opts) == h.HighsStatus.kError or highs.passModel(lp) == h.HighsStatus.kError
-            or highs.run() == h.HighsStatus.kError or highs.getModelStatus() != h.HighsModelStatus.kOptimal):
+    if highs.passOptions(opts) == h.HighsStatus.kError or highs.passModel(lp) == h.HighsStatus.kError:
+        return None
+    with c_stdout_silenced() if integral.any() else contextlib.nullcontext():  # HiGHS's stray MIP printf
+        status = highs.run()
+    if status == h.HighsStatus.kError or highs.getModelStatus() != h.HighsModelStatus.kOptimal:
         return None
     return np.array(highs.getSolution().col_value), float(highs.getInfo().objective_function_value)
 
@@ -188,8 +193,9 @@ def _scipy_run(cost: np.ndarray, a: _Csc, row_lo: np.ndarray, row_hi: np.ndarray
     from scipy.optimize import Bounds, LinearConstraint, linprog, milp
 
     if integral.any():
-        r = milp(cost, integrality=integral, bounds=Bounds(col_lo, col_hi),
-                 constraints=LinearConstraint(a.scipy(), row_lo, row_hi), options={"disp": False, "mip_rel_gap": 0.0})
+        with c_stdout_silenced():
+            r = milp(cost, integrality=integral, bounds=Bounds(col_lo, col_hi),
+                     constraints=LinearConstraint(a.scipy(), row_lo, row_hi), options={"disp": False, "mip_rel_gap": 0.0})
     else:  # the LP's rows are all "<="
         r = linprog(cost, A_ub=a.scipy().toarray(), b_ub=row_hi, bounds=np.c_[col_lo, col_hi], method="highs-ds")
     return None if r.status != 0 or r.x is None else (r.x, float(r.fun))

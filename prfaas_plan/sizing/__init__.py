@@ -16,6 +16,7 @@ frontier does per point. Rates are requests/s, times seconds.
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -67,7 +68,7 @@ def _scenario_for(sc: Scenario, slo: SizingSLO) -> Scenario:
 
 
 def sizing_context(sc: Scenario, target_rps: float, slo: SizingSLO, tiers: tuple[LinkTier, ...],
-                   sites: dict[str, SiteEnergy], max_n: int, n_buckets: int) -> Context:
+                   sites: Mapping[str, SiteEnergy], max_n: int, n_buckets: int) -> Context:
     """What every combination of a sizing shares (:class:`~prfaas_plan.sizing.search.Context`): the
     planner's inputs of the scenario (its decode numbers are replaced per combination, so
     placeholder constants spare a decode-capacity solve here) and its buckets."""
@@ -210,7 +211,7 @@ class SizingSetup:
 
 def prepare(sc: Scenario, slo: SizingSLO | None = None, *, gpus: tuple[str, ...] | None = None,
             link_tiers: tuple[LinkTier, ...] | None = None, layouts: tuple[str, ...] | None = None,
-            max_instances_per_role: int = 64, sites: dict[str, SiteEnergy] | None = None,
+            max_instances_per_role: int = 64, sites: Mapping[str, SiteEnergy] | None = None,
             n_buckets: int = DEFAULT_BUCKETS) -> SizingSetup:
     """The :class:`SizingSetup` of :func:`size`'s arguments but the target rate (``slo``: its TPOT
     SLO sets the decode capacity; default the scenario's SLOs)."""
@@ -254,7 +255,7 @@ def size_prepared(setup: SizingSetup, target_rps: float, slo: SizingSLO | None =
 
 def size(sc: Scenario, target_rps: float, slo: SizingSLO | None = None, *, gpus: tuple[str, ...] | None = None,
          link_tiers: tuple[LinkTier, ...] | None = None, layouts: tuple[str, ...] | None = None,
-         max_instances_per_role: int = 64, sites: dict[str, SiteEnergy] | None = None,
+         max_instances_per_role: int = 64, sites: Mapping[str, SiteEnergy] | None = None,
          n_buckets: int = DEFAULT_BUCKETS) -> SizingResult:
     """The cheapest deployment serving ``target_rps`` (requests/s) within ``slo`` (default: the
     scenario's TTFT and TPOT SLOs), over GPU types ``gpus`` (default the scenario's two) per site

@@ -94,7 +94,10 @@ def size_colocated(ctx: Context, prof: PoolProfile) -> SizedPlan:
         why = f"{binding}: no rate meets the SLOs on {prof.name}" if rate <= 0 else ""
     n = math.ceil(ctx.target_rps / rate * (1 - 1e-12)) if rate > 0 else 0
     if rate > 0 and n > ctx.max_instances:
-        why = f"instances: {n} colocated instances of {prof.name} needed, above the limit of {ctx.max_instances}"
+        binding = "instances"
+        why = (f"instances: {n} colocated instances of {prof.name} needed, above max_instances_per_role "
+               f"{ctx.max_instances}; raise max_instances_per_role (--max-instances) to at least {n} "
+               "or lower the target")
     if why:
         return SizedPlan("colocated", label, (), None, None, ctx.target_rps, 0.0, None, None, math.inf, 0.0, 0.0,
                          math.inf, binding.split(" ")[0], False, why, tokens_per_request=tokens)

@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from prfaas_plan.quiet import c_stdout_silenced
 from prfaas_plan.units import BITS_PER_BYTE, GBPS_BITS_PER_S
 
 if TYPE_CHECKING:
@@ -118,8 +119,9 @@ def solve_cost(pb: CostProblem, routing: Routing) -> CostSolution | None:
                   np.ones(nk) if remote else np.zeros(nk), np.full(nk, np.inf)]
     lower = np.r_[np.full(nb, f_lo), np.zeros(2 + 2 * nk)]
     integral = np.r_[np.zeros(nb), np.ones(2 + nk), np.zeros(nk)]
-    res = milp(cost, constraints=LinearConstraint(np.array(rows), lo, hi), integrality=integral,
-               bounds=Bounds(lower, upper), options={"disp": False, "mip_rel_gap": 0.0})
+    with c_stdout_silenced():  # HiGHS prints some MIP lines whatever "disp" says
+        res = milp(cost, constraints=LinearConstraint(np.array(rows), lo, hi), integrality=integral,
+                   bounds=Bounds(lower, upper), options={"disp": False, "mip_rel_gap": 0.0})
     if res.status != 0 or res.x is None:
         return None
     sol = _solution(pb, res.x, nb, nk)

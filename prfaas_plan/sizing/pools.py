@@ -1,6 +1,6 @@
 """The instance types a sizing may buy: one :class:`PoolProfile` per GPU type and parallel layout,
 with the planner's own coefficients (prefill seconds per length bucket, decode requests/s per
-instance at the TPOT SLO), its price and its power.
+instance at the TPOT SLO) and its price.
 
 Each profile is :func:`prfaas_plan.planner.plan_inputs` of a variant of the scenario whose two
 pools are that instance type (one instance each): so prefill times are the kernel model's, or the
@@ -11,8 +11,9 @@ type the model cannot run on (weights that do not fit, no kernel data, a TPOT it
 kept with the reason, so that the sizing can say why it was skipped.
 
 Layout labels: ``tp8`` (attention and experts tensor parallel over 8 GPUs), ``tp8-ep8`` (experts
-expert-parallel), ``dp8-ep8`` (data-parallel attention), ``tp8-dcp8`` (decode context parallel);
-the number is the GPUs per instance. Times are seconds, rates requests/s, prices $/hour, power watts.
+expert-parallel), ``dp8-ep8`` (data-parallel attention), ``dp8-atp2-ep8`` (data-parallel attention
+over TP groups of 2 GPUs), ``tp8-dcp8`` (decode context parallel); the number is the GPUs per
+instance. Times are seconds, rates requests/s, prices $/hour.
 """
 
 from __future__ import annotations
@@ -23,7 +24,6 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from prfaas_plan.energy import gpu_power_w
 from prfaas_plan.errors import InvalidInput, PlanError
 from prfaas_plan.layout import Layout
 
@@ -32,32 +32,37 @@ if TYPE_CHECKING:
     from prfaas_plan.hardware import GPU
     from prfaas_plan.scenario import PoolSpec, Scenario
 
-_LABEL = re.compile(r"^(tp|dp)(\d+)(?:-(ep)(\d+))?(?:-dcp(\d+))?$")
+_LABEL = re.compile(r"^(tp|dp)(\d+)(?:-atp(\d+))?(?:-(ep)(\d+))?(?:-dcp(\d+))?$")
 
 
 def parse_layout(label: str) -> Layout:
-    """The :class:`Layout` of a label (``tp8``, ``tp8-ep8``, ``dp8-ep8``, ``tp8-dcp8``); a label
-    that is not one is a one-line InvalidInput naming ``--layouts``."""
+    """The :class:`Layout` of a label (``tp8``, ``tp8-ep8``, ``dp8-ep8``, ``dp8-atp2-ep8``,
+    ``tp8-dcp8``); a label that is not one is a one-line InvalidInput naming ``--layouts``."""
     m = _LABEL.match(label.strip().lower())
-    if m is None or (m.group(4) and m.group(4) != m.group(2)):
-        raise InvalidInput(f"--layouts: {label!r} is not a layout; use e.g. tp8, tp8-ep8, dp8-ep8, tp16 or tp8-dcp8 "
-                           "(attention tp|dp and GPUs per instance, then -ep<same GPUs>, then -dcp<degree>)")
+    if m is None or (m.group(5) and m.group(5) != m.group(2)) or (m.group(3) and m.group(1) != "dp"):
+        raise InvalidInput(f"--layouts: {label!r} is not a layout; use e.g. tp8, tp8-ep8, dp8-ep8, dp8-atp2-ep8, "
+                           "tp16 or tp8-dcp8 (attention tp|dp and GPUs per instance, then -atp<GPUs per attention "
+                           "replica> under dp, then -ep<same GPUs>, then -dcp<degree>)")
     gpus = int(m.group(2))
     if gpus < 1:
         raise InvalidInput(f"--layouts: {label!r} has no GPUs; give at least 1 (e.g. tp8)")
-    return Layout(gpus, m.group(1), "ep" if m.group(3) else "tp", int(m.group(5) or 1))
+    try:
+        return Layout(gpus, m.group(1), "ep" if m.group(4) else "tp", int(m.group(6) or 1),
+                      int(m.group(3)) if m.group(3) else None)
+    except InvalidInput as exc:
+        raise InvalidInput(f"--layouts: {label!r}: {exc}") from None
 
 
 def layout_label(layout: Layout) -> str:
     """The short label of a layout (the inverse of :func:`parse_layout`)."""
     g = layout.gpus
-    return f"{layout.attention}{g}" + (f"-ep{g}" if layout.experts == "ep" else "") + \
-        (f"-dcp{layout.dcp}" if layout.dcp > 1 else "")
+    return f"{layout.attention}{g}" + (f"-atp{layout.attention_tp}" if layout.attention_tp is not None else "") + \
+        (f"-ep{g}" if layout.experts == "ep" else "") + (f"-dcp{layout.dcp}" if layout.dcp > 1 else "")
 
 
 def pool_layout(pool: PoolSpec) -> Layout:
-    """A scenario pool's layout over its GPUs per instance."""
-    return Layout(pool.gpus_per_instance, pool.layout.attention, pool.layout.experts, pool.layout.dcp)
+    """A scenario pool's layout over its GPUs per instance (its attention TP group included)."""
+    return pool.layout.to_layout(pool.gpus_per_instance) or Layout(pool.gpus_per_instance)
 
 
 @dataclass(frozen=True)
@@ -65,7 +70,7 @@ class PoolProfile:
     """One instance type: ``gpus_per_instance`` GPUs of ``gpu`` in ``layout``; prefill seconds per
     length bucket (None when it cannot prefill: ``problem`` says why), decode requests/s per
     instance at the TPOT SLO with the batch and step behind it (None when it cannot decode:
-    ``decode_problem``), rental price and power at full load of the whole instance, and its decode
+    ``decode_problem``), rental price of the whole instance, and its decode
     side's staging memory (``decode.staging_memory``; None when off or it cannot decode)."""
 
     gpu: GPU
@@ -75,7 +80,6 @@ class PoolProfile:
     decode_batch_max: int
     decode_step_s: float
     usd_per_hour: float
-    power_w: float
     problem: str = ""
     decode_problem: str = ""
     staging: Staging | None = None
@@ -101,8 +105,10 @@ def _pool_update(sc: Scenario, gpu: str, layout: Layout) -> dict:
         if pool.gpu == gpu and pool_layout(pool) == layout and pool.profile is not None:
             profile = pool.profile.model_dump()
             break
-    return {"gpu": gpu, "gpus": layout.gpus, "gpus_per_instance": layout.gpus, "profile": profile,
-            "layout": {"attention": layout.attention, "experts": layout.experts, "dcp": layout.dcp}}
+    spec = {"attention": layout.attention, "experts": layout.experts, "dcp": layout.dcp}
+    if layout.attention_tp is not None:
+        spec["attention_tp"] = layout.attention_tp
+    return {"gpu": gpu, "gpus": layout.gpus, "gpus_per_instance": layout.gpus, "profile": profile, "layout": spec}
 
 
 def pool_profile(sc: Scenario, gpu: str, layout: Layout, tokens: np.ndarray) -> PoolProfile:
@@ -116,9 +122,7 @@ def pool_profile(sc: Scenario, gpu: str, layout: Layout, tokens: np.ndarray) -> 
     own_decode = local.gpu == gpu and pool_layout(local) == layout
     decode = sc.spec.decode.model_dump() | ({} if own_decode else {"batch_max": None, "step_s": None, "source": None})
     price = layout.gpus * spec.price_usd_per_gpu_hour
-    power = layout.gpus * gpu_power_w(spec, 1.0)
-    none = dict(gpu=spec, layout=layout, decode_batch_max=0, decode_step_s=float("nan"), usd_per_hour=price,
-                power_w=power)
+    none = dict(gpu=spec, layout=layout, decode_batch_max=0, decode_step_s=float("nan"), usd_per_hour=price)
     try:
         variant = sc.with_updates(prfaas=pool, local=pool, decode=decode, baseline_gpus=None)
         _ = variant.prfaas_instance  # the layout and the GPU, checked

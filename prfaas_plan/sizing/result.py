@@ -21,7 +21,6 @@ PoolRole = Literal["prfaas_prefill", "local_prefill", "local_decode", "colocated
 """What a bought pool does: PrfaaS-site prefill, local prefill (PD-P), local decode (PD-D), or both (aggregated)."""
 Site = Literal["prfaas", "local"]
 PlanKind = Literal["prfaas-pd", "homogeneous-pd", "colocated", "naive-heterogeneous"]
-PLAN_KINDS: tuple[str, ...] = ("prfaas-pd", "homogeneous-pd", "colocated", "naive-heterogeneous")
 
 
 @dataclass(frozen=True)
@@ -177,4 +176,4 @@ class SizingResult:
         return pd.DataFrame(rows).sort_values("rps_at_equal_cost", ascending=False, ignore_index=True)
 
 
-__all__ = ["PLAN_KINDS", "PlanKind", "PoolRole", "Site", "SizedPlan", "SizedPool", "SizingResult", "SizingSLO"]
+__all__ = ["PlanKind", "PoolRole", "Site", "SizedPlan", "SizedPool", "SizingResult", "SizingSLO"]

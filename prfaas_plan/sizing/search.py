@@ -33,7 +33,7 @@ from prfaas_plan.sizing.result import SizedPlan, SizedPool
 from prfaas_plan.units import BITS_PER_BYTE, GBPS_BITS_PER_S
 
 if TYPE_CHECKING:
-    from collections.abc import Callable
+    from collections.abc import Callable, Mapping
 
     from prfaas_plan.energy import SiteEnergy
     from prfaas_plan.planner import Buckets, PlanInputs
@@ -83,7 +83,7 @@ class Context:
     target_rps: float
     slo: SizingSLO
     tiers: tuple[LinkTier, ...]
-    sites: dict[str, SiteEnergy]
+    sites: Mapping[str, SiteEnergy]
     max_instances: int
     memo: dict = field(default_factory=dict, compare=False, repr=False)
 
@@ -428,7 +428,7 @@ def _priced(ctx: Context, kind: PlanKind, label: str, sol: CostSolution, rates: 
     power = sum(facility_power_w(p.gpu, p.gpus_per_instance * n, u, ctx.sites[site]) for p, _, site, n, u in bought)
     off = sol.offload
     t = float(ctx.b.tokens[np.argmax(off > 0)]) if off.any() and np.all(np.diff(off) >= -1e-9) else None
-    t = 0.0 if off.all() and np.all(off >= 1) else t  # everything offloaded: t = 0, as the planner shows it
+    t = 0.0 if np.all(off >= 1) else t  # everything offloaded: t = 0, as the planner shows it
     return SizedPlan(kind, label, pools_out, sol.tier, t, ctx.target_rps, min(rates.values()),
                      ttft.get("all"), decode.decode_step_s, gpu_cost, sol.link_usd_per_hour, energy,
                      kwh_per_million_tokens(power, ctx.target_rps * ctx.tokens_per_request), binding, True,
