@@ -123,7 +123,7 @@ def _run_points(sc: Scenario, points: list[tuple[float, SizingSLO | None]], size
     setup, or on dask as one task per worker, each preparing its setup once and sizing every
     ``k``-th point (round robin, so that the slow tight-SLO points spread over the workers)."""
     from prfaas_plan.sizing import prepare
-    from prfaas_plan.sweeps.run import _progress
+    from prfaas_plan.sweeps.run import progress_bar
 
     show = (sys.stderr.isatty() and len(points) > 1) if progress is None else progress
     out: list[list[dict] | None] = [None] * len(points)
@@ -132,9 +132,9 @@ def _run_points(sc: Scenario, points: list[tuple[float, SizingSLO | None]], size
         if executor == "dask":
             from dask.distributed import as_completed
 
-            from prfaas_plan.sweeps.executors import _dask_client
+            from prfaas_plan.sweeps.executors import dask_client
 
-            client = _dask_client(workers, scheduler, stack)
+            client = dask_client(workers, scheduler, stack)
             k = max(1, min(len(points), sum(client.nthreads().values())))
             futures = [client.submit(size_points, sc, indexed[j::k], size_kwargs, pure=False) for j in range(k)]
             stack.callback(lambda: client.cancel([f for f in futures if not f.done()]))
@@ -142,7 +142,7 @@ def _run_points(sc: Scenario, points: list[tuple[float, SizingSLO | None]], size
         else:
             setup = prepare(sc, points[0][1], **size_kwargs)
             done = ((i, size_point(setup, rps, slo)) for i, rps, slo in indexed)
-        bar = stack.enter_context(_progress(show))  # after every dask task is submitted
+        bar = stack.enter_context(progress_bar(show))  # after every dask task is submitted
         task = bar.add_task(name, total=len(points))
         for i, rows in done:
             out[i] = rows

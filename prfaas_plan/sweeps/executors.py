@@ -89,7 +89,7 @@ def run_local(todo: list[Cell], workers: int | None, scheduler: Any, stack: cont
     return _finished((fut.result, futures[fut]) for fut in cf.as_completed(futures))
 
 
-def _dask_client(workers: int | None, scheduler: Any, stack: contextlib.ExitStack):
+def dask_client(workers: int | None, scheduler: Any, stack: contextlib.ExitStack):
     """A client for a scheduler address, a Client, a cluster, or a new LocalCluster; whatever
     is created here is closed when ``stack`` unwinds."""
     import logging
@@ -115,10 +115,10 @@ def _dask_client(workers: int | None, scheduler: Any, stack: contextlib.ExitStac
 
 
 def run_dask(todo: list[Cell], workers: int | None, scheduler: Any, stack: contextlib.ExitStack) -> Results:
-    """A dask cluster (see :func:`_dask_client`); every task is submitted now."""
+    """A dask cluster (see :func:`dask_client`); every task is submitted now."""
     from dask.distributed import as_completed
 
-    client = _dask_client(workers, scheduler, stack)
+    client = dask_client(workers, scheduler, stack)
     tasks = units(todo, sum(client.nthreads().values()))
     futures = [client.submit(cell_runner.run_unit, u, key=f"prfaas-cells-{u[0].cell_id}-{len(u)}", pure=False)
                for u in tasks]

@@ -24,7 +24,7 @@ from prfaas_plan.sweeps.results import read_sidecar, results_table, save_record,
 from prfaas_plan.vocab import SWEEP_EXECUTORS
 
 
-def _progress(enabled: bool):
+def progress_bar(enabled: bool):
     """A rich progress bar on stderr (``disable``: nothing drawn)."""
     from rich.console import Console
     from rich.progress import (
@@ -95,7 +95,7 @@ def sweep(grid: GridSpec | dict | str | Path, executor: str = "local", workers: 
     with contextlib.ExitStack() as stack:
         # the executor starts (and every cell is submitted) before the progress bar's thread
         it = EXECUTORS[executor](todo, workers, scheduler, stack) if todo else iter(())
-        bar = stack.enter_context(_progress(sys.stderr.isatty() if progress is None else progress))
+        bar = stack.enter_context(progress_bar(sys.stderr.isatty() if progress is None else progress))
         task = bar.add_task(name, total=len(todo) + reused, completed=reused)
         for cell, rec in it:
             rec.update(run_id=run_id, inputs=cell.inputs)
