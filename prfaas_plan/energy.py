@@ -21,12 +21,12 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from prfaas_plan.data import builtin_dir, read_yaml, validate
 from prfaas_plan.errors import InvalidInput
+from prfaas_plan.units import SECONDS_PER_HOUR, TOKENS_PER_MILLION
 
 if TYPE_CHECKING:
     from prfaas_plan.hardware import GPU
 
 WATTS_PER_KW = 1000.0
-SECONDS_PER_HOUR = 3600.0
 
 
 @dataclass(frozen=True)
@@ -84,7 +84,7 @@ def kwh_per_million_tokens(total_power_w: float, tokens_per_s: float) -> float:
     """kWh per million tokens served at ``tokens_per_s`` drawing ``total_power_w`` (inf at no tokens)."""
     if tokens_per_s <= 0:
         return float("inf")
-    return total_power_w / WATTS_PER_KW / (tokens_per_s * SECONDS_PER_HOUR / 1e6)
+    return total_power_w / WATTS_PER_KW / (tokens_per_s * SECONDS_PER_HOUR / TOKENS_PER_MILLION)
 
 
 class _SiteSpec(BaseModel):

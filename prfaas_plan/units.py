@@ -22,6 +22,15 @@ GBPS_BITS_PER_S = 1e9
 TOKENS_PER_K = 1024
 TOKENS_PER_M = 1024 * 1024
 MAX_TOKENS = 2**40  # a token count above this (1T tokens) is a typo, not a context length
+SECONDS_PER_HOUR = 3600.0
+TOKENS_PER_MILLION = 1e6  # prices per "million tokens" are decimal, unlike the K/M of context lengths
+
+
+def usd_per_million_tokens(usd_per_hour: float, rate_rps: float, tokens_per_request: float) -> float:
+    """Dollars per million tokens (decimal) at ``rate_rps`` requests/s of ``tokens_per_request``
+    tokens each, costing ``usd_per_hour``; inf when nothing is served."""
+    tokens_per_hour = rate_rps * SECONDS_PER_HOUR * tokens_per_request
+    return usd_per_hour / tokens_per_hour * TOKENS_PER_MILLION if tokens_per_hour > 0 else float("inf")
 
 DTYPE_BYTES: dict[str, float] = {"fp32": 4, "bf16": 2, "fp16": 2, "fp8": 1, "int8": 1, "int4": 0.5}
 

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from prfaas_plan.units import GBPS_BITS_PER_S
+from prfaas_plan.units import GBPS_BITS_PER_S, usd_per_million_tokens
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -114,8 +114,8 @@ class Plan:
     @property
     def usd_per_million_tokens(self) -> float:
         """Dollars per million tokens served (input + output) at ``lambda_max_rps``."""
-        tokens_per_hour = self.lambda_max_rps * 3600 * (self.mean_input_tokens + self.output_tokens)
-        return self.cost_usd_per_hour / tokens_per_hour * 1e6 if tokens_per_hour > 0 else float("inf")
+        return usd_per_million_tokens(self.cost_usd_per_hour, self.lambda_max_rps,
+                                      self.mean_input_tokens + self.output_tokens)
 
     @property
     def rps_per_usd_hour(self) -> float:

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal
 
 from prfaas_plan.errors import InvalidInput
+from prfaas_plan.units import usd_per_million_tokens
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -98,8 +99,7 @@ class SizedPlan:
     @property
     def usd_per_million_tokens(self) -> float:
         """Dollars per million tokens (input + output) served at the target rate."""
-        tokens_per_hour = self.target_rps * 3600.0 * self.tokens_per_request
-        return self.usd_per_hour / tokens_per_hour * 1e6 if tokens_per_hour > 0 else math.inf
+        return usd_per_million_tokens(self.usd_per_hour, self.target_rps, self.tokens_per_request)
 
     @property
     def gpus(self) -> int:

@@ -13,10 +13,11 @@ from pydantic import BaseModel, ConfigDict, Field, NonNegativeFloat, PositiveFlo
 
 from prfaas_plan.data import builtin_dir, read_yaml, validate
 from prfaas_plan.errors import InvalidInput
+from prfaas_plan.units import BITS_PER_BYTE, GB_BYTES, GBPS_BITS_PER_S, SECONDS_PER_HOUR
 
 HOURS_PER_MONTH = 730.0
 """Hours in a billing month (8,760 h / 12), as cloud price lists convert port-hours to months."""
-GB_PER_HOUR_PER_GBPS = 3600.0 / 8.0
+GB_PER_HOUR_PER_GBPS = SECONDS_PER_HOUR * GBPS_BITS_PER_S / BITS_PER_BYTE / GB_BYTES
 """GB (1e9 bytes) shipped in an hour at 1 Gbps (1e9 bit/s)."""
 
 
