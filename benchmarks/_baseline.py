@@ -57,6 +57,11 @@ def _env(pythonpath: Path | None) -> dict[str, str]:
     return env
 
 
+CONSOLE_SCRIPT_CODE = ("import sys; from prfaas_plan import cli; sys.argv = ['prfaas-plan', *sys.argv[1:]]; "
+                       "getattr(cli, 'run', cli.main)()")
+"""``python -c`` code that runs a tree's ``prfaas-plan`` console script with the arguments that follow."""
+
+
 def python_wall_s(code: str, pythonpath: Path | None = None, cwd: Path | None = None) -> float:
     """Wall time of ``python -c code`` in a fresh process (``pythonpath`` None = this checkout; the process runs
     in ``cwd``, else in ``pythonpath``, so that the folder itself shadows no other tree)."""
@@ -67,8 +72,9 @@ def python_wall_s(code: str, pythonpath: Path | None = None, cwd: Path | None = 
 
 
 def cli_wall_s(args: list[str], pythonpath: Path | None = None, cwd: Path | None = None) -> float:
-    """Wall time of ``python -m prfaas_plan.cli ARGS`` in a fresh process, imports included."""
-    code = "import sys; from prfaas_plan.cli import main; sys.argv = ['prfaas-plan', *sys.argv[1:]]; main()"
+    """Wall time of the console script ``prfaas-plan ARGS`` in a fresh process, imports included (its
+    entry point, ``cli.run``, where the tree has one, else ``cli.main``, as that tree's script called)."""
+    code = CONSOLE_SCRIPT_CODE
     t0 = time.perf_counter()
     subprocess.run([sys.executable, "-c", code, *args], check=True, capture_output=True, env=_env(pythonpath),
                    cwd=cwd or pythonpath or ROOT)

@@ -20,10 +20,15 @@ import tempfile
 from collections import defaultdict
 from pathlib import Path
 
-from _baseline import ROOT, baseline_root, cli_wall_s, stats  # benchmarks/ is on sys.path: it holds this script
+from _baseline import (  # benchmarks/ is on sys.path: it holds this script
+    CONSOLE_SCRIPT_CODE,
+    ROOT,
+    baseline_root,
+    cli_wall_s,
+    stats,
+)
 
 TRACE = ROOT / "tests" / "fixtures" / "traces" / "mooncake_conversation_rows4183-4212.jsonl"
-CLI_CODE = "import sys; from prfaas_plan.cli import main; sys.argv = ['prfaas-plan', *sys.argv[1:]]; main()"
 
 
 def cases(out: Path) -> list[tuple[str, list[str], float | None]]:
@@ -42,7 +47,7 @@ def cases(out: Path) -> list[tuple[str, list[str], float | None]]:
 def import_times_us(args: list[str]) -> tuple[dict[str, int], dict[str, int]]:
     """Cumulative import microseconds of one run of the command: per top-level package imported
     at the top level, and per module of ``prfaas_plan`` (each module's own cumulative time)."""
-    r = subprocess.run([sys.executable, "-X", "importtime", "-c", CLI_CODE, *args], capture_output=True, text=True,
+    r = subprocess.run([sys.executable, "-X", "importtime", "-c", CONSOLE_SCRIPT_CODE, *args], capture_output=True, text=True,
                        cwd=ROOT)
     packages: dict[str, int] = defaultdict(int)
     ours: dict[str, int] = {}

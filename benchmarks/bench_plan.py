@@ -1,10 +1,11 @@
 """Benchmark: warm ``plan()`` of the paper case study at 128 and 2,048 length buckets, this checkout
 against the previous implementation (benchmarks/_baseline.py), and one solve of the exact MILP.
 
-Run: python benchmarks/bench_plan.py [--repeats 5]   (targets, issue #18, on 2 cores: warm plan()
+Run: python benchmarks/bench_plan.py [--repeats 5] [--baseline REV]   (targets, issue #18, on 2 cores: warm plan()
 <= 0.1 s at 128 buckets and <= 0.5 s at 2,048)
 
-Each figure is min and median of ``--repeats`` runs after one warm-up run, in one process per tree
+Each figure is min and median of ``--repeats`` runs after one warm-up run (wall and CPU time: CPU
+time is steadier where other processes share the cores), in one process per tree
 (then, for this tree, one warm ``plan()`` split into HiGHS's MILP and LP solves and the rest);
 the previous implementation runs in a subprocess with ``PYTHONPATH`` set to its extracted copy (and
 its folder as the working directory). Other processes on these CPUs skew the figures: the load
@@ -20,7 +21,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from _baseline import ROOT, baseline_root, stats  # benchmarks/ is on sys.path: it holds this script
+from _baseline import BASELINE_REV, ROOT, baseline_root, stats  # benchmarks/ is on sys.path: it holds this script
 
 TIMER = """
 import json, sys, time
@@ -30,12 +31,14 @@ sc = pp.load_scenario("paper-case-study")
 out = {}
 for n in (128, 2048):
     pp.plan(sc, n_buckets=n)
-    runs = []
+    runs, cpu = [], []
     for _ in range(int(sys.argv[1])):
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.process_time()
         pp.plan(sc, n_buckets=n)
         runs.append(time.perf_counter() - t0)
+        cpu.append(time.process_time() - c0)
     out[f"plan() warm, {n} buckets"] = runs
+    out[f"plan() warm, {n} buckets, CPU time"] = cpu
 inp = P.plan_inputs(sc)
 b = P.buckets(inp, 256)
 runs = []
@@ -77,7 +80,8 @@ def split(n_buckets: int) -> str:
     milp_s = [s for integral, s in got["runs"] if integral]
     lp_s = sum(s for integral, s in got["runs"] if not integral)
     return (f"  one warm plan() at {n_buckets:,} buckets: {got['plan_s']:.3f} s = {len(milp_s)} HiGHS MILPs "
-            f"{sum(milp_s):.3f} s (largest {max(milp_s):.3f} s) + fixed-count LPs {lp_s:.3f} s + the rest "
+            f"{sum(milp_s):.3f} s ({', '.join(f'{t:.3f}' for t in milp_s)}: PrfaaS-PD, homogeneous PD, naive "
+            f"heterogeneous, two stages each) + fixed-count LPs {lp_s:.3f} s + the rest "
             f"{got['plan_s'] - sum(milp_s) - lp_s:.3f} s (inputs, buckets, TTFT quantiles, verification)")
 
 
@@ -94,10 +98,11 @@ def timings(repeats: int, pythonpath: Path | None) -> dict[str, list[float]]:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--repeats", type=int, default=5)
+    ap.add_argument("--baseline", default=BASELINE_REV, help="the commit to compare against (default %(default)s)")
     args = ap.parse_args()
-    print(f"# {os.cpu_count()} CPUs, load average before: {os.getloadavg()[0]:.2f}")
+    print(f"# {os.cpu_count()} CPUs, load average before: {os.getloadavg()[0]:.2f}; before = commit {args.baseline}")
     new = timings(args.repeats, None)
-    old = timings(args.repeats, baseline_root())
+    old = timings(args.repeats, baseline_root(args.baseline))
     for label, runs in new.items():
         print(stats(label, runs, old.get(label)))
     for n in (128, 2048):

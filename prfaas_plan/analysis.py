@@ -18,10 +18,9 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import pandas as pd
 
 from prfaas_plan.defaults import (
     DEFAULT_CLUSTER_GPUS,
@@ -35,6 +34,8 @@ from prfaas_plan.units import BITS_PER_BYTE, GBPS_BITS_PER_S, MIB_BYTES
 from prfaas_plan.vocab import PLAN_MODES
 
 if TYPE_CHECKING:
+    import pandas as pd
+
     from prfaas_plan.hardware import Instance
     from prfaas_plan.kvcache import CacheSettings
     from prfaas_plan.model.arch import ModelSpec
@@ -43,9 +44,34 @@ if TYPE_CHECKING:
     from prfaas_plan.sim import SimResult
 
 
+Rows = list[dict[str, Any]]
+"""A table as records (one dict per row, the same keys in each): the comparison's numbers, built
+without pandas (0.5 s to import) so that ``prfaas-plan compare`` never loads it."""
+
+
 def _finite(df: pd.DataFrame) -> pd.DataFrame:
     """+-inf replaced by NaN (chart data must be finite or null)."""
     return df.replace([np.inf, -np.inf], np.nan)
+
+
+def _plain(v: Any) -> Any:
+    """A numpy scalar as the Python number it holds (JSON-serialisable); anything else as it is."""
+    return v.item() if isinstance(v, np.generic) else v
+
+
+def frame_rows(rows: list[dict[str, Any]]) -> Rows:
+    """``rows`` with each column's numbers typed as a DataFrame would hold them: Python ints and
+    floats (not numpy scalars), and a column of whole numbers with any float in it (NaN included)
+    all floats, as pandas infers float64 for it. ``pd.DataFrame(rows).to_dict("records")`` gives
+    the same values."""
+    rows = [{k: _plain(v) for k, v in r.items()} for r in rows]
+    for key in rows[0] if rows else ():
+        col = [r[key] for r in rows]
+        if (all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in col)
+                and any(isinstance(v, float) for v in col)):
+            for r in rows:
+                r[key] = float(r[key])
+    return rows
 
 
 # ----------------------------------------------------------------------------- S_kv(l) as a formula
@@ -140,6 +166,8 @@ def whatif_grid(inp: PlanInputs) -> WhatIfGrid:
     """The what-if grid of a scenario's :class:`~prfaas_plan.planner.PlanInputs`: per (link,
     PrfaaS, local) cell the optimum on the planner's own grid (``threshold_grid`` plus t =
     infinity, every N_p, first maximum), and per slider t the best N_p."""
+    import pandas as pd
+
     from prfaas_plan.planner import threshold_grid
 
     spec = inp.scenario.spec
@@ -299,6 +327,8 @@ def _plans(sc: Scenario, res: PlanResult) -> pd.DataFrame:
 
 def _stages(res: PlanResult) -> pd.DataFrame:
     """Each stage's capacity alone (the link's: Lambda_max scaled by usable link over egress)."""
+    import pandas as pd
+
     inp, best = res.inputs, res.plan
     link_rps = (best.lambda_max_rps * inp.link_bits_per_s / (best.egress_gbps * GBPS_BITS_PER_S)
                 if best.egress_gbps > 0 else math.inf)
@@ -314,6 +344,8 @@ def _stages(res: PlanResult) -> pd.DataFrame:
 def _ttft_cdf(res: PlanResult, basis: str) -> pd.DataFrame:
     """The queueing model's TTFT CDF of every plan at a rate basis, on 241 points up to 1.25 x the
     largest P99."""
+    import pandas as pd
+
     from prfaas_plan.planner import ttft_at
 
     rows = res.ttft[(res.ttft.path == "all") & (res.ttft.basis == basis)]
@@ -330,6 +362,8 @@ def _ttft_cdf(res: PlanResult, basis: str) -> pd.DataFrame:
 
 def _sim_ttft_cdf(sim: SimResult | None) -> tuple[pd.DataFrame | None, int]:
     """The simulated requests' TTFT CDF (201 quantiles) and how many requests it is over."""
+    import pandas as pd
+
     if sim is None:
         return None, 0
     tt = np.asarray(sim.requests["ttft_s"], dtype=float)
@@ -352,6 +386,8 @@ def _downsample(df: pd.DataFrame, xcol: str, n: int) -> pd.DataFrame:
 
 
 def _timeseries(sim: SimResult | None) -> Timeseries | None:
+    import pandas as pd
+
     if sim is None or getattr(sim, "timeseries", None) is None or not len(sim.timeseries):
         return None
     ts = _downsample(pd.DataFrame(sim.timeseries), "time_s", 1500)
@@ -362,6 +398,8 @@ def _timeseries(sim: SimResult | None) -> Timeseries | None:
 
 def _length_distribution(res: PlanResult) -> pd.DataFrame:
     """The share of requests per log-spaced length bin (40 bins), prefilled remotely and locally."""
+    import pandas as pd
+
     from prfaas_plan.planner import offload_fractions
 
     b = res.buckets
@@ -377,6 +415,8 @@ def _length_distribution(res: PlanResult) -> pd.DataFrame:
 def _per_length(sc: Scenario, res: PlanResult) -> pd.DataFrame:
     """T_prefill on both sides, S_kv and Phi_kv (Eq. 1) at 1K, 4K, 8K, 32K and 128K tokens (those
     the model holds, near the workload's lengths)."""
+    import pandas as pd
+
     from prfaas_plan.bandwidth import kv_throughput_gbps
 
     inp, b = res.inputs, res.buckets
@@ -463,8 +503,8 @@ class CompareReport:
     cluster_instances: float
     ref_tokens: int
     link_efficiency: float
-    table: pd.DataFrame
-    curve: pd.DataFrame
+    table: Rows
+    curve: Rows
     formulas: tuple[KvFormula, ...]
     pair: tuple[str, str] | None
     kv_ratio: float
@@ -476,18 +516,19 @@ def short_name(m: ModelSpec) -> str:
     return m.name.split(" (")[0].strip() or m.id
 
 
-def headline_pair(table: pd.DataFrame) -> tuple[str, str] | None:
+def headline_pair(table: Rows) -> tuple[str, str] | None:
     """The (hybrid, dense) model ids a comparison leads with: :data:`FLAGSHIP_PAIR` when both are
-    on it and reach the reference length, else the lowest and highest Phi_kv there; None when
-    fewer than two models reach it (or all emit the same)."""
-    phi = table.set_index("model")["phi_gbps_ref"].dropna()
-    if set(FLAGSHIP_PAIR) <= set(phi.index):
+    on it and reach the reference length, else the lowest and highest Phi_kv there (the first
+    model of each, in ``table``'s order); None when fewer than two models reach it (or all emit
+    the same)."""
+    phi = {r["model"]: r["phi_gbps_ref"] for r in table if not math.isnan(r["phi_gbps_ref"])}
+    if set(FLAGSHIP_PAIR) <= set(phi):
         return FLAGSHIP_PAIR
-    lo, hi = (phi.idxmin(), phi.idxmax()) if len(phi) >= 2 else (None, None)
+    lo, hi = (min(phi, key=phi.__getitem__), max(phi, key=phi.__getitem__)) if len(phi) >= 2 else (None, None)
     return (lo, hi) if lo != hi else None
 
 
-def _curve(m: ModelSpec, inst: Instance, cluster_gpus: int, settings: CacheSettings) -> pd.DataFrame:
+def _curve(m: ModelSpec, inst: Instance, cluster_gpus: int, settings: CacheSettings) -> Rows:
     from prfaas_plan.bandwidth import cluster_egress_gbps, kv_throughput_gbps
     from prfaas_plan.kvcache import kv_bytes
     from prfaas_plan.perf.latency import prefill_latency
@@ -498,9 +539,12 @@ def _curve(m: ModelSpec, inst: Instance, cluster_gpus: int, settings: CacheSetti
     g = g.astype(float)
     s = np.asarray(kv_bytes(m, g, settings), dtype=float)
     t = np.asarray(prefill_latency(m, inst, g, settings).total_s, dtype=float)
-    return pd.DataFrame({"model": m.id, "name": short_name(m), "tokens": g.astype(np.int64), "kv_mib": s / MIB_BYTES,
-                         "prefill_s": t, "phi_gbps": np.asarray(kv_throughput_gbps(m, inst, g, settings=settings)),
-                         "cluster_gbps": np.asarray(cluster_egress_gbps(m, inst, cluster_gpus, g, settings=settings))})
+    cols = {"tokens": g.astype(np.int64), "kv_mib": s / MIB_BYTES, "prefill_s": t,
+            "phi_gbps": np.asarray(kv_throughput_gbps(m, inst, g, settings=settings), dtype=float),
+            "cluster_gbps": np.asarray(cluster_egress_gbps(m, inst, cluster_gpus, g, settings=settings), dtype=float)}
+    name = short_name(m)
+    return [{"model": m.id, "name": name, **dict(zip(cols, vals))}
+            for vals in zip(*(np.broadcast_to(v, g.shape).tolist() for v in cols.values()))]
 
 
 def _at_ref(m: ModelSpec, inst: Instance, cluster_gpus: int, ref: int, settings: CacheSettings,
@@ -562,14 +606,14 @@ def analyse_compare(models: Iterable[str] | None = None, hardware: str = "h200",
     specs = tuple(load_model(i, tuple(extra_model_dirs)) for i in ids)
     inst = instance(hardware, gpus, tuple(extra_hardware_dirs))
     ref = int(context_tokens)
-    table = pd.DataFrame([{**_model_row(m, settings), **_at_ref(m, inst, cluster_gpus, ref, settings, link_efficiency)}
-                          for m in specs])
-    curve = pd.concat([_curve(m, inst, cluster_gpus, settings) for m in specs], ignore_index=True)
+    table = frame_rows([{**_model_row(m, settings), **_at_ref(m, inst, cluster_gpus, ref, settings, link_efficiency)}
+                        for m in specs])
+    curve = [row for m in specs for row in _curve(m, inst, cluster_gpus, settings)]
     pair = headline_pair(table)
     kv_ratio = phi_ratio = math.nan
     if pair is not None:
-        by = table.set_index("model")
-        a, z = by.loc[pair[0]], by.loc[pair[1]]
+        by = {r["model"]: r for r in table}
+        a, z = by[pair[0]], by[pair[1]]
         kv_ratio, phi_ratio = z["kv_mib_ref"] / a["kv_mib_ref"], z["phi_gbps_ref"] / a["phi_gbps_ref"]
     return CompareReport(specs, tuple(short_name(m) for m in specs), inst, settings, cluster_gpus, cluster_gpus / gpus,
                          ref, link_efficiency, table, curve, tuple(kv_formula(m, settings) for m in specs), pair,

@@ -12,9 +12,9 @@ TCP actually delivers (measured by ``prfaas-plan bench`` on loopback; 0.9 by def
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
-import pandas as pd
 
 from prfaas_plan.defaults import DEFAULT_LINK_EFFICIENCY
 from prfaas_plan.errors import InvalidInput
@@ -24,6 +24,9 @@ from prfaas_plan.model.arch import ModelSpec
 from prfaas_plan.perf.latency import decode_capacity, prefill_latency, prefill_time_s
 from prfaas_plan.perf.roofline import MeasuredProfile
 from prfaas_plan.units import MIB_BYTES, bytes_per_s_to_gbps, format_tokens
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 
 def phi_kv_gbps(kv_bytes, prefill_s):
@@ -103,6 +106,8 @@ def bandwidth_table(models: list[ModelSpec], inst: Instance, contexts: list[int]
                     settings: CacheSettings | None = None) -> pd.DataFrame:
     """One row per model and context: S_kv, T_prefill and its bound, Phi_kv (Eq. 1), cluster
     egress (Eq. 2), and the largest prefill cluster the link feeds."""
+    import pandas as pd
+
     rows = []
     lengths = np.asarray(contexts, dtype=float)
     for m in models:

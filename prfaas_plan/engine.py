@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Literal
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict, Field, NonNegativeInt, PositiveInt, model_validator
+from pydantic import BaseModel, ConfigDict, Field, PositiveInt, model_validator
 
 from prfaas_plan.data import find_entry, list_entries, read_yaml, validate
 from prfaas_plan.defaults import DEFAULT_ENGINE_PROFILE
@@ -53,20 +53,22 @@ class Speculative(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
     method: Literal["mtp"] = "mtp"
-    draft_tokens: NonNegativeInt
+    draft_tokens: int = Field(strict=True, ge=0)
     accepted_per_step: float | None = Field(default=None, ge=1)
     acceptance_rates: tuple[float, ...] | None = None
 
     @model_validator(mode="after")
     def _check(self) -> Speculative:
+        # each message starts with the field it is about: serving.SpecDecode names it so
         k = self.draft_tokens
         if (self.accepted_per_step is None) == (self.acceptance_rates is None):
-            raise ValueError("give exactly one of accepted_per_step or acceptance_rates")
+            raise ValueError("accepted_per_step: give exactly one of accepted_per_step or acceptance_rates")
         if self.accepted_per_step is not None and self.accepted_per_step > k + 1:
-            raise ValueError(f"accepted_per_step must lie in [1, k+1] = [1, {k + 1}] tokens per step")
+            raise ValueError(f"accepted_per_step: must lie in [1, k+1] = [1, {k + 1}] tokens per step, "
+                             f"got {self.accepted_per_step}")
         rates = self.acceptance_rates
         if rates is not None and (len(rates) != k or any(not 0.0 <= r <= 1.0 for r in rates)):
-            raise ValueError(f"acceptance_rates: give {k} rates in [0, 1], one per draft token")
+            raise ValueError(f"acceptance_rates: give {k} rates in [0, 1], one per draft token, got {rates}")
         return self
 
     @property

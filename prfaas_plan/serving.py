@@ -111,20 +111,7 @@ class SpecDecode:
     acceptance_rates: tuple[float, ...] | None = None
 
     def __post_init__(self) -> None:
-        k = self.draft_tokens
-        if isinstance(k, bool) or not isinstance(k, int) or k < 0:
-            raise InvalidInput(f"spec.draft_tokens: must be a whole number >= 0, got {k!r}")
-        if (self.accepted_per_step is None) == (self.acceptance_rates is None):
-            raise InvalidInput("spec.accepted_per_step: give exactly one of accepted_per_step or acceptance_rates")
-        if self.accepted_per_step is not None and not 1.0 <= self.accepted_per_step <= k + 1:
-            raise InvalidInput(f"spec.accepted_per_step: must lie in [1, k+1] = [1, {k + 1}] tokens per step, "
-                               f"got {self.accepted_per_step}")
-        if self.acceptance_rates is not None:
-            rates = self.acceptance_rates
-            if len(rates) != k:
-                raise InvalidInput(f"spec.acceptance_rates: give one rate per draft token ({k}), got {len(rates)}")
-            if any(not 0.0 <= r <= 1.0 for r in rates):
-                raise InvalidInput(f"spec.acceptance_rates: each rate must lie in [0, 1], got {rates}")
+        self.to_profile()  # the engine profile's checks
 
     @property
     def accepted(self) -> float:
@@ -155,10 +142,19 @@ class SpecDecode:
 
     def to_profile(self) -> Speculative:
         """This setting as an engine profile's ``speculative`` block (method ``mtp``)."""
+        from pydantic import ValidationError
+
         from prfaas_plan.engine import Speculative
 
-        return Speculative(method="mtp", draft_tokens=self.draft_tokens, accepted_per_step=self.accepted_per_step,
-                           acceptance_rates=self.acceptance_rates)
+        try:
+            return Speculative(method="mtp", draft_tokens=self.draft_tokens, accepted_per_step=self.accepted_per_step,
+                               acceptance_rates=self.acceptance_rates)
+        except ValidationError as exc:  # one line, named spec.<field>, as the profile's checks name it
+            err = exc.errors()[0]
+            msg = err["msg"].removeprefix("Value error, ")
+            if err["loc"]:
+                msg = f"{err['loc'][0]}: {msg}, got {err['input']!r}"
+            raise InvalidInput(f"spec.{msg}") from None
 
 
 def with_spec(inst: Instance, spec: SpecDecode | None) -> Instance:

@@ -299,3 +299,81 @@ def test_the_normal_cdf_is_scipys_own_ufunc_bit_for_bit():
               -np.inf, np.inf, np.nan, 0.0, -0.0, 5e-324, -38.5, 8.3]
     assert np.array_equal(ndtr(z), scipy.special.ndtr(z), equal_nan=True)
     assert ndtr(0.25) == scipy.special.ndtr(0.25) and isinstance(ndtr(0.25), np.floating)
+
+
+# --------------------------------------------------------------------------------------------
+# The sampler's inverse CDF without scipy.special's package
+# --------------------------------------------------------------------------------------------
+
+
+def test_newton_inverse_agrees_with_scipy_ndtri_to_its_bound():
+    """ndtri_newton against scipy.special.ndtri over (0, 1): uniform, deep lower and upper tails."""
+    from scipy import special
+
+    from prfaas_plan.workload.lengths import NDTRI_AGREE, ndtri_newton
+
+    rng = np.random.default_rng(11)
+    p = np.concatenate([rng.random(200_000), 10.0 ** rng.uniform(-300, 0, 100_000),
+                        1.0 - 10.0 ** rng.uniform(-16, -0.3, 100_000), [0.5, 0.25, 0.75, 1e-300]])
+    got, want = ndtri_newton(p), special.ndtri(p)
+    assert np.all(np.isfinite(got))
+    assert np.max(np.abs(got - want)) < NDTRI_AGREE / 5
+    assert np.all(np.isnan(ndtri_newton([0.0, 1.0, -0.1, 1.5, np.nan])))
+
+
+@pytest.mark.parametrize("dist", [paper_lengths(), OTHER_DIST, TruncatedLogNormal(12.0, 0.3, 1000, 10**6),
+                                  TruncatedLogNormal(14.0, 0.5, 128, 200_000)],
+                         ids=["paper", "other", "narrow", "upper-tail"])
+def test_sample_is_the_rounded_quantile_of_the_same_draws(dist, monkeypatch):
+    """sample() gives the integers of rint(quantile(u)) (scipy's ndtri) for the generator's u, exactly,
+    through the Newton inverse (the tests have scipy.special loaded, which would skip it) and without."""
+    from prfaas_plan.workload import lengths
+
+    for seed, n, newton in ((0, 1, True), (1, 5, True), (2, 3000, True), (3, 100_000, True), (4, 3000, False)):
+        monkeypatch.setattr(lengths, "_newton_pays", lambda draws, newton=newton: newton)
+        u = np.random.default_rng(seed).random(n)
+        want = np.clip(np.rint(np.asarray(dist.quantile(u))), math.ceil(dist.min_tokens),
+                       math.floor(dist.max_tokens)).astype(np.int64)
+        np.testing.assert_array_equal(dist.sample(n, np.random.default_rng(seed)), want)
+
+
+def test_sample_rechecks_a_draw_on_a_rounding_boundary(monkeypatch):
+    """A draw whose tokens lie on k + 1/2 is recomputed with scipy's ndtri, not left to the Newton inverse."""
+    from prfaas_plan.workload import lengths
+
+    monkeypatch.setattr(lengths, "_newton_pays", lambda draws: True)
+
+    calls = []
+
+    class OnABoundary(TruncatedLogNormal):
+        def _tokens(self, inverse, q):  # the Newton inverse puts draw 2 on a rounding boundary
+            tokens = super()._tokens(inverse, q)
+            if inverse is lengths.ndtri_newton:
+                tokens[2] = np.floor(tokens[2]) + 0.5
+            else:
+                calls.append(q.size)
+            return tokens
+
+    dist = OnABoundary(9.9, 1.0, 128, 131072)
+    exact = np.asarray(paper_lengths().quantile(np.random.default_rng(5).random(4)))
+    got = dist.sample(4, np.random.default_rng(5))
+    assert calls == [1]  # only the draw on the boundary
+    np.testing.assert_array_equal(got, np.rint(exact).astype(np.int64))
+
+
+def test_newton_inverse_is_used_only_where_it_pays():
+    from prfaas_plan.workload.lengths import NEWTON_MAX_DRAWS, _newton_pays
+
+    assert not _newton_pays(3000)  # scipy.special is loaded here (scipy.stats above)
+    assert not _newton_pays(NEWTON_MAX_DRAWS + 1)
+
+
+def test_sampling_does_not_import_scipy_special():
+    import subprocess
+    import sys
+
+    code = ("import sys, numpy as np\nfrom prfaas_plan.workload import paper_lengths\n"
+            "paper_lengths().sample(3000, np.random.default_rng(0))\nprint('scipy.special' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == ["False"]

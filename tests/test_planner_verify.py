@@ -226,6 +226,22 @@ def test_highs_loaded_alone_answers_as_scipy_optimize_does(sc, cell, monkeypatch
     assert alone[0].lambda_rps > 0 and alone[0].solver == "highs"
 
 
+@pytest.mark.parametrize("cell", [{}, EXAMPLE, GRID[0], GRID[-1]], ids=["case-study", "mu-10.7", "grid-first", "grid-last"])
+def test_heuristics_switched_off_change_no_answer(sc, cell, monkeypatch):
+    # MILP_OPTIONS (symmetry detection off) and ROUTING_MILP_OPTIONS (also the feasibility jump off)
+    # against HiGHS's defaults for both: the same floats, bit for bit, for all three MILPs and the LPs
+    inp, b = _inputs(sc, cell)
+    tuned = _solutions(inp, b)
+    assert M.MILP_OPTIONS["mip_detect_symmetry"] is False
+    assert M.ROUTING_MILP_OPTIONS["mip_heuristic_run_feasibility_jump"] is False
+    defaults = {"log_to_console": False, "mip_rel_gap": 0.0}
+    monkeypatch.setattr(M, "MILP_OPTIONS", defaults)
+    monkeypatch.setattr(M, "ROUTING_MILP_OPTIONS", defaults)
+    for a, s in zip(tuned, _solutions(inp, b)):
+        assert (a.solver, a.lambda_rps, a.n_p, a.n_d) == (s.solver, s.lambda_rps, s.n_p, s.n_d)
+        assert np.array_equal(a.y_rps, s.y_rps) and np.array_equal(a.z_rps, s.z_rps)
+
+
 def test_model_matrix_is_scipys_compressed_columns(sc):
     # the MILP's and the LP's rows, built without scipy.sparse, are the arrays scipy.sparse.csc_array
     # holds for the same matrices (canonical form: rows ascending per column, no stored zeros)

@@ -18,6 +18,7 @@ from prfaas_plan.errors import PlanError
 from prfaas_plan.workload import (
     LRUPrefixCache,
     PrefixReplay,
+    TraceBlocks,
     load_trace,
     prefix_cache_replay,
     split_cache_replay,
@@ -296,3 +297,60 @@ def test_unlimited_cache_counts_blocks_and_never_evicts():
     off = LRUPrefixCache(0)
     off.insert([1, 2])
     assert len(off) == 0 and off.hit_blocks([1]) == 0 and not off.enabled
+
+
+def _in_arrival_order(arrivals_s: list[float]) -> list[int]:
+    return sorted(range(len(arrivals_s)), key=lambda row: arrivals_s[row])  # sorted() is stable: ties keep rows
+
+
+@settings(max_examples=100, deadline=None)
+@given(
+    hash_ids=st.lists(st.lists(st.integers(0, 9), min_size=1, max_size=6), min_size=1, max_size=25),
+    arrival_slots=st.data(),
+    id_scale=st.sampled_from([1, -1, 10**15]),
+    threshold_tokens=st.sampled_from([0.0, 700.0, 1500.0, float("inf")]),
+)
+def test_unlimited_replays_match_reference_with_repeats_ties_and_sparse_ids(hash_ids, arrival_slots, id_scale,
+                                                                           threshold_tokens):
+    """The unlimited-cache replays (one vectorised pass over the blocks) against the plain-list
+    references, with ids repeated inside a prompt, arrivals out of row order with ties, and ids
+    that are negative or far apart (indexed through np.unique rather than used as they are)."""
+    arrivals_s = [float(a) for a in arrival_slots.draw(st.lists(st.integers(0, 3), min_size=len(hash_ids),
+                                                               max_size=len(hash_ids)))]
+    ids = [[block * id_scale for block in row] for row in hash_ids]
+    inputs_tokens = [BLOCK_TOKENS * len(row) - 100 for row in ids]
+    trace = make_trace(list(zip(inputs_tokens, ids)), arrivals_s)
+    order = _in_arrival_order(arrivals_s)
+    inputs = np.array(inputs_tokens)
+
+    def to_rows(per_arrival):
+        out = np.empty(len(order), dtype=np.int64)
+        out[order] = per_arrival
+        return out
+
+    shared = to_rows(reference_lru_hit_blocks([ids[r] for r in order], None))
+    np.testing.assert_array_equal(prefix_cache_replay(trace, None).hit_tokens,
+                                  np.minimum(shared * BLOCK_TOKENS, inputs - 1))
+    local, remote_hits, remote = reference_split_hit_blocks([ids[r] for r in order], None,
+                                                            [inputs_tokens[r] for r in order], threshold_tokens)
+    r = split_cache_replay(trace, None, threshold_tokens)
+    np.testing.assert_array_equal(r.local_uncached_tokens, inputs - np.minimum(to_rows(local) * BLOCK_TOKENS, inputs - 1))
+    np.testing.assert_array_equal(r.remote_uncached_tokens,
+                                  inputs - np.minimum(to_rows(remote_hits) * BLOCK_TOKENS, inputs - 1))
+    np.testing.assert_array_equal(r.remote, to_rows(remote).astype(bool))
+
+
+def test_prepared_trace_replays_like_the_frame_at_every_threshold():
+    """One TraceBlocks serves several thresholds (as the planner's fixed-point passes use it) and
+    gives what replaying the frame gives; a never-evicting LRU (the sequential replay of both
+    caches) agrees with the unlimited cache's vectorised PrfaaS side on the real trace."""
+    trace = _split_trace()
+    blocks = TraceBlocks(trace)
+    unique_blocks = len({b for ids in trace["hash_ids"] for b in ids})
+    shared = prefix_cache_replay(trace, None).uncached_tokens
+    for threshold in (0.0, float(np.percentile(shared, 30)), float(np.median(shared)), np.inf):
+        prepared, fresh = split_cache_replay(blocks, None, threshold), split_cache_replay(trace, None, threshold)
+        lru = split_cache_replay(trace, unique_blocks, threshold)
+        for name in ("local_uncached_tokens", "remote_uncached_tokens", "remote"):
+            np.testing.assert_array_equal(getattr(prepared, name), getattr(fresh, name))
+            np.testing.assert_array_equal(getattr(prepared, name), getattr(lru, name))

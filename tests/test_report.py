@@ -620,3 +620,73 @@ def test_charts_built_without_alt_debug_mode_have_the_same_specs():
     assert json.dumps(specs, sort_keys=True) == json.dumps(checked, sort_keys=True)
     for f in fast.figures:  # and every one still passes the schema
         f.spec(validate=True)
+
+
+# ----------------------------------------------------------------------------- chart data without pandas
+def _frame_with_every_kind():
+    import numpy as np
+    import pandas as pd
+
+    return pd.DataFrame({"name": ["a", "b", "c", "d"], "count": np.array([1, 2, 3, 4], dtype=np.int64),
+                         "x": [0.5, np.nan, np.inf, 1024.0], "y": [-np.inf, 2.0, 3.0, 4.0]})
+
+
+def test_chart_data_gives_the_spec_of_altair_own_dataframe_path():
+    # the pages hand altair records (report.charts.chart_data) instead of DataFrames: same specs,
+    # dataset names included, for one chart and for layers of one base (data hoisted to the layer)
+    import altair as alt
+    import numpy as np
+
+    from prfaas_plan.report.charts import chart_data
+
+    df = _frame_with_every_kind()
+    finite = df.replace([np.inf, -np.inf], np.nan)  # what the pages gave altair before
+    for data_of in (lambda: chart_data(df), lambda: chart_data(df.to_dict("records"))):
+        one = alt.Chart(data_of()).mark_point().encode(x="x:Q", y="y:Q", color="name:N")
+        assert one.to_dict() == alt.Chart(finite).mark_point().encode(x="x:Q", y="y:Q", color="name:N").to_dict()
+        base, old = alt.Chart(data_of()).encode(y="name:N"), alt.Chart(finite).encode(y="name:N")
+        new_layers = alt.layer(base.mark_bar().encode(x="count:Q"), base.mark_text().encode(text="x:Q"))
+        old_layers = alt.layer(old.mark_bar().encode(x="count:Q"), old.mark_text().encode(text="x:Q"))
+        spec = new_layers.to_dict()
+        assert spec == old_layers.to_dict() and "data" in spec and len(spec["datasets"]) == 1
+    (values,) = alt.Chart(chart_data(df, ["x", "name"])).mark_point().to_dict()["datasets"].values()
+    assert values == [{"x": 0.5, "name": "a"}, {"x": None, "name": "b"}, {"x": None, "name": "c"},
+                      {"x": 1024.0, "name": "d"}]
+
+
+def test_chart_data_is_shared_not_copied_by_layers():
+    import altair as alt
+
+    from prfaas_plan.report.charts import chart_data
+
+    data = chart_data(_frame_with_every_kind())
+    layered = alt.layer(alt.Chart(data).mark_point(), alt.Chart(data).mark_rule(), alt.Chart().mark_text())
+    assert all(layer.data is data for layer in layered.layer[:2])
+
+
+def test_frame_rows_types_columns_as_a_dataframe_does():
+    import numpy as np
+    import pandas as pd
+
+    from prfaas_plan.analysis import frame_rows
+
+    rows = [{"m": "a", "n": 3, "k": np.int64(7), "v": np.float64(1.5), "flag": True, "s": "x"},
+            {"m": "b", "n": float("nan"), "k": np.int64(8), "v": 2, "flag": False, "s": "y"}]
+    got = frame_rows([dict(r) for r in rows])
+    want = pd.DataFrame(rows).to_dict("records")
+    assert json.dumps(got) == json.dumps(want, default=lambda v: v.item())  # values and their int/float types
+    assert [type(r[k]) for r in got for k in r] == [type(v.item() if isinstance(v, np.generic) else v)
+                                                    for r in want for v in r.values()]
+
+
+def test_compare_page_is_built_without_pandas():
+    # `prfaas-plan compare` never imports pandas (half a second): the comparison is records end to end
+    import subprocess
+    import sys
+
+    code = ("import sys\nfrom prfaas_plan.report.compare import build_compare\n"
+            "r = build_compare(['mimo-v2-flash', 'minimax-m2.5'])\nr.to_html(bundle='', specs=r.specs())\n"
+            "print('pandas' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, cwd=ROOT)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == ["False"]

@@ -88,3 +88,26 @@ def test_a_dead_link_offloads_nothing_in_both_modes():
                for n_p in range(n))
     assert res.plan.threshold_tokens is None and res.plan.egress_gbps == 0
     assert np.isclose(res.lambda_max_rps, best, rtol=1e-9)
+
+
+def test_split_buckets_time_each_distinct_length_once_with_the_same_floats():
+    """split_cache_buckets evaluates the length functions once per distinct length: bit for bit
+    what evaluating them on every request gives (the kernel model of the local H20s, transferred
+    from H200 tables, and the PrfaaS side's measured profile), here on lengths with repeats, a
+    chunked-prefill multiple, a single token and lengths past every grid."""
+    from prfaas_plan.planner.inputs import _per_length, plan_inputs, split_cache_buckets
+
+    sc = pp.load_scenario("paper-case-study").with_trace(TRACE, None)
+    inp = plan_inputs(sc)
+    tokens = np.array([1, 8192, 8192, 300, 16384, 8193, 300, 250_000, 1, 4097.0])
+    fns = (inp.t_local, inp.t_remote, inp.kv_bytes)
+    for fn, spread in zip(fns, _per_length(fns, tokens)):
+        assert spread.tobytes() == fn(tokens).tobytes()
+    # and the buckets equal those built from per-request evaluations
+    replay = pp.workload.split_cache_replay(inp.trace, None, 2000.0)
+    local, remote = replay.local_uncached_tokens.astype(float), replay.remote_uncached_tokens.astype(float)
+    b = split_cache_buckets(inp, 2000.0, 4)
+    groups = [g for g in np.array_split(np.argsort(local, kind="stable"), 4) if g.size]
+    for got, values in ((b.t_local_s, inp.t_local(local)), (b.t_remote_s, inp.t_remote(remote)),
+                        (b.kv_bytes, inp.kv_bytes(remote)), (b.tokens, local)):
+        assert got.tobytes() == np.array([values[g].mean() for g in groups]).tobytes()

@@ -152,6 +152,8 @@ def test_bad_input_names_the_field(minimax, kwargs, field):
 
 @pytest.mark.parametrize("kwargs, field", [
     (dict(draft_tokens=-1, accepted_per_step=1.0), "spec.draft_tokens"),
+    (dict(draft_tokens=True, accepted_per_step=1.0), "spec.draft_tokens"),
+    (dict(draft_tokens=1.5, accepted_per_step=1.0), "spec.draft_tokens"),
     (dict(draft_tokens=1, acceptance_rates=(1.2,)), "spec.acceptance_rates"),
     (dict(draft_tokens=1, acceptance_rates=(-0.1,)), "spec.acceptance_rates"),
     (dict(draft_tokens=2, acceptance_rates=(0.5,)), "spec.acceptance_rates"),

@@ -1,5 +1,7 @@
-"""The engine's two routing paths agree: the fixed policy routes a chunk up front (numpy), the
-adaptive ones request by request (bisect); with nothing to adapt they must make the same run."""
+"""The engine's fast paths agree with the general ones: the fixed policy routes a chunk up front
+(numpy), the adaptive ones request by request (bisect), and with nothing to adapt they must make
+the same run; the token tables give the time functions' values; one heap of decode slots is a
+heap per instance."""
 
 from __future__ import annotations
 
@@ -10,8 +12,11 @@ import pandas as pd
 import pytest
 
 import prfaas_plan as pp
-from prfaas_plan.sim import Policy, Routing, Setup, simulate
+from prfaas_plan.sim import Engine, Policy, Routing, Setup, engine, simulate, tables
+from prfaas_plan.sim.arrivals import source_for
+from prfaas_plan.sim.outputs import Sink
 from prfaas_plan.sim.policies import scheduler_for
+from prfaas_plan.sim.tables import TokenTable, cached_lengths
 
 
 def test_chunk_routing_equals_request_routing():
@@ -56,4 +61,85 @@ def test_a_plan_without_pd_p_sends_everything_to_prfaas(policy):
     tokens = np.full(50, 100, dtype=np.int64)
     planned = scheduler.planned_offloads(tokens, u)
     assert all(scheduler.offloads(100, 100, x) for x in u.tolist())
-    assert planned is None or planned == [True] * 50
+    assert planned is None or planned.tolist() == [True] * 50
+
+
+def test_token_tables_give_the_time_functions_own_values():
+    """The tables evaluate each distinct length once, and give, bit for bit, what the plan's time
+    functions (the kernel model: elementwise numpy) give on each chunk's lengths directly."""
+    sc = pp.load_scenario("paper-case-study")
+    setup = Setup.from_plan(pp.plan(sc), sc)
+    asked = []
+
+    def t_local(tokens):
+        asked.append(np.asarray(tokens).copy())
+        return setup.t_local(tokens)
+
+    table = TokenTable(setup.t_remote, t_local, setup.kv_bytes)
+    rng = np.random.default_rng(3)
+    chunks = [np.maximum(np.asarray(setup.lengths.sample(n, rng), dtype=np.int64), 1) for n in (3000, 2000, 500)]
+    for tokens in chunks:
+        for got, fn in zip(table.at(tokens), (setup.t_remote, setup.t_local, setup.kv_bytes)):
+            np.testing.assert_array_equal(got.view(np.int64), np.asarray(fn(tokens.astype(float)), float).view(np.int64))
+    every = np.concatenate(asked)
+    assert every.size == np.unique(every).size == np.unique(np.concatenate(chunks)).size < sum(map(len, chunks))
+
+
+def test_cached_lengths_lists_every_uncached_length_a_hit_can_leave():
+    """Input minus m whole 512-token blocks, at least one token, m up to the request's leading
+    blocks that an earlier request holds (all its blocks for ids that are not integers): against
+    enumerating them."""
+    inputs = np.array([2000, 2000, 600, 1200, 900, 5, 3000])
+    ids = [[1, 2, 3], [1, 2, 9], [7], [1, 5], [2, 3], [], [1, 2, 9, 4, 8]]
+
+    def expected(blocks):
+        return sorted({max(i - 512 * m, 1) if m else i for i, b in zip(inputs, blocks) for m in range(b + 1)})
+
+    held = [0, 2, 0, 1, 2, 0, 3]  # leading blocks some earlier request holds
+    assert cached_lengths(inputs, ids).tolist() == expected(held)
+    names = [[f"b{h}" for h in row] for row in ids]
+    assert cached_lengths(inputs, names).tolist() == expected([len(row) for row in ids])
+
+
+@pytest.mark.parametrize("plain", [True, False])
+def test_one_heap_of_decode_slots_is_the_per_instance_heaps(plain):
+    """The earliest free slot of all slots is the earliest of each instance's earliest: a run on
+    one heap of slots equals, record for record, a run on a heap per PD-D instance (as the
+    rebalancer keeps them), through the specialised arrival handler of a plain run or the general one."""
+    sc = pp.load_scenario("paper-case-study")
+    res = pp.plan(sc)
+    setup = Setup.from_plan(res, sc)
+    frames = []
+    for per_instance in (False, True):
+        rng = np.random.default_rng(5)
+        source = source_for(setup, sc, res, None, 1.1, 1500.0, None, 1.0, None, rng)
+        eng = Engine(setup, source, Policy(), [], Sink())
+        eng.plain = plain
+        if per_instance:
+            eng.decode_slots = [[0.0] * setup.decode_batch_max for _ in range(setup.n_pd_d)]
+        eng.run()
+        frames.append(eng.sink.close())
+    assert (frames[0][0].decode_wait_s > 0).mean() > 0.01  # slots are contended
+    for one, per in zip(*frames):
+        pd.testing.assert_frame_equal(one, per, check_exact=True)
+
+
+def test_token_tables_evaluate_very_long_prompts_as_they_come(monkeypatch):
+    """A prompt beyond MAX_TABLE_TOKENS skips the table (it would hold every count up to it)."""
+    monkeypatch.setattr(tables, "MAX_TABLE_TOKENS", 100)
+    table = TokenTable(lambda tokens: 2.0 * tokens)
+    assert table.at(np.array([3, 99]))[0].tolist() == [6.0, 198.0] and table.known.size == 100
+    assert table.at(np.array([5, 100]))[0].tolist() == [10.0, 200.0] and table.known.size == 100
+
+
+def test_time_series_rows_handed_on_in_chunks_are_the_rows_of_one(monkeypatch):
+    """The rates per period are differences of running counters, carried from one chunk of rows to
+    the next: rows handed on 7 at a time equal rows handed on at once."""
+    sc = pp.load_scenario("paper-case-study")
+    res = pp.plan(sc)
+    drop = [(30.0, 60.0, 5.0)]  # a link drop: a backlog, busy and idle periods
+    whole = simulate(sc, res, load=1.0, duration_s=120, seed=4, policy="short", link_events=drop).timeseries
+    monkeypatch.setattr(engine, "TIMESERIES_CHUNK_ROWS", 7)
+    chunked = simulate(sc, res, load=1.0, duration_s=120, seed=4, policy="short", link_events=drop).timeseries
+    assert len(whole) == 120 and (whole.link_utilisation > 0.99).any() and (whole.link_utilisation < 0.5).any()
+    pd.testing.assert_frame_equal(chunked, whole, check_exact=True)

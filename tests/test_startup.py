@@ -111,3 +111,24 @@ def test_plan_buckets_use_scipys_normal_cdf_without_its_package():
     run = ("import numpy as np\nfrom prfaas_plan.workload.lengths import paper_lengths\n"
            "paper_lengths().buckets(256)")
     assert loaded(run, ("scipy.special",)) == []
+
+
+def test_the_console_script_runs_main_then_freezes_the_collector_for_shutdown():
+    # pyproject's script is cli.run; after main() it freezes the collector's objects, so the
+    # interpreter's last collection skips them (read back by an atexit hook, which runs after run())
+    import tomllib
+    from pathlib import Path
+
+    scripts = tomllib.loads((Path(__file__).parents[1] / "pyproject.toml").read_text())["project"]["scripts"]
+    assert scripts == {"prfaas-plan": "prfaas_plan.cli:run"}
+    code = ("import atexit, gc, sys\nfrom prfaas_plan.cli import run\n"
+            "atexit.register(lambda: print('frozen', gc.get_freeze_count(), file=sys.stderr))\n"
+            "sys.argv = ['prfaas-plan', 'kv', 'mimo-v2-flash']\nrun()\n")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert "B/token" in r.stdout  # main's table was printed
+    (line,) = [line for line in r.stderr.splitlines() if line.startswith("frozen")]
+    assert int(line.split()[1]) > 10_000
+    bad = subprocess.run([sys.executable, "-c", code.replace("'mimo-v2-flash'", "'no-such-model'")],
+                         capture_output=True, text=True, timeout=120)
+    assert bad.returncode == 2 and bad.stderr.startswith("prfaas-plan: error: unknown model 'no-such-model'")

@@ -119,3 +119,67 @@ def test_load_trace_missing_file_and_unknown_format(tmp_path):
     with pytest.raises(PlanError) as excinfo:
         load_trace(MOONCAKE_FIXTURE, fmt="mooncak")
     assert "did you mean 'mooncake'" in _one_line_error(excinfo)
+
+
+_ROW = '{"timestamp": 0, "input_length": 10, "output_length": 1, "hash_ids": [1]}'
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        _ROW + " " + _ROW,  # two objects: json's "Extra data"
+        _ROW[:-1],  # cut short
+        _ROW + ",",
+        "\ufeff" + _ROW,  # a BOM json.loads refuses
+        "\xa0" + _ROW,  # non-breaking space: whitespace to str.strip(), not to JSON
+        "nul",
+    ],
+)
+def test_mooncake_lines_fail_as_json_loads_fails(tmp_path, line):
+    """Each line is read as ``json.loads`` reads it: the error quotes its message and line number."""
+    path = tmp_path / "t.jsonl"
+    path.write_text(f"{_ROW}\n{line}\n", encoding="utf-8")
+    with pytest.raises(json.JSONDecodeError) as json_error:
+        json.loads(line)
+    with pytest.raises(PlanError) as excinfo:
+        load_trace(path, fmt="mooncake")
+    assert _one_line_error(excinfo) == (f"{path}: line 2 is not valid JSON ({json_error.value.msg}); "
+                                        "Mooncake traces have one JSON object per line")
+
+
+def test_mooncake_lines_json_accepts(tmp_path):
+    """CRLF and lone CR line ends, JSON whitespace around an object, blank lines (also a form feed,
+    which str.strip() calls blank) all read as json.loads reads each line."""
+    rows = [{"timestamp": t, "input_length": 10 + t, "output_length": t, "hash_ids": [t, 7]} for t in range(4)]
+    text = (f" \t{json.dumps(rows[0])}\r\n\r\n{json.dumps(rows[1])}\r{json.dumps(rows[2], indent=None)} \n\x0c\n"
+            f"{json.dumps(rows[3])}")
+    path = tmp_path / "t.jsonl"
+    path.write_bytes(text.encode("utf-8"))
+    trace = load_trace(path)
+    assert trace["input_tokens"].tolist() == [r["input_length"] for r in rows]
+    assert trace["hash_ids"].tolist() == [r["hash_ids"] for r in rows]
+    bad = path.read_text().replace("[3, 7]", "[3, 7.0]")
+    path.write_text(bad)
+    with pytest.raises(PlanError) as excinfo:
+        load_trace(path)
+    assert "line 6" in _one_line_error(excinfo) and "[3, 7.0]" in _one_line_error(excinfo)
+
+
+@pytest.mark.parametrize("stamps", [[0, 1500.5, 3000], [2**60 + 1, 2**60 + 4097, 2**60], [0.25, 1, 2]])
+def test_mooncake_numbers_read_as_pandas_reads_them(tmp_path, stamps):
+    """Timestamps as JSON ints and floats, also past 2^53 (where a double no longer holds every
+    integer), come out as pandas.to_numeric makes them; a fractional token count is refused by value."""
+    import pandas as pd
+
+    rows = [{"timestamp": t, "input_length": 10, "output_length": 1, "hash_ids": [1]} for t in stamps]
+    path = tmp_path / "t.jsonl"
+    path.write_text("\n".join(json.dumps(r) for r in rows) + "\n")
+    trace = load_trace(path)
+    ms = pd.to_numeric(pd.Series(stamps, dtype=object)).to_numpy(dtype=float)
+    expected = np.sort((ms - ms.min()) / 1000.0)
+    assert trace["arrival_s"].to_numpy().tobytes() == expected.tobytes()
+    rows[1]["input_length"] = 10.5
+    path.write_text("\n".join(json.dumps(r) for r in rows) + "\n")
+    with pytest.raises(PlanError) as excinfo:
+        load_trace(path)
+    assert "'input_length', line 2: 10.5 is not a whole number" in _one_line_error(excinfo)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Optional
 
@@ -117,14 +118,14 @@ def size(
     colocated and naive heterogeneous serving on each GPU type."""
     from prfaas_plan.data import atomic_write, check_output_path
     from prfaas_plan.scenario import load_scenario
-    from prfaas_plan.sizing import SizingSLO, load_link_tiers
+    from prfaas_plan.sizing import MAX_INSTANCES_LIMIT, SizingSLO, load_link_tiers
     from prfaas_plan.sizing import size as run_size
 
     check_positive(target_rps, "--target-rps", "requests/s")
     for value, flag, unit in ((ttft_p90_s, "--ttft-p90-s", "seconds"), (tpot_ms, "--tpot-ms", "milliseconds")):
         if value is not None:
             check_positive(value, flag, unit)
-    check_count(max_instances, "--max-instances", 10_000, "instances")
+    check_count(max_instances, "--max-instances", MAX_INSTANCES_LIMIT, "instances")
     if pareto is not None:
         check_count(pareto, "--pareto", MAX_PARETO_POINTS, "points")
     if executor not in ("serial", "dask"):
@@ -136,10 +137,11 @@ def size(
             check_output_path(path, flag)
     tiers = load_link_tiers(link_tiers) if link_tiers is not None else None
     sc = load_scenario(scenario)
-    s = sc.spec.slo
-    slo = SizingSLO(ttft_p90_s if ttft_p90_s is not None else s.ttft_s,
-                    0.9 if ttft_p90_s is not None else s.ttft_quantile,
-                    tpot_ms / 1e3 if tpot_ms is not None else s.tpot_s)
+    slo = SizingSLO.of_scenario(sc)
+    if ttft_p90_s is not None:
+        slo = replace(slo, ttft_s=ttft_p90_s, ttft_quantile=0.9)
+    if tpot_ms is not None:
+        slo = replace(slo, tpot_s=tpot_ms / 1e3)
     kwargs = dict(gpus=_names(gpus, "--gpus"), link_tiers=tiers, layouts=_names(layouts, "--layouts"),
                   max_instances_per_role=max_instances)
     res = run_size(sc, target_rps, slo, **kwargs)

@@ -286,10 +286,6 @@ class OpBreakdown:
         return str(out) if out.ndim == 0 else out
 
 
-Chunks = tuple[np.ndarray, np.ndarray, np.ndarray]
-"""A chunked prefill: (chunk tokens, whole chunks, tokens in the last partial chunk)."""
-
-
 def _run(model: ModelSpec, inst: Instance, engine: EngineProfile, work: Work, kv_dtype: str,
          gemm_chunks: Chunks | None = None) -> OpBreakdown:
     """Time every op of ``forward_ops`` for ``work`` and add the engine's per-layer costs."""
@@ -300,8 +296,9 @@ def _run(model: ModelSpec, inst: Instance, engine: EngineProfile, work: Work, kv
     sources: dict[str, str] = {}
     for s in forward_ops(model, layout, kv_dtype, work.phase):
         t = _timed(s.op, tables, work, gemm_chunks)
-        ops[s.op.name] = ops.get(s.op.name, 0.0) + s.count * t.latency_s
-        families[s.op.family] = families.get(s.op.family, 0.0) + s.count * t.latency_s
+        layers_s = s.count * t.latency_s
+        ops[s.op.name] = ops.get(s.op.name, 0.0) + layers_s
+        families[s.op.family] = families.get(s.op.family, 0.0) + layers_s
         sources[s.op.name] = t.source
     layers = model.layers.count
     act = work.rank_tokens if work.phase == "prefill" else np.asarray(float(work.rank_batch))
@@ -317,15 +314,33 @@ def _timed(op: Op, tables: KernelTables, work: Work, gemm_chunks: Chunks | None)
     once per chunk of the chunked-prefill size, the attention kernels once over the whole request."""
     if gemm_chunks is None or op.family not in ("gemm", "moe", "comm") or (isinstance(op, Gemm) and op.scope == "head"):
         return op.time(tables, work)
-    size, full, rest = gemm_chunks
-    whole = op.time(tables, _with_tokens(work, size))
-    tail = op.time(tables, _with_tokens(work, np.maximum(rest, 1.0)))
-    return OpTime(full * whole.latency_s + np.where(rest > 0, tail.latency_s, 0.0), whole.source)
+    whole = op.time(tables, gemm_chunks.whole)
+    tail = op.time(tables, gemm_chunks.tail)
+    return OpTime(gemm_chunks.full * whole.latency_s + np.where(gemm_chunks.has_tail, tail.latency_s, 0.0),
+                  whole.source)
 
 
 def _with_tokens(work: Work, tokens) -> Work:
     t = np.asarray(tokens, dtype=float)
     return Work(work.phase, t, work.batch, t, work.attn_dp)
+
+
+@dataclass(frozen=True)
+class Chunks:
+    """A chunked prefill, worked out once for all its ops: ``whole`` (one full chunk of the
+    chunked-prefill size) and ``tail`` (the last partial chunk, at least 1 token) as the work the
+    token-linear ops see, ``full`` the number of whole chunks and ``has_tail`` whether a partial
+    chunk runs (per length)."""
+
+    whole: Work
+    tail: Work
+    full: np.ndarray
+    has_tail: np.ndarray
+
+    @classmethod
+    def of(cls, work: Work, size: float) -> Chunks:
+        full, rest = np.floor(work.tokens / size), np.mod(work.tokens, size)
+        return cls(_with_tokens(work, size), _with_tokens(work, np.maximum(rest, 1.0)), full, rest > 0)
 
 
 def prefill_ops(model: ModelSpec, inst: Instance, tokens, engine: EngineProfile, kv_dtype: str = "bf16") -> OpBreakdown:
@@ -334,10 +349,8 @@ def prefill_ops(model: ModelSpec, inst: Instance, tokens, engine: EngineProfile,
     its request overhead."""
     l = np.asarray(tokens, dtype=float)
     size = float(engine.chunked_prefill_tokens)
-    full, rest = np.floor(l / size), np.mod(l, size)
-    chunks = (np.asarray(size), full, rest)
     work = Work("prefill", l, 1, l, inst.parallel.attn_dp)
-    b = _run(model, inst, engine, work, kv_dtype, chunks if np.any(l > size) else None)
+    b = _run(model, inst, engine, work, kv_dtype, Chunks.of(work, size) if np.any(l > size) else None)
     n_chunks = np.ceil(l / size)
     fam = {**b.families, "overhead": engine.request_overhead_s + n_chunks * engine.step_overhead_s}
     total = b.total_s + fam["overhead"]

@@ -30,6 +30,7 @@ if TYPE_CHECKING:
     from prfaas_plan.hardware import Instance
     from prfaas_plan.perf.roofline import MeasuredProfile
     from prfaas_plan.workload import LengthDist
+    from prfaas_plan.workload.prefix_cache import TraceBlocks
 
 LengthFn = Callable[[np.ndarray], np.ndarray]
 """A vectorised function of uncached lengths (tokens): prefill seconds, or bytes shipped."""
@@ -83,6 +84,13 @@ class PlanInputs:
     def mean_tokens(self) -> float:
         """Mean uncached input length, tokens."""
         return float(self.lengths.mean_tokens())
+
+    @cached_property
+    def trace_blocks(self) -> TraceBlocks:
+        """The trace prepared once for the per-cluster replays (one per fixed-point pass)."""
+        from prfaas_plan.workload.prefix_cache import TraceBlocks
+
+        return TraceBlocks(self.trace)
 
 
 def _prefill_timer(sc: Scenario, inst: Instance, prof: MeasuredProfile | None) -> LengthFn:
@@ -171,6 +179,14 @@ def buckets(inp: PlanInputs, n: int = DEFAULT_BUCKETS) -> Buckets:
                    inp.kv_bytes(tokens))
 
 
+def _per_length(fns: tuple[LengthFn, ...], tokens: np.ndarray) -> list[np.ndarray]:
+    """Each of ``fns`` at every one of ``tokens``, evaluated once per distinct length and spread
+    back: the same floats as evaluating them on ``tokens`` (the length functions are elementwise,
+    and their branches depend on the set of lengths only, which is the same)."""
+    unique, back = np.unique(tokens, return_inverse=True)
+    return [fn(unique)[back] for fn in fns]
+
+
 def split_cache_buckets(inp: PlanInputs, threshold_tokens: float, n: int) -> Buckets:
     """Buckets of a trace replayed with one prefix cache per cluster, routed by ``threshold_tokens``
     on the local uncached length (what the router sees). Requests are grouped by that length;
@@ -178,13 +194,14 @@ def split_cache_buckets(inp: PlanInputs, threshold_tokens: float, n: int) -> Buc
     PrfaaS cluster's own cache, which only holds what it prefilled."""
     from prfaas_plan.workload import split_cache_replay
 
-    replay = split_cache_replay(inp.trace, inp.cache_blocks, threshold_tokens)
+    replay = split_cache_replay(inp.trace_blocks, inp.cache_blocks, threshold_tokens)
     local_tokens = replay.local_uncached_tokens.astype(float)
     remote_tokens = replay.remote_uncached_tokens.astype(float)
     order = np.argsort(local_tokens, kind="stable")
     groups = [g for g in np.array_split(order, min(n, local_tokens.size)) if g.size]
-    per_request = {"tokens": local_tokens, "t_local_s": inp.t_local(local_tokens),
-                   "t_remote_s": inp.t_remote(remote_tokens), "kv_bytes": inp.kv_bytes(remote_tokens)}
+    (t_local_s,) = _per_length((inp.t_local,), local_tokens)
+    t_remote_s, shipped_bytes = _per_length((inp.t_remote, inp.kv_bytes), remote_tokens)
+    per_request = {"tokens": local_tokens, "t_local_s": t_local_s, "t_remote_s": t_remote_s, "kv_bytes": shipped_bytes}
     mean = {k: np.array([v[g].mean() for g in groups]) for k, v in per_request.items()}
     probs = np.array([g.size for g in groups], dtype=float) / local_tokens.size
     return Buckets(mean["tokens"], probs, mean["t_remote_s"], mean["t_local_s"], mean["kv_bytes"])

@@ -100,8 +100,18 @@ class _Coefficients:
 
 
 # ----------------------------------------------------------------------------- HiGHS
-MILP_OPTIONS = {"log_to_console": False, "mip_rel_gap": 0.0}
-"""HiGHS options of the MILP: as ``scipy.optimize.milp(options={"disp": False, "mip_rel_gap": 0})`` sets them."""
+MILP_OPTIONS = {"log_to_console": False, "mip_rel_gap": 0.0, "mip_detect_symmetry": False}
+"""HiGHS options of the MILP: as ``scipy.optimize.milp(options={"disp": False, "mip_rel_gap": 0, ...})`` sets
+them. Symmetry detection is off: two integer columns have no symmetry to find, and the answers are
+the same floats, bit for bit (measured on the 221 cells of benchmarks/bench_plan_solvers.py at 128
+and 512 buckets). The feasibility-jump heuristic stays on here: where it finds the optimum first (the
+baselines, a few columns after presolve), its point is the answer, and switching it off moved that
+Lambda by an ulp in 10 of 120 baseline MILPs at 512 buckets."""
+ROUTING_MILP_OPTIONS = {**MILP_OPTIONS, "mip_heuristic_run_feasibility_jump": False}
+"""HiGHS options of the MILP with both prefill paths open (one free routing column per bucket): the
+feasibility jump off too. In no such model measured was its point the optimum, so the LP's optimum
+is the answer either way, bit for bit (the 221 cells at 128 buckets, 40 at 512, 12 at 2,048;
+tests/test_planner_verify.py checks four), and it took 9-24% of their solve time."""
 LP_OPTIONS = {"presolve": "on", "solver": "simplex", "log_to_console": False, "output_flag": False,
               "simplex_strategy": 1}
 """HiGHS options of the fixed-count LP: as ``scipy.optimize.linprog(method="highs-ds")`` sets them (1 = dual)."""
@@ -153,7 +163,7 @@ def _highs_core() -> ModuleType | None:
     from prfaas_plan.extensions import load_extension
 
     core = load_extension(Path(scipy.__file__).parent / "optimize" / "_highspy", "_core", "scipy.optimize._highspy._core")
-    return core if all(hasattr(core, a) for a in ("_Highs", "HighsLp", "HighsOptions")) else None
+    return core if all(hasattr(core, a) for a in ("_Highs", "HighsOptions", "MatrixFormat", "ObjSense")) else None
 
 
 def _highs_run(cost: np.ndarray, a: _Csc, row_lo: np.ndarray, row_hi: np.ndarray, col_lo: np.ndarray,
@@ -161,24 +171,20 @@ def _highs_run(cost: np.ndarray, a: _Csc, row_lo: np.ndarray, row_hi: np.ndarray
     """HiGHS on ``min cost x`` s.t. ``row_lo <= a x <= row_hi``,
     ``col_lo <= x <= col_hi``, columns with ``integral == 1`` integer: ``(x, objective)``, or None
     without an optimum. The model and options are passed as scipy.optimize's HiGHS wrapper passes
-    them, so the answer is the one scipy.optimize.milp / linprog give."""
+    them, so the answer is the one scipy.optimize.milp / linprog give; the arrays go in as numpy
+    buffers (HiGHS's pointer interface), not converted element by element."""
     h = _highs_core()
     if h is None:
         return _scipy_run(cost, a, row_lo, row_hi, col_lo, col_hi, integral, options)
-    lp = h.HighsLp()
-    lp.num_col_, lp.num_row_ = len(cost), len(row_hi)
-    lp.a_matrix_.num_col_, lp.a_matrix_.num_row_ = len(cost), len(row_hi)
-    lp.a_matrix_.format_ = h.MatrixFormat.kColwise
-    lp.col_cost_, lp.col_lower_, lp.col_upper_ = cost, col_lo, col_hi
-    lp.row_lower_, lp.row_upper_ = row_lo, row_hi
-    lp.a_matrix_.start_, lp.a_matrix_.index_, lp.a_matrix_.value_ = a.start, a.index, a.value
-    if integral.any():
-        kinds = (h.HighsVarType(0), h.HighsVarType(1))  # continuous, integer (one enum object each)
-        lp.integrality_ = [kinds[i] for i in integral.tolist()]
     highs, opts = h._Highs(), h.HighsOptions()
     for key, value in options.items():
         setattr(opts, key, value)
-    if highs.passOptions(opts) == h.HighsStatus.kError or highs.passModel(lp) == h.HighsStatus.kError:
+    if highs.passOptions(opts) == h.HighsStatus.kError:
+        return None
+    floats = (np.ascontiguousarray(v, dtype=np.float64) for v in (cost, col_lo, col_hi, row_lo, row_hi))
+    kinds = np.asarray(integral, dtype=np.int32).reshape(len(cost))  # HiGHS reads one per column
+    if highs.passModel(len(cost), len(row_hi), len(a.value), int(h.MatrixFormat.kColwise), int(h.ObjSense.kMinimize),
+                       0.0, *floats, a.start, a.index, a.value, kinds) == h.HighsStatus.kError:
         return None
     with c_stdout_silenced() if integral.any() else contextlib.nullcontext():  # HiGHS's stray MIP printf
         status = highs.run()
@@ -190,12 +196,16 @@ def _highs_run(cost: np.ndarray, a: _Csc, row_lo: np.ndarray, row_hi: np.ndarray
 def _scipy_run(cost: np.ndarray, a: _Csc, row_lo: np.ndarray, row_hi: np.ndarray, col_lo: np.ndarray,
                col_hi: np.ndarray, integral: np.ndarray, options: dict) -> tuple[np.ndarray, float] | None:
     """:func:`_highs_run` through scipy.optimize (where scipy's HiGHS bindings cannot be loaded alone)."""
+    import warnings
+
     from scipy.optimize import Bounds, LinearConstraint, linprog, milp
 
-    if integral.any():
-        with c_stdout_silenced():
+    if integral.any():  # milp passes the HiGHS options it does not know on verbatim, with a warning
+        milp_options = {"disp": False, **{k: v for k, v in options.items() if k != "log_to_console"}}
+        with c_stdout_silenced(), warnings.catch_warnings():
+            warnings.filterwarnings("ignore", "Unrecognized options", RuntimeWarning)
             r = milp(cost, integrality=integral, bounds=Bounds(col_lo, col_hi),
-                     constraints=LinearConstraint(a.scipy(), row_lo, row_hi), options={"disp": False, "mip_rel_gap": 0.0})
+                     constraints=LinearConstraint(a.scipy(), row_lo, row_hi), options=milp_options)
     else:  # the LP's rows are all "<="
         r = linprog(cost, A_ub=a.scipy().toarray(), b_ub=row_hi, bounds=np.c_[col_lo, col_hi], method="highs-ds")
     return None if r.status != 0 or r.x is None else (r.x, float(r.fun))
@@ -235,7 +245,8 @@ def _highs_milp(k: _Coefficients, pools: Pools) -> tuple[np.ndarray, float, int,
     hi = np.r_[np.inf, np.full(n, np.inf if pools.allow_remote else 0.0), pools.n_local, pools.n_local, 0.0]
     cost = np.zeros(n + 4)
     cost[0] = -1.0
-    first = _highs_run(cost, a, lower, upper, lo, hi, integral, MILP_OPTIONS)
+    options = ROUTING_MILP_OPTIONS if pools.allow_remote and pools.allow_local_prefill else MILP_OPTIONS
+    first = _highs_run(cost, a, lower, upper, lo, hi, integral, options)
     if first is None:
         return None
     x, lam = first[0], float(first[0][0])
@@ -244,7 +255,7 @@ def _highs_milp(k: _Coefficients, pools: Pools) -> tuple[np.ndarray, float, int,
         upper[-2:] = 0.0
         cost[:] = 0.0
         cost[-1] = 1.0
-        second = _highs_run(cost, a, lower, upper, lo, hi, integral, MILP_OPTIONS)
+        second = _highs_run(cost, a, lower, upper, lo, hi, integral, options)
         if second is not None:  # numerically tiny optima: keep the first
             x, lam = second[0], float(second[0][0])
     off = np.clip(x[1:n + 1], 0.0, lam)
@@ -345,7 +356,7 @@ def fixed_count_lp(inp: PlanInputs, b: Buckets, pools: Pools, n_p: int) -> Exact
     cost = np.zeros(nb + 1)
     cost[nb] = 1.0
     found = _highs_run(cost, _Csc.dense(a_ub), np.full(3, -np.inf), b_ub, bounds[:, 0].copy(), bounds[:, 1].copy(),
-                       np.zeros(0, dtype=np.uint8), LP_OPTIONS)
+                       np.zeros(nb + 1, dtype=np.uint8), LP_OPTIONS)
     if found is None or not _lp_checked(found[0], found[1], a_ub, b_ub, bounds) or not found[1] > 0:
         return none
     x, fun = found

@@ -9,11 +9,16 @@ into each spec) and the small helpers the pages build their charts with: altair 
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable, Iterable
-from typing import Any, TypeVar
+import math
+from collections.abc import Callable, Iterable, Sequence
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import numpy as np
-import pandas as pd
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+    from prfaas_plan.analysis import Rows
 
 # ----------------------------------------------------------------------------- style
 FONT = 'system-ui, -apple-system, "Segoe UI", Roboto, Helvetica, Arial, sans-serif'
@@ -69,6 +74,53 @@ def unvalidated(fn: F) -> F:
 def _finite(df: pd.DataFrame) -> pd.DataFrame:
     """Replace +-inf by NaN (Vega-Lite data must be finite or null)."""
     return df.replace([np.inf, -np.inf], np.nan)
+
+
+def _null(v: Any) -> Any:
+    return None if isinstance(v, float) and not math.isfinite(v) else v
+
+
+def _plain(v: Any) -> Any:
+    """A numpy scalar (in an object column) as the Python value it holds."""
+    return v.item() if isinstance(v, np.generic) else v
+
+
+@functools.lru_cache(maxsize=1)
+def _shared_data_class() -> type:
+    alt = _alt()
+
+    class SharedInlineData(alt.InlineData):
+        """``alt.InlineData`` that altair's deep copies keep by reference (as they keep a DataFrame):
+        every layer and concatenation copies its charts, values and all."""
+
+        def __deepcopy__(self, memo: Any = None) -> SharedInlineData:
+            return self
+
+    return SharedInlineData
+
+
+def chart_data(data: pd.DataFrame | Rows, keys: Sequence[str] | None = None):
+    """A chart's inline data from a DataFrame or records (``keys``: those columns, in that order;
+    default all), as altair writes a DataFrame: the rows' values, NaN and +-inf as null, named by
+    their content in the spec's ``datasets``. The spec is the one the DataFrame gives, without
+    pandas or altair's per-frame sanitising, and the values are not copied with every layer.
+    Charts sharing one data object (layers of one base) share it in the spec too."""
+    if isinstance(data, list):
+        values = [{k: _null(r[k]) for k in (keys or r)} for r in data]
+    else:  # by column (a DataFrame's to_dict("records") builds each value in Python: 5x slower)
+        keys = list(data.columns if keys is None else keys)
+        cols = [[_null(_plain(v)) for v in data[k].tolist()] for k in keys]
+        values = [dict(zip(keys, row)) for row in zip(*cols)]
+    return _shared_data_class()(values=values)
+
+
+def props(chart, **properties: Any):
+    """``chart.properties(**properties)`` without altair's jsonschema check of each property
+    (which it runs even with debug mode off; the tests validate every whole spec)."""
+    copy = chart.copy(deep=False)
+    for key, value in properties.items():
+        copy[key] = value
+    return copy
 
 
 def _plan_scale(names: Iterable[str]):

@@ -7,12 +7,12 @@ the numbers are :func:`prfaas_plan.analysis.analyse_compare`'s.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 import numpy as np
-import pandas as pd
 
 from prfaas_plan.analysis import FLAGSHIP_PAIR, STANDARD_LINES_GBPS
 from prfaas_plan.data import check_output_path
@@ -30,9 +30,10 @@ from prfaas_plan.report.charts import (
     SERIES_COLORS,
     _alt,
     _decade_axis,
-    _finite,
     _log_token_axis,
     _token_ticks,
+    chart_data,
+    props,
     unvalidated,
 )
 from prfaas_plan.report.files import _check_png_dir, _write
@@ -40,7 +41,7 @@ from prfaas_plan.report.formulas import kv_pretty
 from prfaas_plan.report.page import Col, Figure, Report, Section, Table, _e, _table_html, _tokens
 
 if TYPE_CHECKING:
-    from prfaas_plan.analysis import CompareReport
+    from prfaas_plan.analysis import CompareReport, Rows
     from prfaas_plan.kvcache import CacheSettings
 
 __all__ = ["DEFAULT_COMPARE_MODELS", "FLAGSHIP_PAIR", "build_compare", "compare_page", "write_compare"]
@@ -49,6 +50,11 @@ __all__ = ["DEFAULT_COMPARE_MODELS", "FLAGSHIP_PAIR", "build_compare", "compare_
 def _fewer(ratio: float, fewer: str = "less") -> str:
     """``ratio`` = theirs / ours as '3.0× less' (or, below 1, '2.5× more')."""
     return f"{ratio:.1f}× {fewer}" if ratio >= 1 else f"{1 / ratio:.1f}× more"
+
+
+def _pick(rows: Rows, keys: list[str]) -> Rows:
+    """Those columns of ``rows``, in that order."""
+    return [{k: r[k] for k in keys} for r in rows]
 
 
 # ----------------------------------------------------------------------------- the comparison
@@ -79,8 +85,8 @@ def compare_page(c: CompareReport) -> Report:
     pair = c.pair
     cards, lead = [], ""
     if pair is not None:
-        by = table.set_index("model")
-        a, z = by.loc[pair[0]], by.loc[pair[1]]
+        by = {r["model"]: r for r in table}
+        a, z = by[pair[0]], by[pair[1]]
         kv_ratio, phi_ratio = c.kv_ratio, c.phi_ratio
         cards = [
             (f"KV per {ref_txt} request", _fewer(kv_ratio), f"{a['name']} {a['kv_mib_ref']:,.0f} MiB vs {z['name']} {z['kv_mib_ref']:,.0f} MiB"),
@@ -104,20 +110,20 @@ def compare_page(c: CompareReport) -> Report:
     model_scale = alt.Scale(domain=model_dom, range=(SERIES_COLORS * 4)[:len(model_dom)])
     color = alt.Color("name:N", title=None, scale=model_scale)
 
-    def bars(df, col, title, axis_title, subtitle, fmt):
-        d = df[["name", col]].copy()
-        d["text"] = [fmt(v) for v in d[col]]
-        base = alt.Chart(_finite(d)).encode(y=alt.Y("name:N", sort=model_dom, title=None, axis=alt.Axis(labelLimit=170)),
-                                            x=alt.X(f"{col}:Q", title=axis_title,
-                                                    scale=alt.Scale(domain=[0, float(np.nanmax(d[col])) * 1.3 or 1])))
-        return alt.layer(base.mark_bar(height=22).encode(color=alt.Color("name:N", scale=model_scale, legend=None)),
+    def bars(col, title, axis_title, subtitle, fmt):
+        d = [{"name": r["name"], col: r[col], "text": fmt(r[col])} for r in table]
+        top = float(np.nanmax([r[col] for r in table]))
+        base = alt.Chart(chart_data(d)).encode(y=alt.Y("name:N", sort=model_dom, title=None, axis=alt.Axis(labelLimit=170)),
+                                                x=alt.X(f"{col}:Q", title=axis_title,
+                                                        scale=alt.Scale(domain=[0, top * 1.3 or 1])))
+        return props(alt.layer(base.mark_bar(height=22).encode(color=alt.Color("name:N", scale=model_scale, legend=None)),
                          base.mark_text(align="left", dx=4, fontSize=11.5, color="#1d2330").encode(text=alt.Text("text:N"))
-                         ).properties(width=BAR_WIDTH, height=34 * len(specs) + 10,
-                                      title=alt.Title(title, subtitle=subtitle))
+                         ), width=BAR_WIDTH, height=34 * len(specs) + 10,
+                     title=alt.Title(title, subtitle=subtitle))
 
-    per_tok = bars(table, "kv_kib_per_token", "KV cache per token (growing part)", "KiB per token (all layers)",
+    per_tok = bars("kv_kib_per_token", "KV cache per token (growing part)", "KiB per token (all layers)",
                    f"{settings.kv_dtype} KV; full-attention / MLA layers only", lambda v: f"{v:,.1f} KiB")
-    fixed = bars(table, "fixed_state_mib", "Fixed state per request", "MiB per request",
+    fixed = bars("fixed_state_mib", "Fixed state per request", "MiB per request",
                  f"linear-attention states + full sliding windows; {settings.engine} state dtypes",
                  lambda v: f"{v:,.1f} MiB")
 
@@ -125,19 +131,21 @@ def compare_page(c: CompareReport) -> Report:
     xenc = alt.X("tokens:Q", scale=alt.Scale(type="log", domain=[1024, 2 ** 20], nice=False),
                  axis=_log_token_axis("prompt length l (tokens, log scale)", tick_vals))
 
+    curve_data = chart_data(curve)
+
     def curve_chart(col, title, ytitle, subtitle, extra=(), width=CHART_WIDTH):
-        base = alt.Chart(_finite(curve)).mark_line(point=alt.OverlayMarkDef(size=14, filled=True)).encode(
+        base = alt.Chart(curve_data).mark_line(point=alt.OverlayMarkDef(size=14, filled=True)).encode(
             x=xenc, y=alt.Y(f"{col}:Q", scale=alt.Scale(type="log"), axis=_decade_axis(ytitle)), color=color,
             tooltip=[alt.Tooltip("name:N", title="model"), alt.Tooltip("tokens:Q", format=","),
                      alt.Tooltip(f"{col}:Q", format=",.3~g")])
-        return alt.layer(base, *extra).properties(width=width, height=CHART_HEIGHT + 30,
-                                                  title=alt.Title(title, subtitle=subtitle))
+        return props(alt.layer(base, *extra), width=width, height=CHART_HEIGHT + 30,
+                     title=alt.Title(title, subtitle=subtitle))
 
     s_chart = curve_chart("kv_mib", "KV cache of one request, S_kv(l)", "S_kv (MiB, log scale)",
                           "each model stops at its maximum context")
     phi_chart = curve_chart("phi_gbps", f"KV throughput of one {inst_txt} instance, Φ_kv(l)",
                             "Φ_kv (Gbps, log scale)", f"Eq. 1: S_kv(l) / T_prefill(l), kernel model on {inst_txt}")
-    lines_df = pd.DataFrame({"y": list(STANDARD_LINES_GBPS), "label": [f"{v:g} Gbps" for v in STANDARD_LINES_GBPS]})
+    lines_df = chart_data([{"y": v, "label": f"{v:g} Gbps"} for v in STANDARD_LINES_GBPS])
     link_width = CHART_WIDTH - 60  # the line labels sit right of the plot, clear of the bars and curves
     rules = (alt.Chart(lines_df).mark_rule(color="#c8443c", strokeDash=[4, 3]).encode(y=alt.Y("y:Q")),
              alt.Chart(lines_df).mark_text(align="left", baseline="middle", dx=4, color="#c8443c", fontSize=10.5).encode(
@@ -146,18 +154,18 @@ def compare_page(c: CompareReport) -> Report:
                                "B_out (Gbps, log scale)",
                                f"Eq. 2: {n_inst:g} instances of {inst_txt}, all prefilling; dashed: {lines_txt} Gbps lines",
                                rules, link_width)
-    eg = table[["name", "cluster_gbps_ref"]].dropna().copy()
-    eg["text"] = [f"{v:,.0f} Gbps" for v in eg.cluster_gbps_ref]
-    eg["base"] = 1.0  # log-scale bars need a positive baseline
-    ymax = max(float(eg.cluster_gbps_ref.max()) if len(eg) else 1.0, STANDARD_LINES_GBPS[-1]) * 3
-    eg_base = alt.Chart(eg).encode(x=alt.X("name:N", sort=model_dom, title=None, axis=alt.Axis(labelAngle=-25, labelLimit=160)))
-    eg_chart = alt.layer(
+    eg = [{"name": r["name"], "cluster_gbps_ref": r["cluster_gbps_ref"], "text": f"{r['cluster_gbps_ref']:,.0f} Gbps",
+           "base": 1.0}  # log-scale bars need a positive baseline
+          for r in table if not math.isnan(r["cluster_gbps_ref"])]
+    ymax = max(max((r["cluster_gbps_ref"] for r in eg), default=1.0), STANDARD_LINES_GBPS[-1]) * 3
+    eg_base = alt.Chart(chart_data(eg)).encode(x=alt.X("name:N", sort=model_dom, title=None, axis=alt.Axis(labelAngle=-25, labelLimit=160)))
+    eg_chart = props(alt.layer(
         eg_base.mark_bar(width=34).encode(y=alt.Y("cluster_gbps_ref:Q", axis=_decade_axis("cluster egress (Gbps, log scale)"),
                                                    scale=alt.Scale(type="log", domain=[1, ymax])), y2=alt.Y2("base:Q"),
                                           color=alt.Color("name:N", scale=model_scale, legend=None)),
         eg_base.mark_text(dy=-7, fontSize=11, color="#1d2330").encode(y=alt.Y("cluster_gbps_ref:Q"), text=alt.Text("text:N")),
         *rules,
-    ).properties(width=link_width, height=CHART_HEIGHT + 30, title=alt.Title(
+    ), width=link_width, height=CHART_HEIGHT + 30, title=alt.Title(
         f"Link a {cluster_gpus}-GPU prefill cluster needs at {ref_txt}",
         subtitle=f"Eq. 2 on {inst_txt}; dashed: {lines_txt} Gbps lines (nominal)"))
 
@@ -173,7 +181,7 @@ def compare_page(c: CompareReport) -> Report:
             Col("max_gpus_100g", "Prefill GPUs", "one 100 Gbps line feeds", "int")]
     main_tbl = Table("models", table, cols, row_key="model",
                      caption=f"At {ref_txt}-token prompts (1K = 1024). What bounds T_prefill: "
-                             + ", ".join(f"{n} {b}" for n, b in zip(table.name, table.bound_ref))
+                             + ", ".join(f"{r['name']} {r['bound_ref']}" for r in table)
                              + ". Line load = B_out ÷ nominal line rate (above 1: the line is too small).")
     curve_tbl = Table("curves", curve, [Col("name", "Model", text=True), Col("tokens", "l", "tokens", "int"),
                                         Col("kv_mib", "S_kv", "MiB"), Col("prefill_s", "T_prefill", f"s, {inst_txt}"),
@@ -194,12 +202,12 @@ def compare_page(c: CompareReport) -> Report:
     sections = [
         Section("bytes", "Cache bytes per token and per request", [
             Figure("kv-bytes-per-token", per_tok, "The part of the cache that grows with every token.",
-                   Table("kv-bytes-per-token-data", table[["model", "name", "kv_bytes_per_token", "kv_kib_per_token"]],
+                   Table("kv-bytes-per-token-data", _pick(table, ["model", "name", "kv_bytes_per_token", "kv_kib_per_token"]),
                          [Col("name", "Model", text=True), Col("kv_bytes_per_token", "KV", "bytes/token", "int"),
                           Col("kv_kib_per_token", "KV", "KiB/token")], row_key="model")),
             Figure("fixed-state", fixed, "Bytes every request holds whatever its length (recurrent + conv states, "
                    "full sliding windows).",
-                   Table("fixed-state-data", table[["model", "name", "fixed_state_bytes", "fixed_state_mib"]],
+                   Table("fixed-state-data", _pick(table, ["model", "name", "fixed_state_bytes", "fixed_state_mib"]),
                          [Col("name", "Model", text=True), Col("fixed_state_bytes", "Fixed state", "bytes", "int"),
                           Col("fixed_state_mib", "Fixed state", "MiB")], row_key="model"))]),
         Section("curves", "KV cache and KV throughput against prompt length", [
@@ -212,7 +220,7 @@ def compare_page(c: CompareReport) -> Report:
                    f"standard {lines_txt} Gbps lines.", Table("cluster-egress-curve-data", curve,
                                                                [curve_tbl.cols[0], curve_tbl.cols[1], curve_tbl.cols[5]])),
             Figure("cluster-egress-bars", eg_chart, f"The same at {ref_txt}-token prompts.",
-                   Table("cluster-egress-bars-data", table[["model", "name", "cluster_gbps_ref"]],
+                   Table("cluster-egress-bars-data", _pick(table, ["model", "name", "cluster_gbps_ref"]),
                          [Col("name", "Model", text=True), Col("cluster_gbps_ref", "B_out", "Gbps")], row_key="model"))]),
         Section("table", "The numbers behind the charts", [main_tbl,
                                                            f"<details><summary>Every curve point ({len(curve)} rows)</summary>{_table_html(curve_tbl)}</details>"]),

@@ -16,14 +16,18 @@ import json
 import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import pandas as pd
 
 from prfaas_plan.errors import InvalidInput
 from prfaas_plan.report.bundle import vega_bundle
 from prfaas_plan.report.charts import CHART_CONFIG, unvalidated
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+    from prfaas_plan.analysis import Rows
 
 # ----------------------------------------------------------------------------- page template
 CSS = """
@@ -136,10 +140,11 @@ class Col:
 
 @dataclass
 class Table:
-    """A table of numbers; ``df`` holds the exact values (what ``data-value`` carries)."""
+    """A table of numbers; ``df`` holds the exact values (what ``data-value`` carries): a DataFrame,
+    or its records (:data:`~prfaas_plan.analysis.Rows`, for a page built without pandas)."""
 
     name: str
-    df: pd.DataFrame
+    df: pd.DataFrame | Rows
     cols: list[Col]
     row_key: str | None = None
     caption: str = ""
@@ -147,8 +152,12 @@ class Table:
 
     def value(self, row: str, col: str):
         """The exact value in row ``row`` (by ``row_key``) and column ``col``."""
-        sel = self.df[self.df[self.row_key].astype(str) == str(row)]
-        return sel[col].iloc[0]
+        return next(r[col] for r in _records(self.df) if str(r[self.row_key]) == str(row))
+
+
+def _records(df: pd.DataFrame | Rows) -> Rows:
+    """A table's rows as dicts (a DataFrame's ``to_dict("records")``; records as they are)."""
+    return df if isinstance(df, list) else df.to_dict("records")
 
 
 @dataclass
@@ -319,7 +328,7 @@ def _table_html(t: Table) -> str:
         f'<th class="{"t" if c.text else ""}" data-col="{_e(c.key)}">{_e(c.label)}'
         + (f'<span class="u">{_e(c.unit)}</span>' if c.unit else "") + "</th>" for c in t.cols)
     rows = []
-    for rec in t.df.to_dict("records"):
+    for rec in _records(t.df):
         key = _raw(rec[t.row_key]) if t.row_key else ""
         cls = ' class="hl"' if t.highlight is not None and key == t.highlight else ""
         attr = f' data-row="{_e(key)}"' if t.row_key else ""

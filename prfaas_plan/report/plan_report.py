@@ -15,7 +15,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 import numpy as np
-import pandas as pd
 
 from prfaas_plan.data import check_output_path
 from prfaas_plan.defaults import DEFAULT_SIM_DURATION_S
@@ -26,9 +25,10 @@ from prfaas_plan.report.charts import (
     PLAN_COLORS,
     PLAN_LABELS,
     _alt,
-    _finite,
     _log_token_axis,
     _plan_scale,
+    chart_data,
+    props,
     unvalidated,
 )
 from prfaas_plan.report.files import _check_png_dir, _write
@@ -37,6 +37,8 @@ from prfaas_plan.report.plan_sections import _assumption_blocks, _formula_blocks
 from prfaas_plan.report.whatif import whatif_section
 
 if TYPE_CHECKING:
+    import pandas as pd
+
     from prfaas_plan.analysis import PlanReport
     from prfaas_plan.planner import PlanResult
     from prfaas_plan.scenario import Scenario
@@ -82,6 +84,8 @@ def _gpu_ratio(a: int, b: int) -> str:
 @unvalidated
 def plan_page(a: PlanReport) -> Report:
     """Lay out a :class:`~prfaas_plan.analysis.PlanReport` as the plan report page."""
+    import pandas as pd
+
     alt = _alt()
     sc, res, sim, sim_note, seed = a.scenario, a.result, a.simulation, a.sim_note, a.seed
     inp, best = res.inputs, res.plan
@@ -164,14 +168,14 @@ def plan_page(a: PlanReport) -> Report:
     bar_df = frame[["plan", "label", "lambda_max_rps", "throughput_vs_this"]].copy()
     bar_df["text"] = [f"{v:.2f} req/s" + ("" if n == best.name else f"  (PrfaaS-PD: {g:.2f}×)")
                       for n, v, g in zip(bar_df.plan, bar_df.lambda_max_rps, bar_df.throughput_vs_this)]
-    base = alt.Chart(_finite(bar_df)).encode(
+    base = alt.Chart(chart_data(bar_df)).encode(
         y=alt.Y("label:N", sort=[PLAN_LABELS.get(n, n) for n in names], title=None),
         x=alt.X("lambda_max_rps:Q", title="maximum throughput Λmax (requests/s)", scale=alt.Scale(nice=True)))
     bars = base.mark_bar(height=26).encode(color=alt.Color("label:N", scale=_plan_scale(names), legend=None))
     labels = base.mark_text(align="left", dx=4, fontSize=11.5, color="#1d2330").encode(text=alt.Text("text:N"))
     xmax = float(bar_df.lambda_max_rps.max()) * 1.45
-    bars_chart = alt.layer(bars, labels).encode(x=alt.X("lambda_max_rps:Q", scale=alt.Scale(domain=[0, xmax]),
-                                                        title="maximum throughput Λmax (requests/s)")).properties(
+    bars_chart = props(alt.layer(bars, labels).encode(x=alt.X("lambda_max_rps:Q", scale=alt.Scale(domain=[0, xmax]),
+                                                        title="maximum throughput Λmax (requests/s)")),
         width=BAR_WIDTH, height=40 * len(names) + 20,
         title=alt.Title("Throughput: PrfaaS-PD vs the baselines", subtitle=f"{res.mode} mode, same scenario inputs"))
     base_cols = [
@@ -215,17 +219,18 @@ def plan_page(a: PlanReport) -> Report:
         long = df.melt(id_vars=[xcol], value_vars=list(series), var_name="key", value_name="rps")
         long["series"] = long["key"].map(series)
         long = long.dropna(subset=["rps"])
-        lines = alt.Chart(long).mark_line(clip=True, interpolate="linear").encode(
+        lines = alt.Chart(chart_data(long)).mark_line(clip=True, interpolate="linear").encode(
             x=xenc, y=alt.Y("rps:Q", title="request rate (requests/s)", scale=alt.Scale(domain=[0, ymax])),
             color=alt.Color("series:N", title=None, scale=alt.Scale(domain=list(series.values()), range=s_colors)),
             strokeDash=alt.StrokeDashValue(**alt.condition(alt.datum.key == "lambda_max_rps", alt.value([1, 0]),
                                                             alt.value([5, 3]))),
             size=alt.SizeValue(**alt.condition(alt.datum.key == "lambda_max_rps", alt.value(3.2), alt.value(1.8))))
         rule_df = pd.DataFrame({xcol: [rule_x], "label": [rule_label]})
-        rule = alt.Chart(rule_df).mark_rule(color="#c8443c", strokeDash=[2, 2]).encode(x=alt.X(f"{xcol}:Q"))
-        text = alt.Chart(rule_df).mark_text(align="left", dx=4, dy=-6, color="#c8443c", fontSize=11).encode(
+        rule_data = chart_data(rule_df)
+        rule = alt.Chart(rule_data).mark_rule(color="#c8443c", strokeDash=[2, 2]).encode(x=alt.X(f"{xcol}:Q"))
+        text = alt.Chart(rule_data).mark_text(align="left", dx=4, dy=-6, color="#c8443c", fontSize=11).encode(
             x=alt.X(f"{xcol}:Q"), y=alt.YValue(8), text=alt.Text("label:N"))
-        return alt.layer(lines, rule, text).properties(width=CHART_WIDTH, height=CHART_HEIGHT,
+        return props(alt.layer(lines, rule, text), width=CHART_WIDTH, height=CHART_HEIGHT,
                                                        title=alt.Title(title, subtitle=subtitle))
 
     lo_t, hi_t = float(sw_t.threshold_tokens.min()), float(sw_t.threshold_tokens.max())
@@ -272,21 +277,21 @@ def plan_page(a: PlanReport) -> Report:
             dom.append(extra.label.iloc[0])
             rng.append("#c8443c")
         color = alt.Color("label:N", title=None, scale=alt.Scale(domain=dom, range=rng), legend=alt.Legend(columns=2))
-        layers.append(alt.Chart(df).mark_line().encode(
+        layers.append(alt.Chart(chart_data(df)).mark_line().encode(
             x=alt.X("ttft_s:Q", title="time to first token (s)"),
             y=alt.Y("cdf:Q", title="share of requests with TTFT ≤ x", axis=alt.Axis(format="%"),
                     scale=alt.Scale(domain=[0, 1])), color=color))
         if extra is not None:
-            layers.append(alt.Chart(extra).mark_line(strokeDash=[5, 3], clip=True).encode(
+            layers.append(alt.Chart(chart_data(extra)).mark_line(strokeDash=[5, 3], clip=True).encode(
                 x=alt.X("ttft_s:Q"), y=alt.Y("cdf:Q"), color=color))
         if spec.slo.ttft_s is not None:
             slo_df = pd.DataFrame({"x": [spec.slo.ttft_s], "label": [f"{qn} SLO {spec.slo.ttft_s:g} s"]})
-            layers.append(alt.Chart(slo_df).mark_rule(color="#c8443c", strokeDash=[2, 2]).encode(x=alt.X("x:Q")))
-        q_df = pd.DataFrame({"y": [q], "label": [qn]})
+            layers.append(alt.Chart(chart_data(slo_df)).mark_rule(color="#c8443c", strokeDash=[2, 2]).encode(x=alt.X("x:Q")))
+        q_df = chart_data(pd.DataFrame({"y": [q], "label": [qn]}))
         layers.append(alt.Chart(q_df).mark_rule(color="#9aa3b2", strokeDash=[2, 3]).encode(y=alt.Y("y:Q")))
         layers.append(alt.Chart(q_df).mark_text(align="right", dy=-6, color="#5b6578", fontSize=10.5).encode(
             y=alt.Y("y:Q"), x=alt.XValue(CHART_WIDTH - 2), text=alt.Text("label:N")))
-        return alt.layer(*layers).properties(width=CHART_WIDTH, height=CHART_HEIGHT,
+        return props(alt.layer(*layers), width=CHART_WIDTH, height=CHART_HEIGHT,
                                              title=alt.Title(title, subtitle=subtitle))
 
     cdf_common = cdf_frame(a.ttft_cdf_common)
@@ -328,8 +333,8 @@ def plan_page(a: PlanReport) -> Report:
     ts_blocks: list = []
     if a.timeseries is not None:
         ts, dt, win = a.timeseries.frame, a.timeseries.dt_s, a.timeseries.window
-        link_df = pd.DataFrame({"y": [spec.link.gbps, spec.link.gbps * spec.link.efficiency],
-                                "label": [f"link {spec.link.gbps:g} Gbps", f"usable {spec.link.gbps * spec.link.efficiency:g} Gbps"]})
+        link_df = chart_data(pd.DataFrame({"y": [spec.link.gbps, spec.link.gbps * spec.link.efficiency],
+                                           "label": [f"link {spec.link.gbps:g} Gbps", f"usable {spec.link.gbps * spec.link.efficiency:g} Gbps"]}))
         eg_df = pd.DataFrame({"time_s": ts.time_s, "raw": ts.egress_gbps, "mean": a.timeseries.egress_mean_gbps})
         eg_long = eg_df.melt(id_vars=["time_s"], var_name="key", value_name="gbps")
         eg_long["kind"] = eg_long["key"].map({"raw": f"per {dt:g} s", "mean": f"{win * dt:g} s moving mean"})
@@ -338,24 +343,24 @@ def plan_page(a: PlanReport) -> Report:
         mean_df = pd.DataFrame({"y": [plan_mean], "kind": [f"planner mean {plan_mean:.1f} Gbps"]})
         kinds = alt.Scale(domain=[f"per {dt:g} s", f"{win * dt:g} s moving mean", mean_df.kind[0]],
                           range=["#a9c8e6", "#1f4f82", "#e08a2c"])
-        eg = alt.layer(
-            alt.Chart(eg_long).mark_line().encode(
+        eg = props(alt.layer(
+            alt.Chart(chart_data(eg_long)).mark_line().encode(
                 x=alt.X("time_s:Q", title="simulated time (s)"), y=alt.Y("gbps:Q", title="inter-DC egress (Gbps)"),
                 color=alt.Color("kind:N", title=None, scale=kinds),
                 strokeWidth=alt.StrokeWidthValue(**alt.condition(alt.datum.key == "raw", alt.value(1.0), alt.value(2.4)))),
-            alt.Chart(mean_df).mark_rule(strokeDash=[6, 3], strokeWidth=2).encode(
+            alt.Chart(chart_data(mean_df)).mark_rule(strokeDash=[6, 3], strokeWidth=2).encode(
                 y=alt.Y("y:Q"), color=alt.Color("kind:N", title=None, scale=kinds)),
             alt.Chart(link_df).mark_rule(color="#c8443c", strokeDash=[4, 3]).encode(y=alt.Y("y:Q")),
             alt.Chart(link_df).mark_text(align="right", dx=-4, dy=-5, color="#c8443c", fontSize=10.5).encode(
                 y=alt.Y("y:Q"), x=alt.XValue(CHART_WIDTH), text=alt.Text("label:N")),
-        ).properties(width=CHART_WIDTH, height=CHART_HEIGHT, title=alt.Title(
+        ), width=CHART_WIDTH, height=CHART_HEIGHT, title=alt.Title(
             "Inter-DC egress over time", subtitle=f"simulation at {sim_load:.0%} of Λmax, seed {seed}"))
         qlong = ts.melt(id_vars=["time_s"], value_vars=[c for c in ("remote_queue", "local_queue") if c in ts],
                         var_name="queue", value_name="waiting")
         qlong["queue"] = qlong["queue"].map({"remote_queue": "PrfaaS prefill queue", "local_queue": "local prefill queue"})
-        qc = alt.Chart(qlong).mark_line(strokeWidth=1.5).encode(
+        qc = props(alt.Chart(chart_data(qlong)).mark_line(strokeWidth=1.5).encode(
             x=alt.X("time_s:Q", title="simulated time (s)"), y=alt.Y("waiting:Q", title="requests waiting"),
-            color=alt.Color("queue:N", title=None)).properties(
+            color=alt.Color("queue:N", title=None)),
             width=CHART_WIDTH, height=CHART_HEIGHT, title=alt.Title("Prefill queues over time", subtitle="simulation"))
         ts_blocks += [Figure("egress-timeseries", eg, "Egress the simulated link carried."),
                       Figure("queue-timeseries", qc, "Requests waiting for a prefill instance.")]
@@ -371,14 +376,14 @@ def plan_page(a: PlanReport) -> Report:
                   "gpus_remote", "gpus_local", "lambda_max_rps", "remote_usd_per_hour", "local_usd_per_hour",
                   "link_usd_per_hour"]].copy()
     cost["text"] = [f"${v:.3f}" for v in cost.usd_per_million_tokens]
-    cb = alt.Chart(_finite(cost)).encode(
+    cb = alt.Chart(chart_data(cost)).encode(
         y=alt.Y("label:N", sort=[PLAN_LABELS.get(n, n) for n in names], title=None),
         x=alt.X("usd_per_million_tokens:Q", title="cost ($ per million tokens, input + output)",
                 scale=alt.Scale(domain=[0, float(cost.usd_per_million_tokens.replace(np.inf, np.nan).max()) * 1.3])))
-    cost_chart = alt.layer(
+    cost_chart = props(alt.layer(
         cb.mark_bar(height=26).encode(color=alt.Color("label:N", scale=_plan_scale(names), legend=None)),
         cb.mark_text(align="left", dx=4, fontSize=11.5, color="#1d2330").encode(text=alt.Text("text:N")),
-    ).properties(width=BAR_WIDTH, height=40 * len(names) + 20, title=alt.Title(
+    ), width=BAR_WIDTH, height=40 * len(names) + 20, title=alt.Title(
         "Cost per million tokens", subtitle=f"at each plan's Λmax; {gpu_r.id.upper()} ${gpu_r.price_usd_per_gpu_hour:.2f}, "
         f"{gpu_l.id.upper()} ${gpu_l.price_usd_per_gpu_hour:.2f} per GPU-hour"))
     cost_tbl = Table("cost", cost, [

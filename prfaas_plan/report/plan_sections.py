@@ -7,11 +7,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-import pandas as pd
-
 from prfaas_plan.defaults import PREFIX_BLOCK_TOKENS
 from prfaas_plan.perf.latency import latency_source
-from prfaas_plan.report.charts import CHART_HEIGHT, CHART_WIDTH, _log_token_axis
+from prfaas_plan.report.charts import CHART_HEIGHT, CHART_WIDTH, _log_token_axis, chart_data, props
 from prfaas_plan.report.formulas import kv_latex, kv_pretty
 from prfaas_plan.report.page import Col, Figure, Table, _e, _tokens
 
@@ -23,6 +21,8 @@ if TYPE_CHECKING:
 
 
 def _inputs_blocks(a: PlanReport, alt) -> list:
+    import pandas as pd
+
     sc, res = a.scenario, a.result
     spec, inp = sc.spec, res.inputs
     w = spec.workload
@@ -75,14 +75,14 @@ def _inputs_blocks(a: PlanReport, alt) -> list:
         pd.DataFrame({"lo_tokens": dist.lo_tokens, "hi_tokens": dist.hi_tokens, "path": "PD-P (local prefill)",
                       "y0": dist.prfaas, "y1": dist.prfaas + dist.local})], ignore_index=True)
     long = long[long.y1 > long.y0]
-    hist = alt.Chart(long).mark_rect(stroke="white", strokeWidth=0.5).encode(
+    hist = props(alt.Chart(chart_data(long)).mark_rect(stroke="white", strokeWidth=0.5).encode(
         x=alt.X("lo_tokens:Q", scale=alt.Scale(type="log", domain=[float(edges[0]), float(edges[-1])], nice=False),
                 axis=_log_token_axis("uncached prompt length (tokens, log scale)")),
         x2=alt.X2("hi_tokens:Q"),
         y=alt.Y("y0:Q", title="share of requests per bin", axis=alt.Axis(format="%")), y2=alt.Y2("y1:Q"),
         color=alt.Color("path:N", title=None, scale=alt.Scale(
             domain=["PrfaaS (remote prefill)", "PD-P (local prefill)"], range=["#1f6fb2", "#e08a2c"])),
-    ).properties(width=CHART_WIDTH, height=CHART_HEIGHT, title=alt.Title(
+    ), width=CHART_WIDTH, height=CHART_HEIGHT, title=alt.Title(
         "Where requests are prefilled", subtitle=f"the workload's uncached lengths, routed by the {res.mode}-mode plan"))
     dist_tbl = Table("length-distribution", dist, [
         Col("lo_tokens", "From", "tokens", "int"), Col("hi_tokens", "To", "tokens", "int"),
@@ -104,6 +104,8 @@ def _inputs_blocks(a: PlanReport, alt) -> list:
 
 
 def _formula_blocks(a: PlanReport) -> list:
+    import pandas as pd
+
     sc, res = a.scenario, a.result
     m = sc.model
     pretty, latex = kv_pretty(a.kv_formula), kv_latex(a.kv_formula)

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from prfaas_plan.analysis import T_POINTS, WhatIf, WhatIfGrid, initial_steps, whatif_grid
-from prfaas_plan.report.charts import _alt, _log_token_axis
+from prfaas_plan.report.charts import _alt, _log_token_axis, props
 from prfaas_plan.report.page import Col, Figure, Section, Table, _e, _tokens
 
 if TYPE_CHECKING:
@@ -117,8 +117,8 @@ def _headline(alt, width: int):
         cell.transform_calculate(text=HEADLINE["best"]).mark_text(**{**style, "fontSize": 15, "fontWeight": 600}),
         _at_t(alt).transform_calculate(text=HEADLINE["at_t"]).mark_text(**style),
     ]
-    return alt.layer(*[ln.encode(x=alt.XValue(0), y=alt.YValue(4 + 24 * i), text=alt.Text("text:N")) for i, ln in enumerate(lines)]
-                     ).properties(width=width, height=74, name="wi_headline", view=alt.ViewConfig(stroke=None))
+    return props(alt.layer(*[ln.encode(x=alt.XValue(0), y=alt.YValue(4 + 24 * i), text=alt.Text("text:N"))
+                             for i, ln in enumerate(lines)]), width=width, height=74, name="wi_headline", view=alt.ViewConfig(stroke=None))
 
 
 def _curve_chart(alt, g: WhatIfGrid, start: dict, ymax: float, width: int, height: int):
@@ -135,13 +135,13 @@ def _curve_chart(alt, g: WhatIfGrid, start: dict, ymax: float, width: int, heigh
              .encode(x=x, y=y, color=alt.Color("series:N", title=None,
                                                scale=alt.Scale(domain=kinds, range=["#1f6fb2", "#9aa3b2"])),
                      strokeDash=alt.StrokeDash("series:N", title=None,
-                                               scale=alt.Scale(domain=kinds, range=[[1, 0], [5, 3]])))
-             .properties(name="wi_curve"))
+                                               scale=alt.Scale(domain=kinds, range=[[1, 0], [5, 3]]))))
+    lines = props(lines, name="wi_curve")
     rule = _at_t(alt).mark_rule(color="#c8443c", strokeDash=[2, 2]).encode(x=x)
-    point = _at_t(alt).mark_point(filled=True, size=70, color="#c8443c").encode(x=x, y=y).properties(name="wi_at_t")
+    point = props(_at_t(alt).mark_point(filled=True, size=70, color="#c8443c").encode(x=x, y=y), name="wi_at_t")
     best = (alt.Chart().transform_filter(CELL_NOW).mark_point(shape="diamond", filled=True, size=90, color="#1d2330")
             .encode(x=alt.X("threshold_tokens:Q"), y=alt.Y("lambda_max_rps:Q")))
-    return alt.layer(lines, rule, point, best).properties(width=width, height=height, title=alt.Title(
+    return props(alt.layer(lines, rule, point, best), width=width, height=height, title=alt.Title(
         "Λmax against t at these settings", subtitle="red: the slider's t; diamond: the best t (paper model, Eqs. 3-8)"))
 
 
@@ -153,10 +153,10 @@ def _link_chart(alt, g: WhatIfGrid, ymax: float, width: int, height: int):
               axis=alt.Axis(title="inter-DC link (Gbps)", labelAngle=0, format="~g"))
     y = alt.Y("lambda_max_rps:Q", title="best Λmax (requests/s)", scale=alt.Scale(domain=[0, ymax]))
     base = alt.Chart().transform_filter(pools)
-    now = (alt.Chart().transform_filter(CELL_NOW).mark_point(filled=True, size=90, color="#c8443c")
-           .encode(x=x, y=y).properties(name="wi_link_now"))
-    return alt.layer(base.mark_line(color="#1f6fb2", point=True).encode(x=x, y=y), now).properties(
-        width=width, height=height, title=alt.Title("Best Λmax against the link", subtitle="these pools; red: the slider's link"))
+    now = props(alt.Chart().transform_filter(CELL_NOW).mark_point(filled=True, size=90, color="#c8443c")
+                .encode(x=x, y=y), name="wi_link_now")
+    return props(alt.layer(base.mark_line(color="#1f6fb2", point=True).encode(x=x, y=y), now),
+                 width=width, height=height, title=alt.Title("Best Λmax against the link", subtitle="these pools; red: the slider's link"))
 
 
 DATASET = "whatif-grid"

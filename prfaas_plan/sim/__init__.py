@@ -194,7 +194,11 @@ def simulate(sc: Scenario, res: PlanResult | None = None, *, rate_rps: float | N
         either way.
     """
     from prfaas_plan.planner import plan as make_plan
+    from prfaas_plan.scenario import Scenario
 
+    if not isinstance(sc, Scenario):
+        raise InvalidInput(f"sc: {type(sc).__name__} is not a Scenario; give load_scenario(...) first "
+                           "(a plan goes in as res=)")
     pol = Policy(name=policy) if isinstance(policy, str) else policy
     if not isinstance(pol, Policy):
         raise InvalidInput(f"policy: {policy!r} must be one of {', '.join(POLICIES)} or a Policy")

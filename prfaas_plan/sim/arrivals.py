@@ -14,13 +14,14 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import numpy as np
-import pandas as pd
 
 from prfaas_plan.defaults import DEFAULT_SIM_DURATION_S
 from prfaas_plan.errors import InvalidInput
 
 if TYPE_CHECKING:
     from pathlib import Path
+
+    import pandas as pd
 
     from prfaas_plan.planner import PlanResult
     from prfaas_plan.scenario import Scenario
@@ -80,14 +81,14 @@ class Arrivals:
 class Source:
     """The arrivals of a run as the engine reads them: ``n`` requests over ``horizon_s``, as
     :class:`Arrivals` chunks (with route_u) of ``chunk`` requests each (the last may be shorter),
-    in order. hash_ids (traces) cover all requests; max_input_tokens is known for in-memory arrivals."""
+    in order. hash_ids (traces) and input_tokens (every request's, in-memory arrivals) cover all requests."""
 
     n: int
     horizon_s: float
     chunks: Iterator[Arrivals]
     chunk: int
     hash_ids: list | None = None
-    max_input_tokens: int | None = None
+    input_tokens: np.ndarray | None = None
 
 
 def poisson_chunks(rate_rps: float, start_s: float, end_s: float, rng: np.random.Generator,
@@ -153,8 +154,7 @@ def chunked(arr: Arrivals, horizon_s: float, rng: np.random.Generator, chunk: in
             u = rng.random(hi - lo) if arr.route_u is None else arr.route_u[lo:hi]
             yield Arrivals(arr.arrival_s[lo:hi], arr.input_tokens[lo:hi], arr.output_tokens[lo:hi], None, u)
 
-    top = int(max(arr.input_tokens.max(), 1)) if n else 1
-    return Source(n, horizon_s, chunks(), chunk, arr.hash_ids, top)
+    return Source(n, horizon_s, chunks(), chunk, arr.hash_ids, arr.input_tokens)
 
 
 def synthetic(setup: Setup, times: Callable[[np.random.Generator, int], Iterator[np.ndarray]], horizon_s: float,
@@ -183,6 +183,8 @@ def synthetic(setup: Setup, times: Callable[[np.random.Generator, int], Iterator
 
 def as_trace(trace: str | Path | pd.DataFrame) -> pd.DataFrame:
     """A trace file (:func:`workload.load_trace`) or DataFrame as a frame sorted by arrival."""
+    import pandas as pd
+
     from prfaas_plan.workload import load_trace
 
     if isinstance(trace, pd.DataFrame):

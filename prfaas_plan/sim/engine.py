@@ -26,6 +26,14 @@ started by events (a server frees, memory frees), which gives the same starts wh
   prefill starts only when the buffer has room for it (an empty buffer takes any one), so a
   lagging link holds back prefill.
 
+Speed (issue #18): the handlers are chosen once per run for the features it uses. A plain run (no
+prefix caches, no memory limits, the fixed policy) decides each request's path and prefill time,
+and writes its static records, a chunk at a time (numpy), so its arrival handler only takes a
+server and schedules; prefill times and KV bits come from per-length tables (:mod:`sim.tables`),
+decode slots are one heap unless the rebalancer moves instances, a tick records the link's running
+counters (the rates per period are differences taken a chunk of rows at a time). None of this changes an operation that produces an output: the
+same floating-point operations run in the same order, so every record is bit for bit the same.
+
 Times are seconds, transfer sizes bits, memory bytes (per GPU of a decode instance).
 """
 
@@ -33,6 +41,7 @@ from __future__ import annotations
 
 import heapq
 import math
+from array import array
 from collections import deque
 from collections.abc import Callable, Sequence
 from heapq import heappop, heappush, heapreplace
@@ -45,9 +54,10 @@ from prfaas_plan.defaults import PREFIX_BLOCK_TOKENS
 from prfaas_plan.handoff import kv_ready_s, last_layer_s, transfer_join_s
 from prfaas_plan.sim import arrivals as arrivals_module
 from prfaas_plan.sim.link import Link, LinkEvent, capacity_schedule
-from prfaas_plan.sim.outputs import Sink
+from prfaas_plan.sim.outputs import TIMESERIES_CHUNK_ROWS, TIMESERIES_COLUMNS, Sink
 from prfaas_plan.sim.policies import scheduler_for
 from prfaas_plan.sim.ring import Ring
+from prfaas_plan.sim.tables import TokenTable, cached_lengths
 from prfaas_plan.units import BITS_PER_BYTE, GBPS_BITS_PER_S, GIB_BYTES
 from prfaas_plan.workload import LRUPrefixCache
 
@@ -63,6 +73,7 @@ if TYPE_CHECKING:
 # DECODE_END occurs only with staging memory on.
 LINK_CAPACITY, LINK_DONE, TRANSFER_JOIN, REMOTE_PREFILL_END, LOCAL_PREFILL_END, KV_READY, DECODE_END = range(7)
 _INF = math.inf
+_TICK_FIELDS = 12  # numbers per time-series row as the ticks record them (_on_sampling_tick)
 _earliest_slot = itemgetter(0)
 
 
@@ -81,7 +92,6 @@ class Engine:
         self.rebalances, self.adapts = policy.rebalances, policy.adapts_threshold
         self.fixed_threshold = self.scheduler.threshold_tokens()
         self.observes = self.scheduler.observes_arrivals
-        self.ticks = sink.ticks
         self.local_cache = LRUPrefixCache(setup.cache_blocks)
         remote_blocks = setup.cache_blocks if setup.remote_cache_blocks is None else setup.remote_cache_blocks
         self.remote_cache = LRUPrefixCache(remote_blocks)
@@ -93,6 +103,9 @@ class Engine:
         self._init_link()
         self._init_memory()
         self._init_arrivals()
+        # plain runs (no prefix caches, no memory limits, the fixed policy) decide each request's
+        # path and prefill time with its chunk, vectorised: a specialised arrival handler
+        self.plain = not self.caching and not self.gated and not self.adapts and not self.observes
 
     # -- state --------------------------------------------------------------------------------
     def _init_pools(self) -> None:
@@ -100,7 +113,10 @@ class Engine:
         s = self.setup
         self.remote_servers = [0.0] * s.n_prfaas
         self.local_servers = [0.0] * s.n_pd_p
-        self.decode_slots = [[0.0] * s.decode_batch_max for _ in range(s.n_pd_d)]  # per PD-D instance
+        # decode slots: one heap of all slots' free times, or (the rebalancer moves whole instances)
+        # one heap per PD-D instance; the earliest free slot is the same either way
+        self.slots = [0.0] * (s.n_pd_d * s.decode_batch_max)
+        self.decode_slots = [[0.0] * s.decode_batch_max for _ in range(s.n_pd_d)] if self.rebalances else None
         self.remote_waiting: list[float] = []
         self.local_waiting: list[float] = []
         self.decode_waiting: list[float] = []
@@ -117,8 +133,12 @@ class Engine:
         self.job_bits: dict[int, float] = {}  # rid -> bits the request ships, until its KV is ready
         self.prefill_ended: dict[int, tuple[float, float]] = {}  # rid -> (prefill end, earliest ready), transfer running
         self.transfer_done: set[int] = set()  # rids whose transfer finished while their prefill runs
-        self.next_tick_s = self.policy.period_s if self.policy.period_s <= self.horizon_s else _INF
-        self.last_bits_sent = self.last_capacity_time = self.last_bits_routed = self.bits_routed = 0.0
+        self.period_s = self.policy.period_s
+        self.next_tick_s = self.period_s if self.period_s <= self.horizon_s else _INF
+        self.bits_routed = 0.0  # KV bits routed to PrfaaS so far (egress demand)
+        self.ticks = array("d")  # time-series rows not yet handed on, _TICK_FIELDS numbers each (_on_sampling_tick)
+        self.last_counters = np.zeros(3)  # bits sent, bit-capacity offered, bits routed at the last row handed on
+        self.last_capacity_time = self.last_bits_routed = 0.0  # ... at the last tick (adaptive policies)
 
     def _init_memory(self) -> None:
         """Decode staging memory per PD-D instance and the PrfaaS transfer buffer (when set)."""
@@ -150,36 +170,40 @@ class Engine:
         self.next_arrival_s = float(self.pending.arrival_s[0]) if self.pending is not None else _INF
         self.next_rid = self.base_rid = self.chunk_len = 0
         self.progress_every = max(self.n // 100, 1)
-        if self.caching:
-            self.t_remote, self.t_local, self.bits = self._token_tables(self.source.max_input_tokens)
-
-    def _token_tables(self, top_tokens: int) -> tuple[list, list, list]:
-        """Service times and shipped bits indexed by uncached tokens 0..top (with prefix caching the
-        length a cluster prefills is known only at arrival)."""
         s = self.setup
-        grid = np.arange(1, top_tokens + 1, dtype=float)
-        return ([0.0, *np.asarray(s.t_remote(grid), dtype=float).tolist()],
-                [0.0, *np.asarray(s.t_local(grid), dtype=float).tolist()],
-                [0.0, *np.asarray(BITS_PER_BYTE * s.kv_bytes(grid), dtype=float).tolist()])
+        self.table = TokenTable(s.t_remote, s.t_local, lambda tokens: BITS_PER_BYTE * np.asarray(s.kv_bytes(tokens), float))
+        if self.caching:  # the length a cluster prefills is known only at arrival: tables by uncached tokens
+            lengths = cached_lengths(self.source.input_tokens, self.hash_ids)
+            self.t_remote, self.t_local, self.bits = self.table.as_lists(lengths)
 
     def _load_chunk(self, rid: int) -> None:
-        """Make the pending chunk, whose first request ``rid`` arrives now, the loaded one."""
-        a, s = self.pending, self.setup
+        """Make the pending chunk, whose first request ``rid`` arrives now, the loaded one (its
+        columns as lists: the handlers index them by the request's place ``k`` in the chunk)."""
+        a = self.pending
+        self.pending = next(self.chunks, None)
         self.arrival_s, self.output_tokens = a.arrival_s.tolist(), a.output_tokens.tolist()
-        self.input_tokens, self.route_u = a.input_tokens.tolist(), a.route_u.tolist()
-        self.planned = None
-        if not self.caching:  # lengths known: service times, bits and (fixed policy) routing per request
-            tokens = a.input_tokens.astype(float)
-            self.t_remote = np.asarray(s.t_remote(tokens), float).tolist()
-            self.t_local = np.asarray(s.t_local(tokens), float).tolist()
-            self.bits = (BITS_PER_BYTE * np.asarray(s.kv_bytes(tokens), float)).tolist()
-            self.planned = self.scheduler.planned_offloads(a.input_tokens, a.route_u)
-        if self.staging is not None:
-            self.staged_bytes = np.asarray(self.staging.staged_bytes(a.input_tokens), float).tolist()
+        # when the next request arrives, after each of this chunk's
+        self.next_arrivals = [*self.arrival_s[1:], float(self.pending.arrival_s[0]) if self.pending is not None else _INF]
+        self.base_rid, self.chunk_len = rid, len(self.arrival_s)
         self.ring.add(a, self.arrival_s, self.output_tokens, self.sink)
         self._bind_ring()
-        self.base_rid, self.chunk_len = rid, len(self.arrival_s)
-        self.pending = next(self.chunks, None)
+        if self.staging is not None:
+            self.staged_bytes = np.asarray(self.staging.staged_bytes(a.input_tokens), float).tolist()
+        self.planned = None
+        if self.caching:
+            self.input_tokens, self.route_u = a.input_tokens.tolist(), a.route_u.tolist()
+            return
+        # lengths known: service times, bits and (fixed policy) routing per request
+        t_remote, t_local, bits = self.table.at(a.input_tokens)
+        planned = self.scheduler.planned_offloads(a.input_tokens, a.route_u)
+        self.bits, self.planned = bits.tolist(), None if planned is None else planned.tolist()
+        if self.plain:  # what the arrival handler would write for each request, written here at once
+            prefill = np.where(planned, t_remote, t_local)
+            self.prefill_s, self.join_after_s = prefill.tolist(), transfer_join_s(t_remote, self.n_layers).tolist()
+            self.ring.put(rid, path=planned, uncached=a.input_tokens, route_tokens=a.input_tokens, prefill=prefill)
+        else:
+            self.input_tokens, self.route_u = a.input_tokens.tolist(), a.route_u.tolist()
+            self.t_remote, self.t_local = t_remote.tolist(), t_local.tolist()
 
     def _bind_ring(self) -> None:
         """The ring's arrays as attributes (they are replaced when the ring grows)."""
@@ -193,12 +217,23 @@ class Engine:
     # -- the loop -----------------------------------------------------------------------------
     def run(self) -> None:
         """Handle every event in time order until no arrival and no event is left, then hand the
-        last records to the sink."""
-        heap, link_finish = self.heap, self._on_link_done
+        last records to the sink. Each kind of event gets the handler of this run's features
+        (chosen here, once)."""
         kv_ready = self._admit_decode if self.staging is None and self.buffer_bytes is None else self._on_kv_ready
-        handlers = (self._on_link_capacity, None, self._on_transfer_join, self._on_remote_prefill_end,
-                    self._on_local_prefill_end, kv_ready, self._on_decode_end)
-        on_tick, on_arrival = self._on_sampling_tick, self._on_arrival
+        local_end = self._admit_decode if not self.caching and not self.gated else self._on_local_prefill_end
+        join = self._on_transfer_join if self.staging is not None else self._join_link
+        handlers = (self._on_link_capacity, None, join, self._on_remote_prefill_end,
+                    local_end, kv_ready, self._on_decode_end)
+        handled = self._loop(handlers, self._arrive_planned if self.plain else self._on_arrival)
+        self.ring.flush(self.sink, everything=True)
+        self._flush_ticks()
+        self.events += handled + self.n
+        if self.progress is not None:
+            self.progress(1.0)
+
+    def _loop(self, handlers: tuple, on_arrival: Callable[[float], None]) -> int:
+        """The event loop; returns how many heap events it handled."""
+        heap, link_finish, on_tick = self.heap, self._on_link_done, self._on_sampling_tick
         handled = 0
         top = None
         while True:
@@ -227,10 +262,7 @@ class Engine:
                 on_tick(t_tick)
             else:
                 on_arrival(t_arrival)
-        self.ring.flush(self.sink, everything=True)
-        self.events += handled + self.n
-        if self.progress is not None:
-            self.progress(1.0)
+        return handled
 
     # -- arrivals and prefill -----------------------------------------------------------------
     def _on_arrival(self, now: float) -> None:
@@ -241,8 +273,7 @@ class Engine:
         if k == self.chunk_len:
             self._load_chunk(rid)
             k = 0
-        self.next_arrival_s = (self.arrival_s[k + 1] if k + 1 < self.chunk_len else
-                               float(self.pending.arrival_s[0]) if self.pending is not None else _INF)
+        self.next_arrival_s = self.next_arrivals[k]
         if self.progress is not None and (rid + 1) % self.progress_every == 0:
             self.progress((rid + 1) / self.n)
         input_tokens = self.input_tokens[k]
@@ -258,6 +289,40 @@ class Engine:
         if self.observes:  # offered work counted at arrival, so a bottleneck cannot hide demand
             decode_s = (self.output_tokens[k] or 1) * self.step_s
             self.scheduler.observe(self.last_route_tokens, decode_s, prefill_s, remote)
+
+    def _arrive_planned(self, now: float) -> None:
+        """:meth:`_on_arrival` of a plain run: the request's path and prefill time were decided with
+        its chunk (its records too, but its wait); it takes the server of its pool that frees first."""
+        rid = self.next_rid
+        self.next_rid = rid + 1
+        k = rid - self.base_rid
+        if k == self.chunk_len:
+            self._load_chunk(rid)
+            k = 0
+        self.next_arrival_s = self.next_arrivals[k]
+        if self.progress is not None and (rid + 1) % self.progress_every == 0:
+            self.progress((rid + 1) / self.n)
+        prefill_s = self.prefill_s[k]
+        if self.planned[k]:
+            servers = self.remote_servers
+            free = servers[0]
+            start = free if free > now else now
+            heapreplace(servers, start + prefill_s)
+            if start > now:
+                heappush(self.remote_waiting, start)
+            self.bits_routed += (bits := self.bits[k])
+            self.job_bits[rid] = bits
+            heappush(self.heap, (start + self.join_after_s[k], TRANSFER_JOIN, rid))
+            heappush(self.heap, (start + prefill_s, REMOTE_PREFILL_END, rid))
+        else:
+            servers = self.local_servers
+            free = servers[0]
+            start = free if free > now else now
+            heapreplace(servers, start + prefill_s)
+            if start > now:
+                heappush(self.local_waiting, start)
+            heappush(self.heap, (start + prefill_s, LOCAL_PREFILL_END, rid))
+        self.wait[rid & self.mask] = start - now
 
     def _route_cached(self, rid: int, k: int, input_tokens: int) -> bool:
         """Route a request by its prefix-cache hits (at least one token is prefilled); remembers
@@ -409,26 +474,16 @@ class Engine:
         self._join_link(now, rid)
 
     def _join_link(self, now: float, rid: int) -> None:
-        link = self.link
-        link.advance(now)
-        link.n += 1
-        heappush(link.finish, (link.v + self.job_bits[rid], rid))
-        self._reschedule_link(now)
+        """A remote request's transfer joins the link (the link's next completion changes)."""
+        self.link_done_s = done = self.link.join(now, self.job_bits[rid], rid)
+        if done < _INF:
+            self.events += 1
 
     def _on_link_done(self, now: float) -> None:
-        """The earliest transfer finishes (with any due at the same virtual time)."""
-        link = self.link
-        link.advance(now)
-        finish = link.finish
-        # the earliest transfer is due now: finish it even if float rounding of ``now`` left ``v``
-        # a hair short (otherwise the event could repeat without progress)
-        if finish and finish[0][0] > link.v:
-            link.v = finish[0][0]
-        limit = link.v + 1e-9 * (abs(link.v) + 1.0)
+        """The earliest transfer finishes (with any due at the same virtual time): the KV of a
+        request whose prefill has ended is ready."""
         prefill_ended = self.prefill_ended
-        while finish and finish[0][0] <= limit:
-            rid = heappop(finish)[1]
-            link.n -= 1
+        for rid in self.link.pop_due(now):
             ended = prefill_ended.pop(rid, None)
             if ended is None:
                 self.transfer_done.add(rid)  # prefill still running
@@ -438,9 +493,9 @@ class Engine:
                 ready = kv_ready_s(prefill_end_s, min_ready_s, now, self.rtt_s)
                 self.transfer[rid & self.mask] = ready - prefill_end_s
                 heappush(self.heap, (ready, KV_READY, rid))
-        if link.n == 0:
-            link.v = 0.0  # keep virtual time small
-        self._reschedule_link(now)
+        self.link_done_s = done = self.link.next_done_s(now)  # (_reschedule_link, written out)
+        if done < _INF:
+            self.events += 1
 
     def _on_link_capacity(self, now: float, index: int) -> None:
         """The link's usable capacity steps to the schedule's ``index``-th value."""
@@ -457,10 +512,9 @@ class Engine:
     # -- decode -------------------------------------------------------------------------------
     def _admit_decode(self, now: float, rid: int) -> None:
         """A request's KV is at the decode cluster (a remote request's KV is ready, or a local
-        prefill ended): give it the earliest free decode slot (FCFS over slots; the first instance
-        on ties); it holds it for its output tokens x the decode step, and its first token comes
-        one step after it starts."""
-        slots = min(self.decode_slots, key=_earliest_slot)
+        prefill ended): give it the earliest free decode slot (FCFS over slots); it holds it for
+        its output tokens x the decode step, and its first token comes one step after it starts."""
+        slots = self.slots if self.decode_slots is None else min(self.decode_slots, key=_earliest_slot)
         free = slots[0]
         start = free if free > now else now
         j = rid & self.mask
@@ -584,21 +638,13 @@ class Engine:
 
     # -- sampling -----------------------------------------------------------------------------
     def _on_sampling_tick(self, now: float) -> None:
-        """Every ``policy.period_s``: the long-term rule's turn, one time-series row (columns
-        :data:`outputs.TIMESERIES_COLUMNS`), then the short-term rule's turn."""
-        scheduler, link = self.scheduler, self.link
+        """Every ``policy.period_s``: the long-term rule's turn, one time-series row, then the
+        short-term rule's turn. The row keeps the link's running counters, which
+        :meth:`_flush_ticks` turns into the columns, vectorised, a chunk of rows at a time."""
         if self.rebalances:
-            scheduler.on_period(now, self)
-        period_s = self.policy.period_s
+            self.scheduler.on_period(now, self)
+        link = self.link
         link.advance(now)
-        bits_sent, capacity_time, bits_routed = link.bits_sent, link.capacity_time, self.bits_routed
-        sent = bits_sent - self.last_bits_sent
-        offered = capacity_time - self.last_capacity_time
-        if offered > 0:
-            util, demand = sent / offered, (bits_routed - self.last_bits_routed) / offered
-        else:
-            util = demand = 0.0
-        self.last_bits_sent, self.last_capacity_time, self.last_bits_routed = bits_sent, capacity_time, bits_routed
         # drop the start (end) times that have passed: what is left is still ahead
         remote_waiting, local_waiting, decode_waiting, decode_ends = self.queues
         while remote_waiting and remote_waiting[0] <= now:
@@ -609,29 +655,54 @@ class Engine:
             heappop(decode_waiting)
         while decode_ends and decode_ends[0] <= now:
             heappop(decode_ends)
-        decode_queue, admitted = len(decode_waiting), len(decode_ends)
-        if self.staging is not None:
+        if self.staging is None:
+            decode_queue, admitted = len(decode_waiting), len(decode_ends)
+        else:
             decode_queue = sum(map(len, self.dec_queue))
-            admitted += decode_queue
+            admitted = len(decode_ends) + decode_queue
             self.held_samples.append(self.held / len(self.dec_used))
         remote_queue = len(remote_waiting) + len(self.remote_fifo)
         local_queue = len(local_waiting) + len(self.local_fifo)
-        n_pd_p, n_pd_d = len(self.local_servers), len(self.decode_slots)
-        if self.adapts:
-            scheduler.adapt(demand, remote_queue, local_queue, n_pd_p)
-            threshold = scheduler.threshold_tokens()
-        else:
-            threshold = self.fixed_threshold
-        self.ticks.append((
-            now, sent / period_s / GBPS_BITS_PER_S, util, demand, offered / period_s / GBPS_BITS_PER_S, link.n,
-            remote_queue, local_queue, decode_queue, max(admitted - decode_queue, 0),  # busy: admitted, not waiting
-            n_pd_d * self.setup.decode_batch_max, threshold, n_pd_p, n_pd_d,
-        ))
-        if len(self.ticks) >= self.sink.tick_rows:
-            self.sink.flush_ticks()
-            self.ticks = self.sink.ticks
-        next_tick_s = now + period_s
+        n_pd_p = len(self.local_servers)
+        threshold = self._adapt(remote_queue, local_queue, n_pd_p) if self.adapts else self.fixed_threshold
+        ticks = self.ticks
+        ticks.extend((now, link.bits_sent, link.capacity_time, self.bits_routed, link.n, remote_queue, local_queue,
+                      decode_queue, admitted, threshold, n_pd_p,
+                      len(self.decode_slots) if self.rebalances else self.setup.n_pd_d))
+        if len(ticks) >= _TICK_FIELDS * TIMESERIES_CHUNK_ROWS:
+            self._flush_ticks()
+        next_tick_s = now + self.period_s
         self.next_tick_s = next_tick_s if next_tick_s <= self.horizon_s else _INF
+
+    def _adapt(self, remote_queue: int, local_queue: int, n_pd_p: int) -> float:
+        """The short-term rule's turn at a tick, on this period's egress demand (KV bits routed over
+        the bit-capacity offered); returns the threshold t it leaves (tokens)."""
+        link, scheduler = self.link, self.scheduler
+        offered = link.capacity_time - self.last_capacity_time
+        demand = (self.bits_routed - self.last_bits_routed) / offered if offered > 0 else 0.0
+        self.last_capacity_time, self.last_bits_routed = link.capacity_time, self.bits_routed
+        scheduler.adapt(demand, remote_queue, local_queue, n_pd_p)
+        return scheduler.threshold_tokens()
+
+    def _flush_ticks(self) -> None:
+        """Hand the rows gathered so far to the sink as :data:`outputs.TIMESERIES_COLUMNS`: each
+        period's bits sent, bit-capacity offered and bits routed are differences of the running
+        counters (the same subtractions and divisions, elementwise, as one row at a time)."""
+        if not self.ticks:
+            return
+        raw = np.frombuffer(self.ticks, dtype=np.float64).reshape(-1, _TICK_FIELDS)
+        self.ticks = array("d")
+        counters = np.vstack([self.last_counters, raw[:, 1:4]])
+        self.last_counters = counters[-1]
+        sent, offered, routed = np.diff(counters, axis=0).T
+        some = offered > 0  # (none offered: utilisation and demand 0)
+        util = np.divide(sent, offered, out=np.zeros_like(sent), where=some)
+        demand = np.divide(routed, offered, out=np.zeros_like(sent), where=some)
+        period_s, decode_queue, admitted, n_pd_d = self.period_s, raw[:, 7], raw[:, 8], raw[:, 11]
+        self.sink.add_timeseries(dict(zip(TIMESERIES_COLUMNS, (
+            raw[:, 0], sent / period_s / GBPS_BITS_PER_S, util, demand, offered / period_s / GBPS_BITS_PER_S, raw[:, 4],
+            raw[:, 5], raw[:, 6], decode_queue, np.maximum(admitted - decode_queue, 0),  # busy: admitted, not waiting
+            n_pd_d * self.setup.decode_batch_max, raw[:, 9], raw[:, 10], n_pd_d))))
 
     @property
     def role_changes(self) -> list[tuple[float, int, int]]:

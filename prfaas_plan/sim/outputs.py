@@ -17,13 +17,14 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 import numpy as np
-import pandas as pd
 
 from prfaas_plan.data import staged_files
 from prfaas_plan.errors import InvalidInput, shown
 from prfaas_plan.sim.ring import PATH_NAMES
 
 if TYPE_CHECKING:
+    import pandas as pd
+
     from prfaas_plan.sim.result import SimResult, Totals
 
 TIMESERIES_COLUMNS = (
@@ -46,10 +47,6 @@ class Sink:
         self.totals, self.paths = totals, paths or {}
         self.kept: dict[str, list[pd.DataFrame]] | None = {"requests": [], "timeseries": []} if totals is None else None
         self.writers: dict = {}
-        # time-series rows (TIMESERIES_COLUMNS) the engine appends; at tick_rows it calls flush_ticks
-        # and appends to the new list
-        self.ticks: list[tuple] = []
-        self.tick_rows = TIMESERIES_CHUNK_ROWS
         self.tokens = np.zeros((len(PATH_NAMES), 2), dtype=np.int64)  # per path: hit, input tokens
 
     def add(self, kind: str, frame: pd.DataFrame) -> None:
@@ -65,15 +62,14 @@ class Sink:
         else:
             self.totals.add(kind, frame)
 
-    def flush_ticks(self) -> None:
-        """Hand on the time-series rows gathered so far as one frame (one float conversion of all
-        rows, counts cast back to int64: whole numbers, exact as floats)."""
-        if self.ticks:
-            table = np.array(self.ticks, dtype=np.float64)
-            self.add("timeseries", pd.DataFrame({
-                name: table[:, i].astype(np.int64) if name in _TIMESERIES_INTEGERS else table[:, i]
-                for i, name in enumerate(TIMESERIES_COLUMNS)}))
-            self.ticks = []
+    def add_timeseries(self, columns: dict[str, np.ndarray]) -> None:
+        """Take time-series rows as float64 columns (:data:`TIMESERIES_COLUMNS`); the counts are cast
+        to int64 (whole numbers, exact as floats)."""
+        import pandas as pd
+
+        self.add("timeseries", pd.DataFrame({
+            name: columns[name].astype(np.int64) if name in _TIMESERIES_INTEGERS else columns[name]
+            for name in TIMESERIES_COLUMNS}))
 
     def write_file(self, kind: str, frame: pd.DataFrame) -> None:
         """Append a frame of ``kind`` (requests, timeseries) to its parquet file."""
@@ -89,7 +85,8 @@ class Sink:
 
     def close(self) -> tuple[pd.DataFrame, pd.DataFrame] | None:
         """Finish the files; the (requests, timeseries) frames when kept in memory, else None."""
-        self.flush_ticks()
+        import pandas as pd
+
         frames = None
         if self.kept is not None:
             ts = self.kept["timeseries"]

@@ -139,13 +139,13 @@ class FixedScheduler:
         tokens = local_route_tokens if self.local_first or (self.scarce and self.scarce_aware) else route_tokens
         return u < self.routing.offload_probability(tokens, self.factor)
 
-    def planned_offloads(self, route_tokens: np.ndarray, u: np.ndarray) -> list[bool] | None:
+    def planned_offloads(self, route_tokens: np.ndarray, u: np.ndarray) -> np.ndarray | None:
         """The routing of a chunk of arrivals without prefix caches (both lengths are the input
-        length), decided up front: the same decisions as :meth:`offloads` one by one. None where
-        the routing can change during the chunk (adaptive schedulers)."""
+        length), decided up front: the same decisions as :meth:`offloads` one by one (a bool
+        array). None where the routing can change during the chunk (adaptive schedulers)."""
         if not (self.has_remote and self.has_local):
-            return [self.has_remote] * len(u)
-        return (np.asarray(u) < self.routing.offload_probabilities(route_tokens)).tolist()
+            return np.full(len(u), self.has_remote)
+        return np.asarray(u) < self.routing.offload_probabilities(route_tokens)
 
     def observe(self, route_tokens: int, decode_s: float, prefill_s: float, remote: bool) -> None:
         """Count an arrival's routing length and offered work (seconds); only the rebalancer uses them."""
@@ -176,7 +176,7 @@ class ShortTermScheduler(FixedScheduler):
         super().__init__(policy, setup)
         self.demand_smooth = 0.0  # smoothed egress demand, fraction of the usable capacity
 
-    def planned_offloads(self, route_tokens: np.ndarray, u: np.ndarray) -> list[bool] | None:
+    def planned_offloads(self, route_tokens: np.ndarray, u: np.ndarray) -> np.ndarray | None:
         return None
 
     def adapt(self, demand: float, remote_queue: int, local_queue: int, n_pd_p: int) -> None:

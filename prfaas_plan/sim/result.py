@@ -9,13 +9,16 @@ from __future__ import annotations
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
-import pandas as pd
 
 from prfaas_plan.errors import InvalidInput
 from prfaas_plan.sim.arrivals import CHUNK_REQUESTS
 from prfaas_plan.sim.policies import Policy
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 
 class Quantiles:
@@ -185,6 +188,8 @@ class SimResult:
     def _frame(self, index: int, kind: str) -> pd.DataFrame:
         if self.frames is not None:
             return self.frames[index]
+        import pandas as pd
+
         return pd.read_parquet(self._file(kind))
 
     def _file(self, kind: str) -> Path:
@@ -241,6 +246,8 @@ class SimResult:
     def summary_frame(self, **kw) -> pd.DataFrame:
         """:meth:`summary` as a two-column DataFrame (metric, value); counts stay integers (the
         value column holds Python ints and floats, dtype object)."""
+        import pandas as pd
+
         summary = self.summary(**kw)
         return pd.DataFrame({"metric": list(summary), "value": pd.Series(list(summary.values()), dtype=object)})
 

@@ -12,9 +12,10 @@ from array import array
 from typing import TYPE_CHECKING
 
 import numpy as np
-import pandas as pd
 
 if TYPE_CHECKING:
+    import pandas as pd
+
     from prfaas_plan.sim.arrivals import Arrivals
     from prfaas_plan.sim.outputs import Sink
 
@@ -41,6 +42,8 @@ def _as_numpy(values: array) -> np.ndarray:
 
 def records(a: Arrivals, r: dict[str, np.ndarray], decode_step_s: float) -> pd.DataFrame:
     """One chunk of per-request records (the columns of :attr:`SimResult.requests`)."""
+    import pandas as pd
+
     path = r["path"]
     return pd.DataFrame({
         "arrival_s": a.arrival_s, "path": pd.Categorical.from_codes(path.astype(np.int64), PATH_NAMES),
@@ -85,6 +88,12 @@ class Ring:
         self.output[j:j + m] = output
         self.inputs[len(self.left)] = a
         self.left.append(m)
+
+    def put(self, rid: int, **values: np.ndarray) -> None:
+        """Write results of consecutive requests from ``rid`` on (field name -> their values)."""
+        j = rid & (self.cap - 1)
+        for name, v in values.items():
+            _as_numpy(self.arrays[name])[j:j + len(v)] = v
 
     def _grow(self, lo: int) -> None:
         """Double the arrays, keeping the requests in flight (ids from the first chunk not yet handed

@@ -156,8 +156,8 @@ def _prfaas_pd(ctx: Context, remote: list[PoolProfile], local: list[PoolProfile]
 def _none(ctx: Context, kind: str, label: str, profiles: list[PoolProfile]) -> SizedPlan:
     """A kind without a usable instance type: infeasible, naming why the types were skipped."""
     why = "; ".join(dict.fromkeys(p.problem or p.decode_problem for p in profiles if p.problem or p.decode_problem))
-    return SizedPlan(kind, label, (), None, None, ctx.target_rps, 0.0, None, None, math.inf, 0.0, 0.0, math.inf,
-                     "memory", False, why or "no instance type to buy", tokens_per_request=ctx.tokens_per_request)
+    return SizedPlan.infeasible(kind, label, ctx.target_rps, "memory", why or "no instance type to buy",
+                                ctx.tokens_per_request)
 
 
 def _others(ctx: Context, ids: tuple[str, ...], remote: list[PoolProfile], local: list[PoolProfile]) \
@@ -218,8 +218,7 @@ def prepare(sc: Scenario, slo: SizingSLO | None = None, *, gpus: tuple[str, ...]
     from prfaas_plan.energy import default_sites
 
     _check(1.0, max_instances_per_role, slo)
-    spec_slo = sc.spec.slo
-    slo = slo or SizingSLO(spec_slo.ttft_s, spec_slo.ttft_quantile, spec_slo.tpot_s)
+    slo = slo or SizingSLO.of_scenario(sc)
     sc = _scenario_for(sc, slo)
     ids = _gpu_ids(sc, gpus)
     tiers = load_link_tiers() if link_tiers is None else tuple(link_tiers)

@@ -99,8 +99,7 @@ def size_colocated(ctx: Context, prof: PoolProfile) -> SizedPlan:
                f"{ctx.max_instances}; raise max_instances_per_role (--max-instances) to at least {n} "
                "or lower the target")
     if why:
-        return SizedPlan("colocated", label, (), None, None, ctx.target_rps, 0.0, None, None, math.inf, 0.0, 0.0,
-                         math.inf, binding.split(" ")[0], False, why, tokens_per_request=tokens)
+        return SizedPlan.infeasible("colocated", label, ctx.target_rps, binding.split(" ")[0], why, tokens)
     site = ctx.sites["local"]
     util = ctx.target_rps / (n * rate)
     gpus = n * prof.gpus_per_instance

@@ -64,6 +64,15 @@ class CostProblem:
     max_instances: int
     target_rps: float
 
+    def loads(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Per bucket at the target rate, were all of it routed there: busy PrfaaS prefill instances,
+        busy local prefill instances (zeros for a role without an instance type), and link Gbit/s."""
+        per_s = self.target_rps * self.probs
+        zeros = np.zeros(len(self.probs))
+        busy_r = per_s * (self.t_remote_s if self.t_remote_s is not None else zeros)
+        busy_l = per_s * (self.t_local_s if self.t_local_s is not None else zeros)
+        return busy_r, busy_l, per_s * BITS_PER_BYTE * self.kv_bytes / GBPS_BITS_PER_S
+
 
 @dataclass(frozen=True)
 class CostSolution:
@@ -84,15 +93,12 @@ def solve_cost(pb: CostProblem, routing: Routing) -> CostSolution | None:
     None when none exists within ``pb.max_instances`` per role (or HiGHS finds no optimum)."""
     from scipy.optimize import Bounds, LinearConstraint, milp
 
-    nb, nk, lam = len(pb.probs), len(pb.tiers), pb.target_rps
+    nb, nk = len(pb.probs), len(pb.tiers)
     remote = routing.remote and pb.t_remote_s is not None
     local = routing.local and pb.t_local_s is not None
     if not (remote or local):
         return None
-    zeros = np.zeros(nb)
-    busy_r = lam * pb.probs * (pb.t_remote_s if pb.t_remote_s is not None else zeros)  # instances per unit share
-    busy_l = lam * pb.probs * (pb.t_local_s if pb.t_local_s is not None else zeros)
-    gbps = lam * pb.probs * BITS_PER_BYTE * pb.kv_bytes / GBPS_BITS_PER_S
+    busy_r, busy_l, gbps = pb.loads()
     n = nb + 2 + 2 * nk  # f_b, N_r, N_p, s_k, e_k
     i_r, i_p, i_s, i_e = nb, nb + 1, nb + 2, nb + 2 + nk
     rows, lo, hi = [], [], []
@@ -138,11 +144,8 @@ def balanced_routing(pb: CostProblem, routing: Routing, n_remote: int, n_local: 
     target within the caps."""
     from scipy.optimize import linprog
 
-    nb, lam = len(pb.probs), pb.target_rps
-    zeros = np.zeros(nb)
-    busy_r = lam * pb.probs * (pb.t_remote_s if pb.t_remote_s is not None else zeros)
-    busy_l = lam * pb.probs * (pb.t_local_s if pb.t_local_s is not None else zeros)
-    gbps = lam * pb.probs * BITS_PER_BYTE * pb.kv_bytes / GBPS_BITS_PER_S
+    nb = len(pb.probs)
+    busy_r, busy_l, gbps = pb.loads()
     link = routing.cap_link * pb.link_efficiency * tier.gbps if tier is not None else 0.0
     a = np.array([np.r_[busy_r, -routing.cap_remote * n_remote], np.r_[-busy_l, -routing.cap_local * n_local],
                   np.r_[gbps, -link]])
@@ -151,7 +154,7 @@ def balanced_routing(pb: CostProblem, routing: Routing, n_remote: int, n_local: 
     f_hi = 1.0 if n_remote > 0 and pb.t_remote_s is not None else 0.0
     if f_lo > f_hi:
         return None
-    res = linprog(np.r_[zeros, 1.0], A_ub=a, b_ub=b, bounds=[(f_lo, f_hi)] * nb + [(0.0, 1.0)], method="highs")
+    res = linprog(np.r_[np.zeros(nb), 1.0], A_ub=a, b_ub=b, bounds=[(f_lo, f_hi)] * nb + [(0.0, 1.0)], method="highs")
     if res.status != 0 or res.x is None:
         return None
     off = np.clip(res.x[:nb], 0.0, 1.0)
@@ -168,7 +171,7 @@ def _solution(pb: CostProblem, x: np.ndarray, nb: int, nk: int) -> CostSolution:
     off = np.where(off < INTEGER_TOL, 0.0, np.where(off > 1 - INTEGER_TOL, 1.0, off))
     n_r, n_p = int(round(x[nb])), int(round(x[nb + 1]))
     chosen = [k for k in range(nk) if x[nb + 2 + k] > 0.5]
-    egress = float(np.dot(pb.target_rps * pb.probs * BITS_PER_BYTE * pb.kv_bytes / GBPS_BITS_PER_S, off))
+    egress = float(np.dot(pb.loads()[2], off))
     tier = pb.tiers[chosen[0]] if chosen else None
     link = tier.usd_per_hour(egress) if tier is not None else 0.0
     return CostSolution(off, n_r, n_p, tier, egress, n_r * pb.usd_per_hour_remote + n_p * pb.usd_per_hour_local, link)

@@ -33,13 +33,14 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from prfaas_plan.errors import Infeasible, InvalidInput
+from prfaas_plan.sizing.result import SizingSLO
 
 if TYPE_CHECKING:
     import pandas as pd
 
     from prfaas_plan.scenario import Scenario
     from prfaas_plan.sizing import SizingSetup
-    from prfaas_plan.sizing.result import SizedPlan, SizingResult, SizingSLO
+    from prfaas_plan.sizing.result import SizedPlan, SizingResult
 
 FRONTIER_EXECUTORS = ("serial", "dask")
 """Where the points of a frontier run."""
@@ -184,14 +185,6 @@ def _positive(values: Sequence[float], field: str, unit: str) -> list[float]:
     return out
 
 
-def _scenario_slo(sc: Scenario) -> SizingSLO:
-    """The scenario's own SLOs, which ``size`` meets when given none."""
-    from prfaas_plan.sizing.result import SizingSLO
-
-    s = sc.spec.slo
-    return SizingSLO(s.ttft_s, s.ttft_quantile, s.tpot_s)
-
-
 # ----------------------------------------------------------------------------- frontiers
 def frontier_cost_vs_ttft(sc: Scenario, target_rps: float, ttft_slos_s: Sequence[float], *,
                           ttft_quantile: float | None = None, tpot_s: float | None = None, executor: str = "serial",
@@ -209,7 +202,7 @@ def frontier_cost_vs_ttft(sc: Scenario, target_rps: float, ttft_slos_s: Sequence
     _check_executor(executor, workers, scheduler)
     slos = _positive(ttft_slos_s, "ttft_slos_s", "seconds")
     rps = _positive([target_rps], "target_rps", "requests/s")[0]
-    base = _scenario_slo(sc)
+    base = SizingSLO.of_scenario(sc)
     base = replace(base, ttft_quantile=base.ttft_quantile if ttft_quantile is None else ttft_quantile,
                    tpot_s=base.tpot_s if tpot_s is None else tpot_s)
     points = [(rps, replace(base, ttft_s=s)) for s in slos]
@@ -227,7 +220,7 @@ def frontier_cost_vs_rate(sc: Scenario, rates_rps: Sequence[float], slo: SizingS
     TTFT SLO)."""
     _check_executor(executor, workers, scheduler)
     rates = _positive(rates_rps, "rates_rps", "requests/s")
-    slo = slo if slo is not None else _scenario_slo(sc)
+    slo = slo if slo is not None else SizingSLO.of_scenario(sc)
     rows = _run_points(sc, [(r, slo) for r in rates], size_kwargs, executor, workers, scheduler, progress,
                        f"frontier $/hour vs rate ({len(rates)} rates)")
     fixed = {"ttft_slo_s": slo.ttft_s if slo.ttft_s is not None else math.nan, "ttft_quantile": slo.ttft_quantile}

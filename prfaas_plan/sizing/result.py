@@ -16,6 +16,7 @@ from prfaas_plan.units import usd_per_million_tokens
 if TYPE_CHECKING:
     import pandas as pd
 
+    from prfaas_plan.scenario import Scenario
     from prfaas_plan.sizing.tiers import LinkTier
 
 PoolRole = Literal["prfaas_prefill", "local_prefill", "local_decode", "colocated"]
@@ -39,6 +40,12 @@ class SizingSLO:
                 raise InvalidInput(f"{name}: {v!r} is not a positive, finite number of seconds")
         if not 0 < self.ttft_quantile < 1:
             raise InvalidInput(f"ttft_quantile: {self.ttft_quantile!r} must be between 0 and 1 (e.g. 0.9)")
+
+    @classmethod
+    def of_scenario(cls, sc: Scenario) -> SizingSLO:
+        """The scenario's own SLOs (its TTFT percentile and TPOT), which ``size`` meets when given none."""
+        s = sc.spec.slo
+        return cls(s.ttft_s, s.ttft_quantile, s.tpot_s)
 
     @property
     def ttft_label(self) -> str:
@@ -90,6 +97,14 @@ class SizedPlan:
     reason: str = ""
     tokens_per_request: float = 0.0
     egress_gbps: float = 0.0
+
+    @classmethod
+    def infeasible(cls, kind: PlanKind, label: str, target_rps: float, binding: str, reason: str,
+                   tokens_per_request: float) -> SizedPlan:
+        """A candidate that cannot meet the target and SLOs: nothing bought, infinite cost, ``binding``
+        the constraint and ``reason`` the one line that says why."""
+        return cls(kind, label, (), None, None, target_rps, 0.0, None, None, math.inf, 0.0, 0.0, math.inf, binding,
+                   False, reason, tokens_per_request=tokens_per_request)
 
     @property
     def usd_per_hour(self) -> float:

@@ -437,8 +437,7 @@ def _priced(ctx: Context, kind: PlanKind, label: str, sol: CostSolution, rates: 
 
 def _infeasible(ctx: Context, kind: PlanKind, label: str, binding: str, reason: str) -> SizedPlan:
     """A candidate that cannot meet the target and SLOs, and why."""
-    return SizedPlan(kind, label, (), None, None, ctx.target_rps, 0.0, None, None, math.inf, 0.0, 0.0, math.inf,
-                     binding, False, reason, tokens_per_request=ctx.tokens_per_request)
+    return SizedPlan.infeasible(kind, label, ctx.target_rps, binding, reason, ctx.tokens_per_request)
 
 
 __all__ = ["CAP_FLOOR", "Context", "MAX_ITERATIONS", "STOPPING_RULE", "TIGHTEN", "check_counts", "combination_inputs",

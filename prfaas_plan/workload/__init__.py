@@ -10,7 +10,8 @@ idea each, and are re-exported here:
 * :mod:`~prfaas_plan.workload.traces`: :func:`load_trace` for Mooncake JSONL, Azure LLM 2023
   CSV and generic CSV traces;
 * :mod:`~prfaas_plan.workload.prefix_cache`: :class:`LRUPrefixCache`, :func:`prefix_cache_replay`,
-  :func:`uncached_lengths` and :func:`split_cache_replay` (one cache per cluster).
+  :func:`uncached_lengths` and :func:`split_cache_replay` (one cache per cluster; :class:`TraceBlocks`
+  prepares a trace once for replays at many thresholds).
 
 Units: token counts are in tokens, times in seconds, rates in requests per second. Every
 function is pure; nothing here keeps global state.
@@ -30,6 +31,7 @@ from prfaas_plan.workload.prefix_cache import (
     LRUPrefixCache,
     PrefixReplay,
     SplitReplay,
+    TraceBlocks,
     prefix_cache_replay,
     split_cache_replay,
     uncached_lengths,
@@ -41,7 +43,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "TRACE_COLUMNS", "EmpiricalLengths", "LRUPrefixCache", "LengthDist", "PrefixReplay",
-    "SplitReplay", "TruncatedLogNormal", "Workload", "load_trace", "paper_lengths", "paper_workload",
+    "SplitReplay", "TraceBlocks", "TruncatedLogNormal", "Workload", "load_trace", "paper_lengths", "paper_workload",
     "prefix_cache_replay", "split_cache_replay", "uncached_lengths", "workload_from_trace",
 ]
 

@@ -4,7 +4,11 @@ A Mooncake request lists its prompt as ``hash_ids``, one per 512-token block; tw
 first k ids agree share k blocks of prefix KV cache. :class:`LRUPrefixCache` is the cache (the
 simulator runs one per cluster); :func:`prefix_cache_replay` replays a trace through one cache
 and :func:`split_cache_replay` through one per cluster, routed by a length threshold, to turn
-prompt lengths into the *uncached* lengths the planner plans for. Token counts are in tokens.
+prompt lengths into the *uncached* lengths the planner plans for; :class:`TraceBlocks` prepares a
+trace once for replays at many thresholds. An unlimited cache never evicts, so whether a block
+hits depends only on which earlier prompts held it: those replays run vectorised over all blocks
+(only the routing, which depends on the local cache's hits, runs request by request). Token
+counts are in tokens.
 """
 
 from __future__ import annotations
@@ -12,6 +16,8 @@ from __future__ import annotations
 from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass
+from functools import cached_property
+from itertools import chain
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -21,7 +27,6 @@ from prfaas_plan.errors import InvalidInput
 
 if TYPE_CHECKING:
     import pandas as pd
-
 
 
 class LRUPrefixCache:
@@ -133,26 +138,143 @@ def _uncached(input_tokens: np.ndarray, hit_blocks: np.ndarray, block_tokens: in
     return input_tokens - np.minimum(hit_blocks * block_tokens, input_tokens - 1)
 
 
-def split_cache_replay(trace: pd.DataFrame, capacity_blocks: int | None, threshold_tokens: float,
+@dataclass(frozen=True, eq=False)
+class TraceBlocks:
+    """A trace's prompts as the replays read them, each part worked out once (a plan replays the
+    same trace at several thresholds). Per-request lists are in *arrival* order (ties keep row
+    order); ``order[i]`` is the row of the i-th arrival. ``_flat`` lists every block of every
+    prompt in that order: its code (the hash id itself when the ids are dense non-negative
+    integers, as Mooncake's are, else its index among the distinct ids), the arrival index of
+    its request, its index in the prompt, and per code the first arrival whose prompt holds it."""
+
+    trace: pd.DataFrame
+
+    @cached_property
+    def input_tokens(self) -> np.ndarray:
+        """Prompt tokens per row (int64, row order)."""
+        return self.trace["input_tokens"].to_numpy(dtype=np.int64)
+
+    @cached_property
+    def order(self) -> list[int]:
+        return _arrival_order(self.trace)
+
+    @cached_property
+    def rows(self) -> np.ndarray:
+        """``order`` as an index array."""
+        return np.array(self.order, dtype=np.intp)
+
+    @cached_property
+    def tokens(self) -> list[int]:
+        """Prompt tokens per arrival, as Python ints (numpy scalars cost ~1 us each in a loop)."""
+        return self.input_tokens[self.rows].tolist()
+
+    @cached_property
+    def hash_ids(self) -> list[list[int]]:
+        """Each arrival's block hash ids (InvalidInput when the trace has none)."""
+        rows = _hash_ids(self.trace)
+        return [rows[r] for r in self.order]
+
+    @cached_property
+    def lens(self) -> np.ndarray:
+        """Blocks per arrival (int64)."""
+        return np.fromiter(map(len, self.hash_ids), dtype=np.int64, count=len(self.hash_ids))
+
+    @cached_property
+    def _flat(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        lens = self.lens
+        flat = np.fromiter(chain.from_iterable(self.hash_ids), dtype=np.int64, count=int(lens.sum()))
+        if flat.size == 0 or (flat.min() >= 0 and flat.max() < 4 * flat.size):  # dense ids (Mooncake's): their own code
+            codes, n_codes = flat, int(flat.max(initial=-1)) + 1
+        else:
+            unique, codes = np.unique(flat, return_inverse=True)
+            codes, n_codes = codes.reshape(-1), unique.size
+        pos = np.repeat(np.arange(lens.size), lens)
+        offset = np.arange(flat.size) - np.repeat(np.cumsum(lens) - lens, lens)
+        return codes, pos, offset, self._first_arrival(codes, pos, n_codes)
+
+    @staticmethod
+    def _first_arrival(codes: np.ndarray, pos: np.ndarray, n_codes: int) -> np.ndarray:
+        """Per code, the first arrival index among ``pos`` holding it (past the end where none does)."""
+        first = np.full(n_codes, np.iinfo(np.int64).max)
+        np.minimum.at(first, codes, pos)
+        return first
+
+    def leading_hits(self, cached_before: np.ndarray) -> np.ndarray:
+        """Hit blocks per arrival: the run of leading blocks with ``cached_before`` true (one bool
+        per flat block: it was in the cache when its request arrived)."""
+        _, pos, offset, _ = self._flat
+        miss = np.flatnonzero(~cached_before)
+        first_miss = miss[np.diff(pos[miss], prepend=-1) != 0]  # each arrival's first missing block
+        hits = self.lens.copy()
+        hits[pos[first_miss]] = offset[first_miss]
+        return hits
+
+    def unlimited_hits(self, inserted: np.ndarray | None = None) -> np.ndarray:
+        """Hit blocks per arrival against an unlimited cache holding the blocks of every earlier
+        arrival with ``inserted`` true (None: every arrival): a block hits when its hash id was in
+        an earlier such prompt. No eviction, so the order of insertion does not matter."""
+        codes, pos, _, first = self._flat
+        if inserted is not None:
+            kept = inserted[pos]
+            first = self._first_arrival(codes[kept], pos[kept], first.size)
+        return self.leading_hits(first[codes] < pos)
+
+    def to_rows(self, per_arrival: list | np.ndarray, dtype: type) -> np.ndarray:
+        """A per-arrival sequence as an array in row order."""
+        out = np.empty(self.rows.size, dtype=dtype)
+        out[self.rows] = per_arrival
+        return out
+
+
+def _routed_local_hits(blocks: TraceBlocks, capacity_blocks: int | None, threshold_tokens: float,
+                       block_tokens: int) -> tuple[list[int], list[int] | None, list[bool]]:
+    """Replay the arrivals in order: (local hit blocks, PrfaaS hit blocks or None when left to
+    :meth:`TraceBlocks.unlimited_hits`, routed remote) per arrival. An unlimited local cache is a
+    set updated by the requests kept local; a finite one runs both LRUs."""
+    n = len(blocks.tokens)
+    local_hits, remote = [0] * n, [False] * n
+    if capacity_blocks is None:
+        local: set[int] = set()
+        one_token_goes_remote = 1 > threshold_tokens  # uncached = max(tokens - hit tokens, 1)
+        for i, (ids, tokens) in enumerate(zip(blocks.hash_ids, blocks.tokens)):
+            hits = 0
+            for h in ids:
+                if h not in local:
+                    break
+                hits += 1
+            local_hits[i] = hits
+            if tokens - hits * block_tokens > threshold_tokens or one_token_goes_remote:
+                remote[i] = True
+            else:
+                local.update(ids)
+        return local_hits, None, remote
+    caches, remote_hits = (LRUPrefixCache(capacity_blocks), LRUPrefixCache(capacity_blocks)), [0] * n
+    for i, (ids, tokens) in enumerate(zip(blocks.hash_ids, blocks.tokens)):
+        hits = local_hits[i] = caches[0].hit_blocks(ids)
+        remote_hits[i] = caches[1].hit_blocks(ids)
+        routed_remote = remote[i] = tokens - min(hits * block_tokens, tokens - 1) > threshold_tokens
+        caches[routed_remote].insert(ids)
+    return local_hits, remote_hits, remote
+
+
+def split_cache_replay(trace: pd.DataFrame | TraceBlocks, capacity_blocks: int | None, threshold_tokens: float,
                        block_tokens: int = PREFIX_BLOCK_TOKENS) -> SplitReplay:
     """Replay ``trace`` through two LRU caches of ``capacity_blocks`` each, one per cluster: a
     request whose local uncached length exceeds ``threshold_tokens`` is prefilled (and its blocks
     cached) on the PrfaaS cluster, else locally. Each cluster only caches what it prefilled, so
-    hit rates are lower than with one shared cache (:func:`prefix_cache_replay`)."""
-    input_tokens = trace["input_tokens"].to_numpy(dtype=np.int64)
-    tokens = input_tokens.tolist()  # the loop works on Python ints: numpy scalars cost ~1 us each
-    hash_ids = _hash_ids(trace)
-    local, prfaas = LRUPrefixCache(capacity_blocks), LRUPrefixCache(capacity_blocks)
-    local_hits, remote_hits, remote = [0] * len(tokens), [0] * len(tokens), [False] * len(tokens)
-    for row in _arrival_order(trace):
-        ids = hash_ids[row]
-        hits = local_hits[row] = local.hit_blocks(ids)
-        remote_hits[row] = prfaas.hit_blocks(ids)
-        routed_remote = remote[row] = tokens[row] - min(hits * block_tokens, tokens[row] - 1) > threshold_tokens
-        (prfaas if routed_remote else local).insert(ids)
-    hit_blocks = np.array([local_hits, remote_hits], dtype=np.int64)
-    uncached = _uncached(input_tokens, hit_blocks, block_tokens)
-    return SplitReplay(uncached[0], uncached[1], np.array(remote, dtype=bool))
+    hit rates are lower than with one shared cache (:func:`prefix_cache_replay`).
+
+    ``trace`` may be a :class:`TraceBlocks` of it, prepared once for many thresholds. With an
+    unlimited cache the routing needs only the local cache, replayed in a loop; the PrfaaS hits
+    then follow from the routing in one vectorised pass (a block hits when an earlier request
+    routed remote held it), equal to replaying that cache alongside."""
+    blocks = trace if isinstance(trace, TraceBlocks) else TraceBlocks(trace)
+    local_hits, remote_hits, remote = _routed_local_hits(blocks, capacity_blocks, threshold_tokens, block_tokens)
+    routed = np.array(remote, dtype=bool)
+    remote_blocks = blocks.unlimited_hits(routed) if remote_hits is None else np.array(remote_hits, dtype=np.int64)
+    hit_blocks = np.array([blocks.to_rows(local_hits, np.int64), blocks.to_rows(remote_blocks, np.int64)])
+    uncached = _uncached(blocks.input_tokens, hit_blocks, block_tokens)
+    return SplitReplay(uncached[0], uncached[1], blocks.to_rows(routed, bool))
 
 
 def _check_replay_args(trace: pd.DataFrame, capacity_blocks: int | None, block_tokens: int) -> None:
@@ -193,14 +315,17 @@ def prefix_cache_replay(
     input_tokens = trace["input_tokens"].to_numpy(dtype=np.int64)
     if input_tokens.size and input_tokens.min() < 1:
         raise InvalidInput("trace: input_tokens must be at least 1 token per request")
-    hit_blocks = [0] * input_tokens.size
+    hit_blocks = np.zeros(input_tokens.size, dtype=np.int64)
     cache = LRUPrefixCache(capacity_blocks)
-    if cache.enabled:
+    if capacity_blocks is None:  # nothing evicted: a block hits when an earlier prompt held it
+        blocks = TraceBlocks(trace)
+        hit_blocks = blocks.to_rows(blocks.unlimited_hits(), np.int64)
+    elif cache.enabled:
         hash_ids = _hash_ids(trace)
         for row in _arrival_order(trace):
             hit_blocks[row] = cache.hit_blocks(hash_ids[row])
             cache.insert(hash_ids[row])
-    uncached_tokens = _uncached(input_tokens, np.array(hit_blocks, dtype=np.int64), block_tokens)
+    uncached_tokens = _uncached(input_tokens, hit_blocks, block_tokens)
     hit_tokens = input_tokens - uncached_tokens
     total_input_tokens = int(input_tokens.sum())
     return PrefixReplay(
