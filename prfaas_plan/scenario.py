@@ -320,18 +320,20 @@ def resolve_trace(sc: Scenario, ref: str) -> Path:
 class ResolvedWorkload:
     """A scenario's workload: ``workload`` (uncached lengths with one shared prefix cache),
     the mean *total* input length in tokens (cached prefix included; it sets the decode
-    context), and for trace workloads with prefix caching the trace itself and the cache size,
-    so that the planner can replay one cache per cluster."""
+    context), and for trace workloads with prefix caching the trace itself, the cache size, and
+    the trace prepared for replays (the one the workload was replayed on), so that the planner
+    can replay one cache per cluster."""
 
     workload: object  # workload.Workload
     mean_input_tokens: float
     trace: object | None = None  # pandas.DataFrame
     cache_blocks: int | None = 0
+    blocks: object | None = None  # workload.TraceBlocks of ``trace``
 
 
 def build_workload(sc: Scenario) -> ResolvedWorkload:
     """Resolve the scenario's workload section (see :class:`ResolvedWorkload`)."""
-    from prfaas_plan.workload import TruncatedLogNormal, Workload, load_trace, workload_from_trace
+    from prfaas_plan.workload import TraceBlocks, TruncatedLogNormal, Workload, load_trace, workload_from_trace
 
     w = sc.spec.workload
     if w.kind == "lognormal":
@@ -341,7 +343,8 @@ def build_workload(sc: Scenario) -> ResolvedWorkload:
     trace = load_trace(resolve_trace(sc, w.trace), w.trace_format)
     if "hash_ids" not in trace.columns and w.prefix_cache_blocks != 0:
         raise InvalidInput("workload.prefix_cache_blocks: this trace has no hash_ids; set prefix_cache_blocks: 0")
-    wl = workload_from_trace(trace, w.prefix_cache_blocks)
+    blocks = TraceBlocks(trace)
+    wl = workload_from_trace(blocks, w.prefix_cache_blocks)
     if w.output_tokens is not None:
         wl = Workload(wl.lengths, float(w.output_tokens), wl.rate_rps, wl.name)
-    return ResolvedWorkload(wl, float(trace["input_tokens"].mean()), trace, w.prefix_cache_blocks)
+    return ResolvedWorkload(wl, float(trace["input_tokens"].mean()), trace, w.prefix_cache_blocks, blocks)

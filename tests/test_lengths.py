@@ -324,56 +324,103 @@ def test_newton_inverse_agrees_with_scipy_ndtri_to_its_bound():
 @pytest.mark.parametrize("dist", [paper_lengths(), OTHER_DIST, TruncatedLogNormal(12.0, 0.3, 1000, 10**6),
                                   TruncatedLogNormal(14.0, 0.5, 128, 200_000)],
                          ids=["paper", "other", "narrow", "upper-tail"])
-def test_sample_is_the_rounded_quantile_of_the_same_draws(dist, monkeypatch):
-    """sample() gives the integers of rint(quantile(u)) (scipy's ndtri) for the generator's u, exactly,
-    through the Newton inverse (the tests have scipy.special loaded, which would skip it) and without."""
-    from prfaas_plan.workload import lengths
-
-    for seed, n, newton in ((0, 1, True), (1, 5, True), (2, 3000, True), (3, 100_000, True), (4, 3000, False)):
-        monkeypatch.setattr(lengths, "_newton_pays", lambda draws, newton=newton: newton)
+def test_sample_is_the_rounded_quantile_of_the_same_draws(dist):
+    """sample() gives the integers of rint(quantile(u)) (scipy's ndtri) for the generator's u, exactly."""
+    for seed, n in ((0, 1), (1, 5), (2, 3000), (3, 100_000)):
         u = np.random.default_rng(seed).random(n)
         want = np.clip(np.rint(np.asarray(dist.quantile(u))), math.ceil(dist.min_tokens),
                        math.floor(dist.max_tokens)).astype(np.int64)
         np.testing.assert_array_equal(dist.sample(n, np.random.default_rng(seed)), want)
 
 
-def test_sample_rechecks_a_draw_on_a_rounding_boundary(monkeypatch):
-    """A draw whose tokens lie on k + 1/2 is recomputed with scipy's ndtri, not left to the Newton inverse."""
-    from prfaas_plan.workload import lengths
+class OnABoundary(TruncatedLogNormal):
+    """The paper's lengths, but the Newton inverse puts draw 2 on a rounding boundary (k + 1/2 tokens);
+    ``calls`` counts the exact quantiles computed (scipy's ndtri)."""
 
-    monkeypatch.setattr(lengths, "_newton_pays", lambda draws: True)
+    calls: list[int] = []
 
-    calls = []
+    def _tokens(self, inverse, q):
+        from prfaas_plan.workload import lengths
 
-    class OnABoundary(TruncatedLogNormal):
-        def _tokens(self, inverse, q):  # the Newton inverse puts draw 2 on a rounding boundary
-            tokens = super()._tokens(inverse, q)
-            if inverse is lengths.ndtri_newton:
-                tokens[2] = np.floor(tokens[2]) + 0.5
-            else:
-                calls.append(q.size)
-            return tokens
-
-    dist = OnABoundary(9.9, 1.0, 128, 131072)
-    exact = np.asarray(paper_lengths().quantile(np.random.default_rng(5).random(4)))
-    got = dist.sample(4, np.random.default_rng(5))
-    assert calls == [1]  # only the draw on the boundary
-    np.testing.assert_array_equal(got, np.rint(exact).astype(np.int64))
+        tokens = super()._tokens(inverse, q)
+        if inverse is lengths.ndtri_newton:
+            tokens[2] = np.floor(tokens[2]) + 0.5
+        else:
+            self.calls.append(q.size)
+        return tokens
 
 
-def test_newton_inverse_is_used_only_where_it_pays():
-    from prfaas_plan.workload.lengths import NEWTON_MAX_DRAWS, _newton_pays
+def test_a_value_on_a_rounding_boundary_is_rounded_from_the_exact_quantiles():
+    """rint_quantiles (and so sample) recomputes with scipy's ndtri when a value lies on k + 1/2;
+    with every value clear of the boundaries, it never does."""
+    from prfaas_plan.workload.lengths import rint_quantiles
 
-    assert not _newton_pays(3000)  # scipy.special is loaded here (scipy.stats above)
-    assert not _newton_pays(NEWTON_MAX_DRAWS + 1)
+    dist, u = OnABoundary(9.9, 1.0, 128, 131072), np.random.default_rng(5).random(4)
+    exact = np.rint(np.asarray(paper_lengths().quantile(u)))
+    OnABoundary.calls = []
+    np.testing.assert_array_equal(dist.sample(4, np.random.default_rng(5)), exact.astype(np.int64))
+    assert OnABoundary.calls == [4]
+    OnABoundary.calls = []
+    np.testing.assert_array_equal(rint_quantiles(dist, u, lambda x: x[[0, 1, 3]]), exact[[0, 1, 3]])
+    assert OnABoundary.calls == []  # the value on the boundary was not kept: no exact quantile needed
+
+
+def test_rint_quantiles_of_an_empirical_sample_is_its_rounded_quantile():
+    from prfaas_plan.workload.lengths import rint_quantiles
+
+    dist = EmpiricalLengths(np.array([3.0, 7.5, 9.5, 20.0]))
+    np.testing.assert_array_equal(rint_quantiles(dist, [0.3, 0.5, 0.75], lambda x: x + 0.25), [8.0, 8.0, 10.0])
+
+
+def test_geomspace_adds_at_most_then_ulps_to_its_ends_relative_error():
+    """The bound rint_quantiles assumes for the threshold grid: ends moved by a relative delta move
+    every point of np.geomspace by at most delta + THEN_ULPS ulp (relative)."""
+    from prfaas_plan.workload.lengths import THEN_ULPS
+
+    rng, eps = np.random.default_rng(3), np.finfo(float).eps
+    worst_ulps = 0.0
+    for _ in range(300):
+        lo = rng.uniform(1.0, 5000.0)
+        hi = lo * rng.uniform(2.0, 1e4)
+        d_lo, d_hi = rng.uniform(-1e-13, 1e-13, 2)
+        points = int(rng.integers(2, 500))
+        base = np.geomspace(lo, hi, points)
+        moved = np.geomspace(lo * (1 + d_lo), hi * (1 + d_hi), points)
+        excess = np.abs(moved / base - 1.0) - max(abs(d_lo), abs(d_hi))
+        worst_ulps = max(worst_ulps, float(np.max(excess)) / eps)
+    assert worst_ulps < THEN_ULPS / 2, worst_ulps
+
+
+def test_threshold_grid_is_the_grid_of_the_exact_quantiles():
+    """planner.threshold_grid (rint_quantiles over np.geomspace) against the grid written out with
+    quantile (scipy's ndtri), over random truncated log-normals, a sample and three grid sizes."""
+    from types import SimpleNamespace
+
+    from prfaas_plan.planner import T_GRID_QUANTILES, threshold_grid
+
+    def exact(d, points):
+        lo, hi = (float(d.quantile(q)) for q in T_GRID_QUANTILES)
+        return np.unique(np.geomspace(max(lo, 1.0), max(hi, lo + 1.0), points).round())
+
+    rng = np.random.default_rng(0)
+    dists = [paper_lengths(), EmpiricalLengths(rng.integers(1, 100_000, 1000))]
+    for _ in range(300):
+        lo = rng.uniform(1, 2000)
+        hi = lo * rng.uniform(1.5, 5000)
+        dists.append(TruncatedLogNormal(rng.uniform(math.log(lo), math.log(hi)), rng.uniform(0.05, 3.0), lo, hi))
+    for d in dists:
+        for points in (400, 120, 7):
+            np.testing.assert_array_equal(threshold_grid(SimpleNamespace(lengths=d), points), exact(d, points))
 
 
 def test_sampling_does_not_import_scipy_special():
     import subprocess
     import sys
 
-    code = ("import sys, numpy as np\nfrom prfaas_plan.workload import paper_lengths\n"
-            "paper_lengths().sample(3000, np.random.default_rng(0))\nprint('scipy.special' in sys.modules)")
+    code = ("import sys, types, numpy as np\nfrom prfaas_plan.workload import paper_lengths\n"
+            "from prfaas_plan.planner import threshold_grid\n"
+            "paper_lengths().sample(100_000, np.random.default_rng(0))\n"
+            "threshold_grid(types.SimpleNamespace(lengths=paper_lengths()))\nprint('scipy.special' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
     assert out.stdout.split() == ["False"]

@@ -305,7 +305,7 @@ def _in_arrival_order(arrivals_s: list[float]) -> list[int]:
 
 @settings(max_examples=100, deadline=None)
 @given(
-    hash_ids=st.lists(st.lists(st.integers(0, 9), min_size=1, max_size=6), min_size=1, max_size=25),
+    hash_ids=st.lists(st.lists(st.integers(0, 9), min_size=0, max_size=6), min_size=1, max_size=25),
     arrival_slots=st.data(),
     id_scale=st.sampled_from([1, -1, 10**15]),
     threshold_tokens=st.sampled_from([0.0, 700.0, 1500.0, float("inf")]),
@@ -314,11 +314,12 @@ def test_unlimited_replays_match_reference_with_repeats_ties_and_sparse_ids(hash
                                                                            threshold_tokens):
     """The unlimited-cache replays (one vectorised pass over the blocks) against the plain-list
     references, with ids repeated inside a prompt, arrivals out of row order with ties, and ids
-    that are negative or far apart (indexed through np.unique rather than used as they are)."""
+    that are negative or far apart (indexed through np.unique rather than used as they are), and
+    prompts without blocks."""
     arrivals_s = [float(a) for a in arrival_slots.draw(st.lists(st.integers(0, 3), min_size=len(hash_ids),
                                                                max_size=len(hash_ids)))]
     ids = [[block * id_scale for block in row] for row in hash_ids]
-    inputs_tokens = [BLOCK_TOKENS * len(row) - 100 for row in ids]
+    inputs_tokens = [max(BLOCK_TOKENS * len(row) - 100, 1) for row in ids]  # a prompt without blocks: 1 token
     trace = make_trace(list(zip(inputs_tokens, ids)), arrivals_s)
     order = _in_arrival_order(arrivals_s)
     inputs = np.array(inputs_tokens)
@@ -354,3 +355,29 @@ def test_prepared_trace_replays_like_the_frame_at_every_threshold():
         for name in ("local_uncached_tokens", "remote_uncached_tokens", "remote"):
             np.testing.assert_array_equal(getattr(prepared, name), getattr(fresh, name))
             np.testing.assert_array_equal(getattr(prepared, name), getattr(lru, name))
+
+
+def test_one_preparation_serves_the_shared_replay_and_then_the_split_ones():
+    """The scenario's workload replays the trace through one shared cache on a TraceBlocks and the
+    planner's split replays reuse it: every replay, and the workload, equal those made from the frame."""
+    from prfaas_plan.workload import workload_from_trace
+
+    trace = _split_trace()
+    blocks = TraceBlocks(trace)
+    for capacity in (None, 0, 40):
+        got, want = prefix_cache_replay(blocks, capacity), prefix_cache_replay(trace, capacity)
+        np.testing.assert_array_equal(got.uncached_tokens, want.uncached_tokens)
+        np.testing.assert_array_equal(got.hit_tokens, want.hit_tokens)
+        assert (got.token_hit_rate, got.request_hit_rate, got.evicted_blocks) == \
+            (want.token_hit_rate, want.request_hit_rate, want.evicted_blocks)
+    shared = prefix_cache_replay(trace, None).uncached_tokens
+    assert shared.min() < shared.max()  # some prompt hit, so the threshold below splits the trace
+    for threshold in (float(np.median(shared)), float(np.percentile(shared, 80))):
+        prepared, fresh = split_cache_replay(blocks, None, threshold), split_cache_replay(trace, None, threshold)
+        assert prepared.remote.any() and not prepared.remote.all()
+        for name in ("local_uncached_tokens", "remote_uncached_tokens", "remote"):
+            np.testing.assert_array_equal(getattr(prepared, name), getattr(fresh, name))
+    from_blocks, from_frame = workload_from_trace(blocks), workload_from_trace(trace)
+    np.testing.assert_array_equal(from_blocks.lengths.tokens, from_frame.lengths.tokens)
+    assert (from_blocks.output_tokens, from_blocks.rate_rps, from_blocks.name) == \
+        (from_frame.output_tokens, from_frame.rate_rps, from_frame.name)

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
+import pytest
 
 import prfaas_plan as pp
 from prfaas_plan.scenario import Scenario
@@ -111,3 +112,39 @@ def test_split_buckets_time_each_distinct_length_once_with_the_same_floats():
     for got, values in ((b.t_local_s, inp.t_local(local)), (b.t_remote_s, inp.t_remote(remote)),
                         (b.kv_bytes, inp.kv_bytes(remote)), (b.tokens, local)):
         assert got.tobytes() == np.array([values[g].mean() for g in groups]).tobytes()
+
+
+def test_the_planner_replays_the_trace_prepared_for_its_workload():
+    """plan_inputs hands the split replays the TraceBlocks the shared replay was made on (one
+    preparation per plan), of the very frame the plan and the simulator replay."""
+    from prfaas_plan.planner.inputs import plan_inputs
+
+    inp = plan_inputs(pp.load_scenario("paper-case-study").with_trace(TRACE, None))
+    assert inp.blocks is not None and inp.trace_blocks is inp.blocks and inp.blocks.trace is inp.trace
+
+
+def test_simulate_spares_the_collector_its_set_up_and_then_restores_it():
+    """The simulate command pauses the cyclic collector over its set-up and freezes what it made
+    for the simulation; afterwards, also after an error, the collector is as it was, nothing frozen."""
+    import gc
+
+    from prfaas_plan.cli import main
+    from prfaas_plan.cli.simulating import _collector_spared
+
+    frozen_before = gc.get_freeze_count()
+    with _collector_spared() as set_up_done:
+        assert not gc.isenabled()
+        kept = [[i] for i in range(1000)]
+        set_up_done()
+        assert gc.isenabled() and gc.get_freeze_count() >= frozen_before + len(kept)
+    assert gc.isenabled() and gc.get_freeze_count() == 0
+    for args, code in ((("--duration", "-1"), 2), (("--trace", str(TRACE)), 0)):
+        for enabled in (True, False):
+            (gc.enable if enabled else gc.disable)()
+            try:
+                with pytest.raises(SystemExit) as exit_:
+                    main(["simulate", "paper-case-study", *args])
+                assert exit_.value.code == code
+                assert gc.isenabled() == enabled and gc.get_freeze_count() == 0
+            finally:
+                gc.enable()

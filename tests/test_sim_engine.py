@@ -1,7 +1,7 @@
 """The engine's fast paths agree with the general ones: the fixed policy routes a chunk up front
 (numpy), the adaptive ones request by request (bisect), and with nothing to adapt they must make
-the same run; the token tables give the time functions' values; one heap of decode slots is a
-heap per instance."""
+the same run; the token tables give the time functions' values; a plain run's own loop and its
+one heap of decode slots are the general loop on a heap per instance."""
 
 from __future__ import annotations
 
@@ -101,27 +101,43 @@ def test_cached_lengths_lists_every_uncached_length_a_hit_can_leave():
     assert cached_lengths(inputs, names).tolist() == expected([len(row) for row in ids])
 
 
-@pytest.mark.parametrize("plain", [True, False])
-def test_one_heap_of_decode_slots_is_the_per_instance_heaps(plain):
-    """The earliest free slot of all slots is the earliest of each instance's earliest: a run on
-    one heap of slots equals, record for record, a run on a heap per PD-D instance (as the
-    rebalancer keeps them), through the specialised arrival handler of a plain run or the general one."""
+@pytest.mark.parametrize("link_events", [[], [(300.0, 600.0, 5.0)]])
+def test_the_plain_loop_and_one_slot_heap_are_the_general_loop(link_events):
+    """A plain run's loop (handlers written out, one heap of decode slots) equals, record for record
+    and event for event, the general loop on one heap and on a heap per PD-D instance (as the
+    rebalancer keeps them: the earliest free slot of all is the earliest of each instance's
+    earliest), progress reports included; a link drop makes transfers outlast their prefills."""
     sc = pp.load_scenario("paper-case-study")
     res = pp.plan(sc)
     setup = Setup.from_plan(res, sc)
-    frames = []
-    for per_instance in (False, True):
+    runs = []
+    for plain, per_instance in ((True, False), (False, False), (False, True)):
         rng = np.random.default_rng(5)
         source = source_for(setup, sc, res, None, 1.1, 1500.0, None, 1.0, None, rng)
-        eng = Engine(setup, source, Policy(), [], Sink())
+        reports: list[float] = []
+        eng = Engine(setup, source, Policy(), link_events, Sink(), progress=reports.append)
+        assert eng.plain
         eng.plain = plain
         if per_instance:
             eng.decode_slots = [[0.0] * setup.decode_batch_max for _ in range(setup.n_pd_d)]
         eng.run()
-        frames.append(eng.sink.close())
-    assert (frames[0][0].decode_wait_s > 0).mean() > 0.01  # slots are contended
-    for one, per in zip(*frames):
-        pd.testing.assert_frame_equal(one, per, check_exact=True)
+        runs.append((eng.sink.close(), eng.events, reports))
+    (requests, timeseries), events, reports = runs[0]
+    assert (requests.decode_wait_s > 0).mean() > 0.01  # slots are contended
+    assert len(reports) > 100 and reports == sorted(reports) and reports[-1] == 1.0  # each 1% step, then the end
+    if link_events:
+        assert (timeseries.active_transfers > 20).any() and (requests.transfer_s > 1.0).any()
+    for (other_requests, other_timeseries), other_events, other_reports in runs[1:]:
+        pd.testing.assert_frame_equal(other_requests, requests, check_exact=True)
+        pd.testing.assert_frame_equal(other_timeseries, timeseries, check_exact=True)
+        assert (other_events, other_reports) == (events, reports)
+
+
+def test_distinct_is_numpys_unique():
+    """The sort-based distinct counts (numpy's own np.unique hashes, slower) against np.unique."""
+    rng = np.random.default_rng(4)
+    for values in (rng.integers(0, 300, 2_000), rng.integers(-5, 10**9, 500), np.array([7]), np.array([], np.int64)):
+        np.testing.assert_array_equal(tables.distinct(values), np.unique(values))
 
 
 def test_token_tables_evaluate_very_long_prompts_as_they_come(monkeypatch):

@@ -335,3 +335,38 @@ def test_moving_the_sliders_changes_headline_and_charts_to_the_precomputed_value
     _check_state(got["after"], (MOVED["link_gbps"], MOVED["prfaas_gpus"], MOVED["local_gpus"]), float(ts[MOVED["t_step"]]))
     assert got["after"]["headline"] != got["before"]["headline"]
     assert got["after"]["at_t"] != got["before"]["at_t"] and got["after"]["link_now"] != got["before"]["link_now"]
+
+
+# ----------------------------------------------------------------------------- the spec
+def test_the_assembled_spec_is_altairs_nested_chart(grid):
+    """whatif_chart puts altair's rows into altair's top level: the spec is the one altair's own
+    ``vconcat(headline, hconcat(curve, link), data, params)`` gives, key order included."""
+    from altair.utils.schemapi import debug_mode
+
+    from prfaas_plan.report.charts import _alt
+
+    alt = _alt()
+    start = W.initial_steps(grid, pp.load_scenario("paper-case-study"), None)
+    ymax = max(float(np.nanmax(grid.cells.lambda_max_rps)) * 1.1, 1e-3)
+    with debug_mode(False):
+        nested = alt.vconcat(
+            W._headline(alt, 860),
+            alt.hconcat(W._curve_chart(alt, grid, start, ymax, 430, 240), W._link_chart(alt, grid, ymax, 300, 240)),
+            data=alt.Data(name=W.DATASET), params=[p.param for p in W._params(alt, grid, start, "H200", "H20")])
+        want = json.dumps(nested.to_dict(validate=True))
+        chart = W.whatif_chart(grid, start, "H200", "H20")
+    assert json.dumps(chart.to_dict(validate=True)) == want
+    names = re.findall(r'"name": "(wi_[a-z_]+\d*)"', want)
+    assert {"wi_curve_0", "wi_at_t_0", "wi_link_now_1"} <= set(names)  # altair's names inside the hconcat
+
+
+def test_an_assembled_spec_is_validated_and_copied():
+    from prfaas_plan.report.charts import AssembledSpec
+
+    good = AssembledSpec({"mark": "point", "data": {"values": [{"x": 1}]}})
+    spec = good.to_dict()
+    spec["mark"] = "line"
+    assert good.to_dict()["mark"] == "point"  # a copy: a page's changes stay on the page
+    with pytest.raises(Exception, match="bogus"):
+        AssembledSpec({"mark": "point", "bogus": 1}).to_dict(validate=True)
+    assert AssembledSpec({"mark": "point", "bogus": 1}).to_dict(validate=False)["bogus"] == 1

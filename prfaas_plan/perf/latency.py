@@ -23,6 +23,7 @@ Token counts are tokens; times seconds; memory bytes (GiB = 2^30 B where named).
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -235,6 +236,7 @@ def decode_capacity(model: ModelSpec, inst: Instance, context_tokens: float, tpo
         raise InvalidInput(f"memory: one {context_tokens:.0f}-token request does not fit beside the weights on {inst.name}")
     gain = tokens_per_step(model, inst)
 
+    @functools.cache  # the bisection's last batch that met the SLO is asked again at the end
     def per_token_s(b: int) -> float:
         return speculative_step_s(model, inst, b, context_tokens, settings) / gain
 

@@ -50,6 +50,7 @@ class PlanInputs:
     trace / cache_blocks: the loaded trace of a trace workload (None otherwise) and its prefix-cache
     size in blocks (None = unlimited, 0 = off); with cache_blocks != 0, exact mode replays one cache
     per cluster. The simulator replays the same frame rather than reading the file again.
+    blocks: the trace as prepared for the workload's replay (None: prepared on first use).
     staging: the decode side's staging memory (``decode.staging_memory``; None: not charged); with
     it, ``decode_batch_max`` is what :func:`prfaas_plan.planner.staging.staged_inputs` leaves.
     transfer_buffer_bytes: PrfaaS-side bytes per instance for KV waiting on the link (None: unlimited).
@@ -74,6 +75,7 @@ class PlanInputs:
     cache_blocks: int | None = 0
     staging: Staging | None = None
     transfer_buffer_bytes: float | None = None
+    blocks: TraceBlocks | None = None
 
     @property
     def decode_rps_per_instance(self) -> float:
@@ -87,7 +89,10 @@ class PlanInputs:
 
     @cached_property
     def trace_blocks(self) -> TraceBlocks:
-        """The trace prepared once for the per-cluster replays (one per fixed-point pass)."""
+        """The trace prepared once for the per-cluster replays (one per fixed-point pass): the
+        workload's own (``blocks``) when given."""
+        if self.blocks is not None:
+            return self.blocks
         from prfaas_plan.workload.prefix_cache import TraceBlocks
 
         return TraceBlocks(self.trace)
@@ -152,7 +157,7 @@ def plan_inputs(sc: Scenario) -> PlanInputs:
         n_prfaas=sc.spec.prfaas.instances, n_local=sc.spec.local.instances, n_baseline=sc.baseline_instances,
         link_bits_per_s=sc.spec.link.gbps * sc.spec.link.efficiency * GBPS_BITS_PER_S,
         link_nominal_bits_per_s=sc.spec.link.gbps * GBPS_BITS_PER_S,
-        trace=resolved.trace, cache_blocks=resolved.cache_blocks,
+        trace=resolved.trace, cache_blocks=resolved.cache_blocks, blocks=resolved.blocks,
         staging=_staging(sc, int(batch), ctx_tokens) if d.staging_memory else None,
         transfer_buffer_bytes=(None if sc.spec.prfaas.transfer_buffer_gib is None
                                else sc.spec.prfaas.transfer_buffer_gib * GIB_BYTES),

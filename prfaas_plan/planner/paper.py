@@ -16,6 +16,7 @@ import numpy as np
 from prfaas_plan.errors import InvalidInput
 from prfaas_plan.planner.result import PATHS, Plan, PlanPoint, make_plan
 from prfaas_plan.units import BITS_PER_BYTE
+from prfaas_plan.workload.lengths import rint_quantiles
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -29,9 +30,14 @@ T_GRID_QUANTILES = (0.001, 0.999)
 
 
 def threshold_grid(inp: PlanInputs, points: int = T_GRID_POINTS) -> np.ndarray:
-    """Candidate thresholds (tokens): log-spaced over the workload's length range."""
-    lo, hi = (float(inp.lengths.quantile(q)) for q in T_GRID_QUANTILES)
-    return np.unique(np.geomspace(max(lo, 1.0), max(hi, lo + 1.0), points).round())
+    """Candidate thresholds (tokens): ``points`` log-spaced over the workload's length range (its
+    :data:`T_GRID_QUANTILES`), rounded to whole tokens, distinct (``rint_quantiles``: the exact
+    quantiles' grid, without importing scipy.special for them)."""
+    def spaced(lo_hi_tokens: np.ndarray) -> np.ndarray:
+        lo, hi = (float(v) for v in lo_hi_tokens)
+        return np.geomspace(max(lo, 1.0), max(hi, lo + 1.0), points)
+
+    return np.unique(rint_quantiles(inp.lengths, T_GRID_QUANTILES, spaced))
 
 
 def paper_stage_rates(inp: PlanInputs, t: np.ndarray, n_p: np.ndarray, n_pf: int | np.ndarray | None = None,

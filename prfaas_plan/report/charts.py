@@ -2,15 +2,18 @@
 
 The style every chart gets (font, sizes, plan and series colours, the Vega-Lite ``config`` merged
 into each spec) and the small helpers the pages build their charts with: altair imported lazily
-(:func:`_alt`), finite-only data, the plan colour scale and log-scale token axes, and
-:func:`unvalidated` (charts built without altair's schema check of every object).
+(:func:`_alt`), finite-only data, the plan colour scale and log-scale token axes,
+:func:`unvalidated` (charts built without altair's schema check of every object) and
+:class:`AssembledSpec` (a spec put together from altair's parts, for a nesting altair copies over and over).
 """
 
 from __future__ import annotations
 
+import copy
 import functools
 import math
 from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import numpy as np
@@ -69,6 +72,23 @@ def unvalidated(fn: F) -> F:
             return fn(*args, **kwargs)
 
     return run  # type: ignore[return-value]
+
+
+@dataclass(frozen=True)
+class AssembledSpec:
+    """A finished Vega-Lite spec (a dict) where a :class:`~.page.Figure` takes an altair chart: for
+    a chart whose parts altair builds but whose nesting it would copy over and over (a
+    concatenation deep-copies its subcharts as it is made, and each ``to_dict`` copies it again,
+    re-making every level: 0.04 s of the what-if chart's 0.08 s). ``title``: the chart's title text."""
+
+    spec: dict[str, Any]
+    title: str = ""
+
+    def to_dict(self, validate: bool = True) -> dict[str, Any]:
+        """A copy of the spec, checked against the Vega-Lite schema with ``validate``."""
+        if validate:
+            _alt().TopLevelSpec.validate(self.spec)
+        return copy.deepcopy(self.spec)
 
 
 def _finite(df: pd.DataFrame) -> pd.DataFrame:

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from prfaas_plan.analysis import T_POINTS, WhatIf, WhatIfGrid, initial_steps, whatif_grid
-from prfaas_plan.report.charts import _alt, _log_token_axis, props
+from prfaas_plan.report.charts import AssembledSpec, _alt, _log_token_axis, props
 from prfaas_plan.report.page import Col, Figure, Section, Table, _e, _tokens
 
 if TYPE_CHECKING:
@@ -163,14 +163,21 @@ DATASET = "whatif-grid"
 """The name of the chart's dataset (:func:`chart_rows`), inlined by :class:`~.page.Figure`."""
 
 
-def whatif_chart(g: WhatIfGrid, start: dict, gpu_r: str, gpu_l: str):
+def whatif_chart(g: WhatIfGrid, start: dict, gpu_r: str, gpu_l: str) -> AssembledSpec:
     """The what-if chart (its data are the dataset :data:`DATASET`): headline lines over
-    Lambda_max-vs-t and Lambda_max-vs-link, with the sliders."""
+    Lambda_max-vs-t and Lambda_max-vs-link, with the sliders. The spec of
+    ``alt.vconcat(headline, alt.hconcat(curve, link), data=..., params=...)``: altair writes the
+    top level (data, params, theme, schema) and each of the two rows (as parts of that chart),
+    which are put in its ``vconcat`` as they are, not copied again with every level."""
     alt = _alt()
     ymax = max(float(np.nanmax(g.cells.lambda_max_rps)) * 1.1, 1e-3)
+    data = alt.Data(name=DATASET)
     body = alt.hconcat(_curve_chart(alt, g, start, ymax, 430, 240), _link_chart(alt, g, ymax, 300, 240))
     params = [p.param for p in _params(alt, g, start, gpu_r, gpu_l)]  # not add_params: it copies every layer
-    return alt.vconcat(_headline(alt, 860), body, data=alt.Data(name=DATASET), params=params)
+    spec = alt.VConcatChart(data=data, params=params).to_dict(validate=False)
+    part = {"top_level": False, "data": data}  # what the top level passes its rows: they use its data
+    spec["vconcat"] = [row.to_dict(validate=False, context=part) for row in (_headline(alt, 860), body)]
+    return AssembledSpec(spec)
 
 
 def _grid_table(g: WhatIfGrid, gpu_r: str, gpu_l: str) -> Table:

@@ -28,11 +28,13 @@ started by events (a server frees, memory frees), which gives the same starts wh
 
 Speed (issue #18): the handlers are chosen once per run for the features it uses. A plain run (no
 prefix caches, no memory limits, the fixed policy) decides each request's path and prefill time,
-and writes its static records, a chunk at a time (numpy), so its arrival handler only takes a
-server and schedules; prefill times and KV bits come from per-length tables (:mod:`sim.tables`),
+and writes its static records, a chunk at a time (numpy), and runs in its own loop
+(:meth:`Engine._loop_plain`) with the arrival, the decode admission and the usual end of a PrfaaS
+prefill written out; prefill times and KV bits come from per-length tables (:mod:`sim.tables`),
 decode slots are one heap unless the rebalancer moves instances, a tick records the link's running
-counters (the rates per period are differences taken a chunk of rows at a time). None of this changes an operation that produces an output: the
-same floating-point operations run in the same order, so every record is bit for bit the same.
+counters (the rates per period are differences taken a chunk of rows at a time). None of this
+changes an operation that produces an output: the same floating-point operations run in the same
+order, so every record is bit for bit the same.
 
 Times are seconds, transfer sizes bits, memory bytes (per GPU of a decode instance).
 """
@@ -41,7 +43,6 @@ from __future__ import annotations
 
 import heapq
 import math
-from array import array
 from collections import deque
 from collections.abc import Callable, Sequence
 from heapq import heappop, heappush, heapreplace
@@ -98,13 +99,14 @@ class Engine:
         self.hash_ids = source.hash_ids
         self.caching = self.hash_ids is not None and (self.local_cache.enabled or self.remote_cache.enabled)
         self.events = 0
+        self.scheduled = 0  # heap events a plain run schedules (_loop_plain)
         self.frames: tuple[pd.DataFrame, pd.DataFrame] | None = None  # (requests, timeseries) when kept in memory
         self._init_pools()
         self._init_link()
         self._init_memory()
         self._init_arrivals()
         # plain runs (no prefix caches, no memory limits, the fixed policy) decide each request's
-        # path and prefill time with its chunk, vectorised: a specialised arrival handler
+        # path and prefill time with its chunk, vectorised, and run in a loop of their own (_loop_plain)
         self.plain = not self.caching and not self.gated and not self.adapts and not self.observes
 
     # -- state --------------------------------------------------------------------------------
@@ -136,7 +138,9 @@ class Engine:
         self.period_s = self.policy.period_s
         self.next_tick_s = self.period_s if self.period_s <= self.horizon_s else _INF
         self.bits_routed = 0.0  # KV bits routed to PrfaaS so far (egress demand)
-        self.ticks = array("d")  # time-series rows not yet handed on, _TICK_FIELDS numbers each (_on_sampling_tick)
+        # time-series rows not yet handed on, _TICK_FIELDS numbers each (_on_sampling_tick); a list, since
+        # list.extend of a row costs ~0.1 us against array.extend's ~1 us, and one np.array a chunk ~0.4 us a row
+        self.ticks: list[float] = []
         self.last_counters = np.zeros(3)  # bits sent, bit-capacity offered, bits routed at the last row handed on
         self.last_capacity_time = self.last_bits_routed = 0.0  # ... at the last tick (adaptive policies)
 
@@ -224,7 +228,7 @@ class Engine:
         join = self._on_transfer_join if self.staging is not None else self._join_link
         handlers = (self._on_link_capacity, None, join, self._on_remote_prefill_end,
                     local_end, kv_ready, self._on_decode_end)
-        handled = self._loop(handlers, self._arrive_planned if self.plain else self._on_arrival)
+        handled = self._loop_plain() if self.plain else self._loop(handlers, self._on_arrival)
         self.ring.flush(self.sink, everything=True)
         self._flush_ticks()
         self.events += handled + self.n
@@ -264,6 +268,109 @@ class Engine:
                 on_arrival(t_arrival)
         return handled
 
+    def _loop_plain(self) -> int:
+        """:meth:`_loop` of a plain run with the arrival, :meth:`_admit_decode` and the usual case of
+        :meth:`_on_remote_prefill_end` (the transfer done first) written out (issue #18: a call per event
+        saved, the state in locals; the same operations in the same order). Returns the heap events handled."""
+        heap, link, slots, job_bits, transfer_done = self.heap, self.link, self.slots, self.job_bits, self.transfer_done
+        waiting, servers, decode_waiting, decode_ends = self.queues, (self.local_servers, self.remote_servers), *self.queues[2:]
+        link_finish, on_tick, step_s, n_layers, rtt_s = self._on_link_done, self._on_sampling_tick, self.step_s, self.n_layers, self.rtt_s
+        handlers = (self._on_link_capacity, None, self._join_link, self._on_remote_prefill_end)  # by kind
+        link_done_s, t_arrival, t_tick, rid = self.link_done_s, self.next_arrival_s, self.next_tick_s, self.next_rid
+        k = chunk_len = 0  # place of the next arrival in the loaded chunk (none loaded yet)
+        progress_rid, self.scheduled = self._progress_rid(rid), len(heap)  # heap events: capacity steps, then each chunk's
+        self._bind_ring()  # the ring's arrays in locals (again at each chunk load: the ring may grow)
+        transfer, decode_wait, ttft, end_s, ring_arrival, ring_output, mask, ring_left, ring_shift = self._ring_locals()
+        heappush(heap, (_INF, LINK_CAPACITY, -1))  # never due: the heap is never empty (one test less per event)
+        while True:
+            t_bound = t_tick if t_tick <= t_arrival else t_arrival
+            while True:  # the heap's and the link's events before the next tick or arrival
+                now = (top := heap[0])[0]
+                # the link's completion goes after a capacity change at the same time, before the rest
+                if link_done_s < now or (link_done_s == now and top[1] != LINK_CAPACITY):
+                    if link_done_s >= t_bound:
+                        break
+                    link_finish(link_done_s)
+                    link_done_s = self.link_done_s
+                    continue
+                if now >= t_bound:
+                    break
+                heappop(heap)
+                _, kind, req = top
+                if kind >= LOCAL_PREFILL_END:  # (_admit_decode, written out)
+                    start = slots[0] if slots[0] > now else now
+                    j = req & mask
+                    end = start + (ring_output[j] or 1) * step_s
+                    heapreplace(slots, end)
+                    heappush(decode_ends, end)
+                    if start > now:
+                        heappush(decode_waiting, start)
+                    decode_wait[j] = start - now
+                    ttft[j] = start + step_s - ring_arrival[j]
+                    end_s[j] = end
+                    ring_left[req >> ring_shift] -= 1
+                elif kind == REMOTE_PREFILL_END and req in transfer_done:  # (_on_remote_prefill_end, usual case)
+                    transfer_done.discard(req)
+                    last_s = last_layer_s(job_bits.pop(req), n_layers, link.capacity_bps / (link.n + 1))
+                    ready = kv_ready_s(now, now + last_s, now, rtt_s)
+                    transfer[req & mask] = ready - now
+                    heappush(heap, (ready, KV_READY, req))
+                else:  # the link's capacity changes, a transfer joins it, or a prefill ends before its transfer
+                    handlers[kind](now, req)
+                    link_done_s = self.link_done_s
+            if t_bound == _INF:
+                break  # no tick, arrival or event left
+            if t_tick <= t_arrival:
+                t_tick = on_tick(t_tick)
+                continue
+            now = t_arrival  # an arrival: its path and prefill time were decided with its chunk
+            if k == chunk_len:
+                k, (chunk_len, next_arrivals, planned, prefill, bits, join_after_s, wait) = 0, self._load_plain(rid)
+                transfer, decode_wait, ttft, end_s, ring_arrival, ring_output, mask, ring_left, ring_shift = self._ring_locals()
+            t_arrival = next_arrivals[k]
+            if rid == progress_rid:
+                progress_rid = self._progress_rid(rid + 1)
+            prefill_s, remote = prefill[k], planned[k]
+            pool = servers[remote]  # the server of its pool that frees first (a bool as index: PD-P 0, PrfaaS 1)
+            start = pool[0] if pool[0] > now else now
+            heapreplace(pool, start + prefill_s)
+            if start > now:
+                heappush(waiting[not remote], start)  # (queues: remote, local, ...)
+            if remote:
+                self.bits_routed += (b := bits[k])
+                job_bits[rid] = b
+                heappush(heap, (start + join_after_s[k], TRANSFER_JOIN, rid))
+                heappush(heap, (start + prefill_s, REMOTE_PREFILL_END, rid))
+            else:
+                heappush(heap, (start + prefill_s, LOCAL_PREFILL_END, rid))
+            wait[rid & mask] = start - now
+            rid, k = rid + 1, k + 1
+        heap.remove((_INF, LINK_CAPACITY, -1))
+        self.link_done_s, self.next_rid, self.next_arrival_s = link_done_s, rid, t_arrival
+        return self.scheduled
+
+    def _load_plain(self, rid: int) -> tuple:
+        """:meth:`_load_chunk` for :meth:`_loop_plain`: the chunk's lists it keeps in locals; counts
+        the heap events the chunk's requests schedule (one prefill end each, a transfer join and a KV
+        ready more for a remote one), which all get handled: a count per event saved."""
+        self._load_chunk(rid)
+        self.scheduled += self.chunk_len + 2 * sum(self.planned)
+        return self.chunk_len, self.next_arrivals, self.planned, self.prefill_s, self.bits, self.join_after_s, self.wait
+
+    def _ring_locals(self) -> tuple:
+        """The ring's arrays that :meth:`_loop_plain` keeps in locals (replaced when the ring grows, at a chunk load)."""
+        return (self.transfer, self.decode_wait, self.ttft, self.end, self.ring_arrival, self.ring_output, self.mask,
+                self.ring_left, self.ring_shift)
+
+    def _progress_rid(self, rid: int) -> int:
+        """Report progress when request ``rid`` - 1 has arrived at a 1% step; the next request id
+        after which to report (-1: never)."""
+        if self.progress is None:
+            return -1
+        if rid and rid % self.progress_every == 0:
+            self.progress(rid / self.n)
+        return (rid // self.progress_every + 1) * self.progress_every - 1
+
     # -- arrivals and prefill -----------------------------------------------------------------
     def _on_arrival(self, now: float) -> None:
         """A request arrives: look up its cached prefixes, route it, queue it for prefill."""
@@ -289,40 +396,6 @@ class Engine:
         if self.observes:  # offered work counted at arrival, so a bottleneck cannot hide demand
             decode_s = (self.output_tokens[k] or 1) * self.step_s
             self.scheduler.observe(self.last_route_tokens, decode_s, prefill_s, remote)
-
-    def _arrive_planned(self, now: float) -> None:
-        """:meth:`_on_arrival` of a plain run: the request's path and prefill time were decided with
-        its chunk (its records too, but its wait); it takes the server of its pool that frees first."""
-        rid = self.next_rid
-        self.next_rid = rid + 1
-        k = rid - self.base_rid
-        if k == self.chunk_len:
-            self._load_chunk(rid)
-            k = 0
-        self.next_arrival_s = self.next_arrivals[k]
-        if self.progress is not None and (rid + 1) % self.progress_every == 0:
-            self.progress((rid + 1) / self.n)
-        prefill_s = self.prefill_s[k]
-        if self.planned[k]:
-            servers = self.remote_servers
-            free = servers[0]
-            start = free if free > now else now
-            heapreplace(servers, start + prefill_s)
-            if start > now:
-                heappush(self.remote_waiting, start)
-            self.bits_routed += (bits := self.bits[k])
-            self.job_bits[rid] = bits
-            heappush(self.heap, (start + self.join_after_s[k], TRANSFER_JOIN, rid))
-            heappush(self.heap, (start + prefill_s, REMOTE_PREFILL_END, rid))
-        else:
-            servers = self.local_servers
-            free = servers[0]
-            start = free if free > now else now
-            heapreplace(servers, start + prefill_s)
-            if start > now:
-                heappush(self.local_waiting, start)
-            heappush(self.heap, (start + prefill_s, LOCAL_PREFILL_END, rid))
-        self.wait[rid & self.mask] = start - now
 
     def _route_cached(self, rid: int, k: int, input_tokens: int) -> bool:
         """Route a request by its prefix-cache hits (at least one token is prefilled); remembers
@@ -483,7 +556,8 @@ class Engine:
         """The earliest transfer finishes (with any due at the same virtual time): the KV of a
         request whose prefill has ended is ready."""
         prefill_ended = self.prefill_ended
-        for rid in self.link.pop_due(now):
+        due, self.link_done_s = self.link.pop_due(now)
+        for rid in due:
             ended = prefill_ended.pop(rid, None)
             if ended is None:
                 self.transfer_done.add(rid)  # prefill still running
@@ -493,8 +567,7 @@ class Engine:
                 ready = kv_ready_s(prefill_end_s, min_ready_s, now, self.rtt_s)
                 self.transfer[rid & self.mask] = ready - prefill_end_s
                 heappush(self.heap, (ready, KV_READY, rid))
-        self.link_done_s = done = self.link.next_done_s(now)  # (_reschedule_link, written out)
-        if done < _INF:
+        if self.link_done_s < _INF:  # (_reschedule_link, done by pop_due)
             self.events += 1
 
     def _on_link_capacity(self, now: float, index: int) -> None:
@@ -637,10 +710,11 @@ class Engine:
                 "held_decode_gib_p99": float(p99) / GIB_BYTES, "held_decode_fraction_mean": mean / st.memory_bytes}
 
     # -- sampling -----------------------------------------------------------------------------
-    def _on_sampling_tick(self, now: float) -> None:
+    def _on_sampling_tick(self, now: float) -> float:
         """Every ``policy.period_s``: the long-term rule's turn, one time-series row, then the
         short-term rule's turn. The row keeps the link's running counters, which
-        :meth:`_flush_ticks` turns into the columns, vectorised, a chunk of rows at a time."""
+        :meth:`_flush_ticks` turns into the columns, vectorised, a chunk of rows at a time.
+        Returns when the next tick is (inf: none)."""
         if self.rebalances:
             self.scheduler.on_period(now, self)
         link = self.link
@@ -661,8 +735,10 @@ class Engine:
             decode_queue = sum(map(len, self.dec_queue))
             admitted = len(decode_ends) + decode_queue
             self.held_samples.append(self.held / len(self.dec_used))
-        remote_queue = len(remote_waiting) + len(self.remote_fifo)
-        local_queue = len(local_waiting) + len(self.local_fifo)
+        remote_queue, local_queue = len(remote_waiting), len(local_waiting)
+        if self.gated:  # and the prefills waiting for memory
+            remote_queue += len(self.remote_fifo)
+            local_queue += len(self.local_fifo)
         n_pd_p = len(self.local_servers)
         threshold = self._adapt(remote_queue, local_queue, n_pd_p) if self.adapts else self.fixed_threshold
         ticks = self.ticks
@@ -672,7 +748,8 @@ class Engine:
         if len(ticks) >= _TICK_FIELDS * TIMESERIES_CHUNK_ROWS:
             self._flush_ticks()
         next_tick_s = now + self.period_s
-        self.next_tick_s = next_tick_s if next_tick_s <= self.horizon_s else _INF
+        self.next_tick_s = next_tick_s = next_tick_s if next_tick_s <= self.horizon_s else _INF
+        return next_tick_s
 
     def _adapt(self, remote_queue: int, local_queue: int, n_pd_p: int) -> float:
         """The short-term rule's turn at a tick, on this period's egress demand (KV bits routed over
@@ -690,8 +767,8 @@ class Engine:
         counters (the same subtractions and divisions, elementwise, as one row at a time)."""
         if not self.ticks:
             return
-        raw = np.frombuffer(self.ticks, dtype=np.float64).reshape(-1, _TICK_FIELDS)
-        self.ticks = array("d")
+        raw = np.array(self.ticks, dtype=np.float64).reshape(-1, _TICK_FIELDS)
+        self.ticks = []
         counters = np.vstack([self.last_counters, raw[:, 1:4]])
         self.last_counters = counters[-1]
         sent, offered, routed = np.diff(counters, axis=0).T

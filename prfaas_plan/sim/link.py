@@ -135,7 +135,7 @@ class Link:
             return math.inf
         return now + max(self.finish[0][0] - self.v, 0.0) * self.n / self.capacity_bps
 
-    # join and pop_due run once per remote request: they spell out advance (and next_done_s),
+    # join and pop_due run once per remote request: they spell out advance and next_done_s,
     # the same operations in the same order, to save the calls
     def join(self, now: float, bits: float, rid: int) -> float:
         """Transfer ``rid`` of ``bits`` joins at ``now``; returns :meth:`next_done_s`."""
@@ -155,27 +155,32 @@ class Link:
         ahead = finish[0][0] - self.v
         return now + (0.0 if 0.0 > ahead else ahead) * n / cap
 
-    def pop_due(self, now: float) -> list[int]:
+    def pop_due(self, now: float) -> tuple[list[int], float]:
         """At :meth:`next_done_s`: the transfers that finish now (the earliest, with any due at the
-        same virtual time), removed."""
+        same virtual time), removed, and then :meth:`next_done_s`."""
+        n, v, cap = self.n, self.v, self.capacity_bps
         dt = now - self.last_s
         if dt > 0:
-            cap = self.capacity_bps
             self.capacity_time += dt * cap
-            if self.n:
-                self.v += dt * cap / self.n
+            if n:
+                v += dt * cap / n
                 self.bits_sent += dt * cap
             self.last_s = now
         finish = self.finish
         # the earliest transfer is due now: finish it even if float rounding of ``now`` left ``v``
         # a hair short (otherwise the event could repeat without progress)
-        if finish and finish[0][0] > self.v:
-            self.v = finish[0][0]
-        limit = self.v + 1e-9 * (abs(self.v) + 1.0)
+        if finish and finish[0][0] > v:
+            v = finish[0][0]
+        limit = v + 1e-9 * (abs(v) + 1.0)
         due = []
         while finish and finish[0][0] <= limit:
             due.append(heappop(finish)[1])
-        self.n -= len(due)
-        if self.n == 0:
+        self.n = n = n - len(due)
+        if n == 0:
             self.v = 0.0  # keep virtual time small
-        return due
+            return due, math.inf
+        self.v = v
+        if cap <= 0:
+            return due, math.inf
+        ahead = finish[0][0] - v
+        return due, now + (0.0 if 0.0 > ahead else ahead) * n / cap

@@ -53,8 +53,8 @@ class TokenTable:
             self.values = [np.concatenate([v, np.full(grow, np.nan)]) for v in self.values]
             self.known = np.concatenate([self.known, np.zeros(grow, dtype=bool)])
         unknown = ~self.known[tokens]
-        if unknown.any():  # (np.unique costs more than the look-up: only on counts not seen before)
-            new = np.unique(tokens[unknown])
+        if unknown.any():  # (distinct counts cost more than the look-up: only on counts not seen before)
+            new = distinct(tokens[unknown])
             for fn, values in zip(self.fns, self.values):
                 values[new] = np.asarray(fn(new.astype(float)), dtype=float)
             self.known[new] = True
@@ -74,7 +74,16 @@ def cached_lengths(input_tokens: np.ndarray, hash_ids: Sequence[Sequence]) -> np
         hits = _held_before(flat, counts)
     inputs = np.repeat(np.asarray(input_tokens, dtype=np.int64), hits + 1)  # hits of 0..hits whole blocks
     m = np.arange(inputs.size) - np.repeat(np.cumsum(hits + 1) - (hits + 1), hits + 1)
-    return np.unique(inputs - np.minimum(m * PREFIX_BLOCK_TOKENS, inputs - 1))
+    return distinct(inputs - np.minimum(m * PREFIX_BLOCK_TOKENS, inputs - 1))
+
+
+def distinct(values: np.ndarray) -> np.ndarray:
+    """``np.unique(values)`` of a 1-d integer array (sorted, each value once), by sorting: numpy 2.x's
+    ``np.unique`` hashes instead, ~15x slower on 10^5 token counts."""
+    ordered = np.sort(values)
+    first = np.ones(ordered.size, dtype=bool)  # each value's first place in the sorted order
+    first[1:] = ordered[1:] != ordered[:-1]
+    return ordered[first]
 
 
 def _held_before(flat: np.ndarray, counts: np.ndarray) -> np.ndarray:

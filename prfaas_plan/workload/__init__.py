@@ -78,7 +78,7 @@ def paper_workload() -> Workload:
 
 
 def workload_from_trace(
-    trace: pd.DataFrame,
+    trace: pd.DataFrame | TraceBlocks,
     capacity_blocks: int | None = None,
     name: str | None = None,
     block_tokens: int = PREFIX_BLOCK_TOKENS,
@@ -90,21 +90,23 @@ def workload_from_trace(
     output_tokens: the trace's mean output length.
     rate_rps: requests / (last arrival - first arrival), or None when all arrive at once.
     name: defaults to the trace file's stem (``trace.attrs['path']``), else ``"trace"``.
+    ``trace`` may be a :class:`TraceBlocks` of it, prepared once for this and later replays.
     """
-    if len(trace) == 0:
+    frame = trace.trace if isinstance(trace, TraceBlocks) else trace
+    if len(frame) == 0:
         raise InvalidInput("trace: no requests; give a trace with at least one request")
     for column in TRACE_COLUMNS:
-        if column not in trace.columns:
+        if column not in frame.columns:
             raise InvalidInput(f"trace: no {column!r} column; load traces with load_trace()")
     replay = prefix_cache_replay(trace, capacity_blocks, block_tokens)
-    arrival_s = trace["arrival_s"].to_numpy(dtype=float)
+    arrival_s = frame["arrival_s"].to_numpy(dtype=float)
     span_s = float(arrival_s.max() - arrival_s.min())
-    rate_rps = len(trace) / span_s if span_s > 0 else None
+    rate_rps = len(frame) / span_s if span_s > 0 else None
     if name is None:
-        name = Path(trace.attrs["path"]).stem if "path" in trace.attrs else "trace"
+        name = Path(frame.attrs["path"]).stem if "path" in frame.attrs else "trace"
     return Workload(
         lengths=EmpiricalLengths(replay.uncached_tokens),
-        output_tokens=float(trace["output_tokens"].to_numpy(dtype=float).mean()),
+        output_tokens=float(frame["output_tokens"].to_numpy(dtype=float).mean()),
         rate_rps=rate_rps,
         name=name,
     )

@@ -6,16 +6,19 @@ the paper's Eqs. 3-8, and a bucketed version of it for the exact (MILP) mode, ea
 length being its partial mean. :class:`LengthDist` is that interface; :class:`TruncatedLogNormal`
 (the paper's workload, :func:`paper_lengths`) gives every moment in closed form from the normal
 CDF of ``scipy.special`` (``scipy.stats`` costs most of a second to import; ``scipy.special``'s
-package 0.3-0.4 s CPU, so :func:`ndtr` is its ufunc loaded alone, and :meth:`~TruncatedLogNormal.sample`
-inverts it by Newton's method, with scipy's :func:`ndtri` only where a draw could round otherwise),
-and :class:`EmpiricalLengths` gives the exact moments of a sample. Token counts are in tokens.
+package 0.2-0.4 s CPU, so :func:`ndtr` is its ufunc loaded alone), and :class:`EmpiricalLengths`
+gives the exact moments of a sample. Token counts are in tokens.
+
+What only needs quantiles rounded to whole tokens (:meth:`~TruncatedLogNormal.sample`, the paper
+mode's threshold grid) gets them from :func:`rint_quantiles`: the normal CDF inverted by Newton's
+method, and scipy's :func:`ndtri` only where a value could round otherwise, so the integers are
+those of the exact quantiles and the package is not imported.
 """
 
 from __future__ import annotations
 
 import math
-import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import Protocol, runtime_checkable
@@ -56,28 +59,23 @@ def ndtr(z: ArrayLike) -> np.ndarray:
 
 
 def ndtri(p: ArrayLike) -> np.ndarray:
-    """The inverse of :func:`ndtr` (``scipy.special.ndtri``; imports the package, 0.3 s: only
-    :meth:`TruncatedLogNormal.quantile` needs it, and :meth:`~TruncatedLogNormal.sample` rarely)."""
+    """The inverse of :func:`ndtr` (``scipy.special.ndtri``; imports the package, 0.2-0.4 s: only
+    :meth:`TruncatedLogNormal.quantile` needs it, and :func:`rint_quantiles` rarely)."""
     from scipy.special import ndtri as package_ndtri
 
     return package_ndtri(p)
 
 
-NEWTON_STEPS = 5
-"""Newton steps of :func:`ndtri_newton` (from a 4.5e-4 start, quadratic: 1e-6, 1e-12, then rounding)."""
-NEWTON_MAX_DRAWS = 50_000
-"""Above this many draws at once :meth:`TruncatedLogNormal.sample` uses :func:`ndtri` (as it does
-once ``scipy.special`` is loaded): Newton's five passes cost 0.25 us a draw, ndtri 0.05 us, so a
-long simulation (arrivals in chunks of 65,536) pays the package's import once, a report's few
-thousand draws never."""
+NEWTON_STEPS = 3
+"""Newton steps of :func:`ndtri_newton`: from A&S's 4.5e-4 the error squares (times z / 2) each step,
+to rounding after three, down to p = 1e-300 (z = -37); a fourth or fifth step changes nothing
+(tests/test_lengths.py measures the agreement)."""
 NDTRI_AGREE = 1e-13
 """Bound on ``|ndtri_newton(p) - ndtri(p)|`` (both within a few ulp of the true inverse of ``p``:
 cephes' ndtri 7.2e-16 relative, Newton on ``ndtr`` to its rounding; the tests see under 1e-14)."""
-
-
-def _newton_pays(draws: int) -> bool:
-    """Whether :func:`ndtri_newton` is the cheaper inverse for this many draws (see :data:`NEWTON_MAX_DRAWS`)."""
-    return draws <= NEWTON_MAX_DRAWS and "scipy.special" not in sys.modules
+THEN_ULPS = 64
+"""Relative error, in ulp, that the ``then`` of :func:`rint_quantiles` may add to its inputs'
+(``np.geomspace``'s log10, linspace and power: under 32 ulp, tests/test_lengths.py measures it)."""
 
 
 def ndtri_newton(p: ArrayLike) -> np.ndarray:
@@ -280,27 +278,10 @@ class TruncatedLogNormal:
 
     def sample(self, n: int, rng: np.random.Generator) -> np.ndarray:
         """``n`` draws by inverse CDF, rounded to whole tokens (int64) inside the bounds: the
-        integers of ``rint(quantile(rng.random(n)))``, exactly.
-
-        Up to :data:`NEWTON_MAX_DRAWS` draws, while ``scipy.special`` is not loaded, the inverse
-        CDF is :func:`ndtri_newton` (no ``scipy.special`` package, 0.3 s to import), which
-        differs from :func:`ndtri` by at most :data:`NDTRI_AGREE` in z, so a draw's tokens
-        ``x = exp(mu + sigma z)`` by at most ``x (sigma NDTRI_AGREE + 4 ulp)``; a draw within ten
-        times that of a rounding boundary (k + 1/2 tokens) is recomputed with :meth:`quantile`,
-        and every other one rounds to the same integer. Rounding moves the mean by well under 0.5 token.
-        """
-        n = _check_count(n, "sample")
-        q = rng.random(n)
-        if not _newton_pays(n):
-            draws = self._tokens(ndtri, q)
-        else:
-            draws = self._tokens(ndtri_newton, q)
-            tol = 10.0 * draws * (self.sigma * NDTRI_AGREE + 4 * np.finfo(float).eps)
-            unsure = ~(np.abs(draws - np.floor(draws) - 0.5) > tol)  # nan included
-            if unsure.any():
-                draws[unsure] = self._tokens(ndtri, q[unsure])
-        lo, hi = math.ceil(self.min_tokens), math.floor(self.max_tokens)
-        return np.clip(np.rint(draws), lo, hi).astype(np.int64)
+        integers of ``rint(quantile(rng.random(n)))``, exactly (by :func:`rint_quantiles`).
+        Rounding moves the mean by well under 0.5 token."""
+        draws = rint_quantiles(self, rng.random(_check_count(n, "sample")))
+        return np.clip(draws, math.ceil(self.min_tokens), math.floor(self.max_tokens)).astype(np.int64)
 
     def _tokens(self, inverse, q_arr: np.ndarray) -> np.ndarray:
         """Inverse CDF with ``inverse`` as the inverse of :func:`ndtr`, tokens (an array)."""
@@ -314,6 +295,27 @@ class TruncatedLogNormal:
     def quantile(self, q: ArrayLike) -> float | np.ndarray:
         """Inverse CDF, tokens; q = 0 gives min_tokens, q = 1 gives max_tokens."""
         return _like(self._tokens(ndtri, _check_probs(q)), q)
+
+
+def rint_quantiles(dist: LengthDist, q: ArrayLike,
+                   then: Callable[[np.ndarray], np.ndarray] = np.asarray) -> np.ndarray:
+    """``np.rint(then(dist.quantile(q)))``, exactly, without importing ``scipy.special`` unless a
+    value lies on (within its error bound of) a rounding boundary.
+
+    For a :class:`TruncatedLogNormal` the quantiles are first computed with :func:`ndtri_newton`,
+    within :data:`NDTRI_AGREE` of :func:`ndtri` in z, so within ``x (sigma NDTRI_AGREE + 4 ulp)``
+    of the exact ``x = exp(mu + sigma z)`` tokens; ``then`` (quantiles in tokens to the values to
+    round, an array) may add :data:`THEN_ULPS` to their relative error. Where every value lies
+    more than ten times its bound from k + 1/2, it rounds as the exact one does; otherwise all is
+    computed again from ``dist.quantile``. Other distributions: ``dist.quantile`` directly.
+    """
+    q_arr = _check_probs(q)
+    if isinstance(dist, TruncatedLogNormal):
+        values = np.asarray(then(dist._tokens(ndtri_newton, q_arr)), dtype=float)
+        rel = dist.sigma * NDTRI_AGREE + (4 + THEN_ULPS) * np.finfo(float).eps
+        if np.all(np.abs(values - np.floor(values) - 0.5) > 10.0 * rel * np.abs(values)):  # nan: False
+            return np.rint(values)
+    return np.rint(np.asarray(then(np.asarray(dist.quantile(q_arr), dtype=float)), dtype=float))
 
 
 def paper_lengths() -> TruncatedLogNormal:

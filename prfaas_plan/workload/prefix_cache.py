@@ -202,11 +202,13 @@ class TraceBlocks:
     def leading_hits(self, cached_before: np.ndarray) -> np.ndarray:
         """Hit blocks per arrival: the run of leading blocks with ``cached_before`` true (one bool
         per flat block: it was in the cache when its request arrived)."""
-        _, pos, offset, _ = self._flat
-        miss = np.flatnonzero(~cached_before)
-        first_miss = miss[np.diff(pos[miss], prepend=-1) != 0]  # each arrival's first missing block
-        hits = self.lens.copy()
-        hits[pos[first_miss]] = offset[first_miss]
+        _, _, offset, _ = self._flat
+        lens, hits = self.lens, self.lens.copy()
+        blocked = lens > 0
+        if blocked.any():  # per prompt, the offset of its first missing block (none missing: past the end)
+            miss_offset = np.where(cached_before, np.iinfo(np.int64).max, offset)
+            first_miss = np.minimum.reduceat(miss_offset, (np.cumsum(lens) - lens)[blocked])
+            hits[blocked] = np.minimum(first_miss, lens[blocked])
         return hits
 
     def unlimited_hits(self, inserted: np.ndarray | None = None) -> np.ndarray:
@@ -291,9 +293,12 @@ def _check_replay_args(trace: pd.DataFrame, capacity_blocks: int | None, block_t
 
 
 def prefix_cache_replay(
-    trace: pd.DataFrame, capacity_blocks: int | None, block_tokens: int = PREFIX_BLOCK_TOKENS
+    trace: pd.DataFrame | TraceBlocks, capacity_blocks: int | None, block_tokens: int = PREFIX_BLOCK_TOKENS
 ) -> PrefixReplay:
     """Replay ``trace`` in arrival order through one LRU cache of ``capacity_blocks`` blocks.
+
+    ``trace`` may be a :class:`TraceBlocks` of it, whose preparation the unlimited replay then
+    shares with later replays of the same trace (:func:`split_cache_replay`).
 
     capacity_blocks: cache size in blocks; ``None`` = unlimited, ``0`` = no caching (then the
         trace needs no ``hash_ids``).
@@ -311,6 +316,8 @@ def prefix_cache_replay(
     least its last prompt token (it needs that token's logits to start decoding), so
     uncached_tokens = input_tokens - hit_tokens >= 1.
     """
+    blocks = trace if isinstance(trace, TraceBlocks) else None
+    trace = trace.trace if isinstance(trace, TraceBlocks) else trace
     _check_replay_args(trace, capacity_blocks, block_tokens)
     input_tokens = trace["input_tokens"].to_numpy(dtype=np.int64)
     if input_tokens.size and input_tokens.min() < 1:
@@ -318,7 +325,7 @@ def prefix_cache_replay(
     hit_blocks = np.zeros(input_tokens.size, dtype=np.int64)
     cache = LRUPrefixCache(capacity_blocks)
     if capacity_blocks is None:  # nothing evicted: a block hits when an earlier prompt held it
-        blocks = TraceBlocks(trace)
+        blocks = blocks if blocks is not None else TraceBlocks(trace)
         hit_blocks = blocks.to_rows(blocks.unlimited_hits(), np.int64)
     elif cache.enabled:
         hash_ids = _hash_ids(trace)
