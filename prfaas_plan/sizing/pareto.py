@@ -166,15 +166,6 @@ def _frame(rows_per_point: list[list[dict]], swept: str, values: Sequence[float]
     return df
 
 
-def _check_executor(executor: str, workers: int | None, scheduler: Any) -> None:
-    if executor not in FRONTIER_EXECUTORS:
-        raise InvalidInput(f"--executor: {executor!r} is not an executor; use {', '.join(FRONTIER_EXECUTORS)}")
-    if workers is not None and workers < 1:
-        raise InvalidInput("--workers: give at least 1")
-    if scheduler is not None and executor != "dask":
-        raise InvalidInput("--scheduler: only with --executor dask")
-
-
 def _positive(values: Sequence[float], field: str, unit: str) -> list[float]:
     out = [float(v) for v in values]
     if not out:
@@ -199,7 +190,9 @@ def frontier_cost_vs_ttft(sc: Scenario, target_rps: float, ttft_slos_s: Sequence
     ``tpot_s``, ``binding``, ``reason``, the rest of :meth:`SizedPlan.row`, and ``pareto``."""
     from dataclasses import replace
 
-    _check_executor(executor, workers, scheduler)
+    from prfaas_plan.sweeps.executors import check_executor_flags  # (the sweeps package imports pandas)
+
+    check_executor_flags(executor, workers, scheduler, FRONTIER_EXECUTORS)
     slos = _positive(ttft_slos_s, "ttft_slos_s", "seconds")
     rps = _positive([target_rps], "target_rps", "requests/s")[0]
     base = SizingSLO.of_scenario(sc)
@@ -218,7 +211,9 @@ def frontier_cost_vs_rate(sc: Scenario, rates_rps: Sequence[float], slo: SizingS
     (requests/s) under one ``slo`` (None: the scenario's, as ``size`` takes it). Rows and columns
     as :func:`frontier_cost_vs_ttft`, with ``target_rps`` swept and ``ttft_slo_s`` fixed (NaN: no
     TTFT SLO)."""
-    _check_executor(executor, workers, scheduler)
+    from prfaas_plan.sweeps.executors import check_executor_flags  # (the sweeps package imports pandas)
+
+    check_executor_flags(executor, workers, scheduler, FRONTIER_EXECUTORS)
     rates = _positive(rates_rps, "rates_rps", "requests/s")
     slo = slo if slo is not None else SizingSLO.of_scenario(sc)
     rows = _run_points(sc, [(r, slo) for r in rates], size_kwargs, executor, workers, scheduler, progress,

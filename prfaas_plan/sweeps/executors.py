@@ -89,6 +89,21 @@ def run_local(todo: list[Cell], workers: int | None, scheduler: Any, stack: cont
     return _finished((fut.result, futures[fut]) for fut in cf.as_completed(futures))
 
 
+def check_executor_flags(executor: str, workers: int | None, scheduler: Any, executors: tuple[str, ...]) -> None:
+    """One line naming the flag when ``executor`` is not one of ``executors``, ``workers`` is below
+    1, a ``scheduler`` comes without dask, or dask is asked for but dask.distributed is missing."""
+    import importlib.util
+
+    if executor not in executors:
+        raise InvalidInput(f"--executor: {executor!r} is not an executor; use {', '.join(executors)}")
+    if workers is not None and workers < 1:
+        raise InvalidInput("--workers: give at least 1")
+    if scheduler is not None and executor != "dask":
+        raise InvalidInput("--scheduler: only with --executor dask")
+    if executor == "dask" and importlib.util.find_spec("distributed") is None:
+        raise InvalidInput("--executor dask: dask.distributed is not installed; pip install 'prfaas-plan[sweep]'")
+
+
 def dask_client(workers: int | None, scheduler: Any, stack: contextlib.ExitStack):
     """A client for a scheduler address, a Client, a cluster, or a new LocalCluster; whatever
     is created here is closed when ``stack`` unwinds."""

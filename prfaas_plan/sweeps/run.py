@@ -9,16 +9,14 @@ the table (and the parquet) at the end.
 from __future__ import annotations
 
 import contextlib
-import importlib.util
 import sys
 import uuid
 from pathlib import Path
-from typing import Any
 
 import pandas as pd
 
 from prfaas_plan.errors import InvalidInput
-from prfaas_plan.sweeps.executors import EXECUTORS
+from prfaas_plan.sweeps.executors import EXECUTORS, check_executor_flags
 from prfaas_plan.sweeps.grid import Cell, GridSpec, expand_grid
 from prfaas_plan.sweeps.results import read_sidecar, results_table, save_record, sidecar_dir, write_parquet
 from prfaas_plan.vocab import SWEEP_EXECUTORS
@@ -40,17 +38,6 @@ def progress_bar(enabled: bool):
     return Progress(SpinnerColumn(), TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
                     TimeElapsedColumn(), TimeRemainingColumn(), console=Console(stderr=True), transient=False,
                     disable=not enabled)
-
-
-def _check_flags(executor: str, workers: int | None, scheduler: Any) -> None:
-    if executor not in SWEEP_EXECUTORS:
-        raise InvalidInput(f"--executor: {executor!r} is not an executor; use {', '.join(SWEEP_EXECUTORS)}")
-    if workers is not None and workers < 1:
-        raise InvalidInput("--workers: give at least 1")
-    if scheduler is not None and executor != "dask":
-        raise InvalidInput("--scheduler: only with --executor dask")
-    if executor == "dask" and importlib.util.find_spec("distributed") is None:
-        raise InvalidInput("--executor dask: dask.distributed is not installed; pip install 'prfaas-plan[sweep]'")
 
 
 def _sidecar(out: Path | None, cells: list[Cell], retry_failed: bool) -> tuple[Path | None, dict[str, dict]]:
@@ -79,7 +66,7 @@ def sweep(grid: GridSpec | dict | str | Path, executor: str = "local", workers: 
     (``retry_failed`` reruns the cells saved with an error or found infeasible). ``df.attrs`` has
     ``computed``, ``reused``, ``failed`` (status error) and ``infeasible`` counts.
     """
-    _check_flags(executor, workers, scheduler)
+    check_executor_flags(executor, workers, scheduler, SWEEP_EXECUTORS)
     g, base, cells = expand_grid(grid)  # every cell validated before anything runs
     out_path = Path(out) if out is not None else None
     side, records = _sidecar(out_path, cells, retry_failed)
