@@ -17,7 +17,6 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Literal
 
-import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, PositiveInt, model_validator
 
 from prfaas_plan.data import find_entry, list_entries, read_yaml, validate
@@ -39,6 +38,8 @@ def mean_accepted_tokens(acceptance_rates) -> float:
     """Mean tokens a request gains per verify step when draft position ``i`` is accepted with
     probability ``r_i`` given the earlier ones were: ``1 + sum_i prod_{j<=i} r_j`` (the bonus
     token included)."""
+    import numpy as np  # here, not at import: the kv command loads engine profiles without numpy
+
     return float(1.0 + np.cumprod(np.asarray(acceptance_rates, dtype=float)).sum())
 
 

@@ -14,8 +14,6 @@ from __future__ import annotations
 
 import math
 
-import numpy as np
-
 from prfaas_plan.errors import InvalidInput
 from prfaas_plan.layout import Layout, check_layout, check_tp
 from prfaas_plan.model.arch import ModelSpec
@@ -62,7 +60,7 @@ def per_gpu_kv_bytes(model: ModelSpec, tokens: float, tp_or_layout: int | Layout
         # DCP ranks of one group share the KV heads of tp / dcp ranks, each a token stripe
         per_token = attn.rank_kv_elements_per_token(tp // dcp) * b
         if per_token:
-            kept = float(tokens_kept(np.asarray(float(tokens)), attn.window, settings.block_tokens))
+            kept = tokens_kept(float(tokens), attn.window, settings.block_tokens)
             total += counts[name] * per_token * (kept if dcp == 1 else math.ceil(kept / dcp))
         conv, rec = state_bytes(attn, settings)
         total += counts[name] * (conv + rec) * attn.rank_state_fraction(tp)

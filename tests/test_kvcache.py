@@ -154,6 +154,20 @@ def test_kv_bytes_properties(model, a, b):
     assert kv_bytes(model, hi) == expected
 
 
+@settings(max_examples=200, deadline=None)
+@given(model=st.sampled_from(ALL_MODELS), tokens=st.lists(st.integers(1, 4_000_000), min_size=1, max_size=4),
+       half=st.booleans(), block=st.sampled_from([None, 1, 16, 64, 256]), kv_dtype=st.sampled_from(["bf16", "fp8"]))
+def test_a_python_number_and_an_array_give_the_same_bytes(model, tokens, half, block, kv_dtype):
+    """A Python number is computed in plain floats (the kv command loads no numpy), an array in
+    numpy, for every length, paging and window: the same bytes."""
+    s = CacheSettings(kv_dtype=kv_dtype, block_tokens=block)
+    lengths = [t + 0.5 * half for t in tokens]  # the planner's mean lengths are fractional
+    from_array = kv_bytes(model, np.asarray(lengths), s)
+    assert [kv_bytes(model, t, s) for t in lengths] == [int(v) for v in from_array]
+    assert [kv_bytes(model, np.float64(t), s) for t in lengths] == [kv_bytes(model, np.asarray(t), s) for t in lengths]
+    assert all(isinstance(kv_bytes(model, t, s), int) for t in (tokens[0], lengths[0]))
+
+
 # PrfaaS paper (arXiv 2604.15039) Table 5: l (tokens), S_kv (MiB), T_prefill (s), Phi_kv (Gbps)
 TABLE5 = [(1024, 190.8, 0.44, 3.61), (8192, 308.9, 0.72, 3.59),
           (32768, 701.3, 1.84, 3.19), (131072, 2316.3, 7.40, 2.62)]

@@ -20,13 +20,14 @@ from __future__ import annotations
 import math
 from typing import TYPE_CHECKING
 
-import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
 from prfaas_plan.units import DTYPE_BYTES
 from prfaas_plan.vocab import Engine, KvDtype, StateDtype
 
 if TYPE_CHECKING:
+    import numpy as np
+
     from prfaas_plan.model.arch import ModelSpec
     from prfaas_plan.model.kinds import Attention
 
@@ -118,9 +119,27 @@ def fixed_state_bytes(model: ModelSpec, settings: CacheSettings | None = None) -
     return window + linear_state_bytes(model, settings)
 
 
-def paged_tokens(tokens: np.ndarray, block: int | None) -> np.ndarray:
+def _ceil(x: float | np.ndarray) -> float | np.ndarray:
+    """Ceiling of a Python float (in math, so scalar calls need no numpy) or of an array."""
+    if isinstance(x, float):
+        return float(math.ceil(x))
+    import numpy as np
+
+    return np.ceil(x)
+
+
+def _minimum(x: float | np.ndarray, cap: int) -> float | np.ndarray:
+    """``min(x, cap)`` of a Python float, or elementwise of an array."""
+    if isinstance(x, float):
+        return min(x, float(cap))
+    import numpy as np
+
+    return np.minimum(x, cap)
+
+
+def paged_tokens(tokens: float | np.ndarray, block: int | None) -> float | np.ndarray:
     """Tokens a growing cache holds: ``tokens`` rounded up to whole pages of ``block`` tokens."""
-    return tokens if block is None else np.ceil(tokens / block) * block
+    return tokens if block is None else _ceil(tokens / block) * block
 
 
 def window_cap_tokens(window: int, block: int | None) -> int:
@@ -129,27 +148,32 @@ def window_cap_tokens(window: int, block: int | None) -> int:
     return window if block is None else (math.ceil((window - 1) / block) + 1) * block
 
 
-def tokens_kept(tokens: np.ndarray, window: int | None, block: int | None) -> np.ndarray:
-    """Tokens a layer's growing cache holds for a request of ``tokens`` tokens (window capped)."""
+def tokens_kept(tokens: float | np.ndarray, window: int | None, block: int | None) -> float | np.ndarray:
+    """Tokens a layer's growing cache holds for a request of ``tokens`` tokens (window capped);
+    a Python float gives a float, an array an array."""
     if window is None:
         return paged_tokens(tokens, block)
-    if block is None:
-        return np.minimum(tokens, window)
-    return np.minimum(np.ceil(tokens / block) * block, window_cap_tokens(window, block))
+    return _minimum(paged_tokens(tokens, block), window_cap_tokens(window, block))
 
 
 def kv_bytes(model: ModelSpec, tokens, settings: CacheSettings | None = None):
     """Cache bytes of one request of ``tokens`` tokens (scalar or numpy array, float result
     for arrays). Full/MLA layers hold every token, SWA layers ``min(l, W)``, linear layers
-    their fixed state."""
+    their fixed state. A Python number is computed in plain floats (the same IEEE operations
+    in the same order as the array path), so the ``kv`` command never imports numpy."""
     settings = settings or DEFAULT_SETTINGS
-    l = np.asarray(tokens, dtype=float)
-    total = np.zeros_like(l)
+    if isinstance(tokens, int | float):
+        l, total = float(tokens), 0.0
+    else:
+        import numpy as np
+
+        l = np.asarray(tokens, dtype=float)
+        total = np.zeros_like(l)
     for r in per_layer_table(model, settings):
         if r["bytes_per_token"]:
             total += r["layers"] * r["bytes_per_token"] * tokens_kept(l, r["window_tokens"], settings.block_tokens)
         total += r["layers"] * (r["conv_bytes"] + r["recurrent_bytes"])
-    return int(total) if total.ndim == 0 else total
+    return int(total) if isinstance(total, float) or total.ndim == 0 else total
 
 
 __all__ = [
