@@ -6,13 +6,19 @@ form's and the simulation's mean TTFT and TPOT, their gaps, and the simulation's
 * closed loop at c = 4, 16, 64: 16 seeds x 100 s pooled (deterministic request overhead), and
   the same with exponentially distributed request overheads of the same mean (``overhead_jitter``);
 * open loop at the closed loop's throughputs (300 s);
-* open loop at 30, 60 and 85% of the closed form's largest sustainable rate (60 s);
+* open loop at 30, 60 and 85% of the closed form's largest sustainable rate (4 seeds x 100 s
+  pooled, the first 40 s, more than a request's residence at 85%, unmeasured);
 * memory (on-demand KV pages, recompute preemption): Llama-3.1-70B FP8 on one H200 (vLLM
   profile), ISL 1024 / OSL 4096, closed loop at c = 32, 40, 48, 64, 96 around the 53 requests the
   pool holds at their mean context (2 seeds x 1,000 s pooled), with the preemptions counted;
 * speculative decoding (MTP k = 2, per-position acceptance 0.8 / 0.6), DeepSeek-V3 on 8xH200
   (SGLang profile), ISL 1024 / OSL 256: closed loop at c = 1, 8, 32 (4 seeds x 60 s pooled) and
-  open loop at 30 and 60% of the closed form's largest sustainable rate (4 seeds x 60 s pooled).
+  open loop at 30 and 60% of the closed form's largest sustainable rate (4 seeds x 60 s pooled);
+* finite benchmark runs from a burst start (``prompts_per_client``, as ``benchmark_serving.py
+  --request-rate inf`` runs) against :func:`~prfaas_plan.serving.colocated_benchmark`, ISL 8192 /
+  OSL 256 at c = 4, 16, 64: one request per client (the first wave alone, fixed lengths), 10 per
+  client with fixed lengths, and 10 per client with lengths spread as InferenceX's (lognormal,
+  relative deviation 6.4%, 4 seeds pooled).
 
 Run: python benchmarks/bench_sim_colocated.py
 (times depend on the machine and its load).
@@ -26,7 +32,14 @@ import numpy as np
 
 from prfaas_plan.hardware import instance
 from prfaas_plan.model import load_model
-from prfaas_plan.serving import SpecDecode, colocated_closed_loop, colocated_open_loop, max_sustainable_rate
+from prfaas_plan.serving import (
+    BenchmarkRun,
+    SpecDecode,
+    colocated_benchmark,
+    colocated_closed_loop,
+    colocated_open_loop,
+    max_sustainable_rate,
+)
 from prfaas_plan.sim import simulate_colocated
 
 ISL, OSL = 2048, 256
@@ -77,9 +90,12 @@ def main() -> None:
     for load in (0.3, 0.6, 0.85):
         p = colocated_open_loop(model, inst, ISL, OSL, load * top)
         t = time.perf_counter()
-        _, s = simulate_colocated(model, inst, ISL, OSL, rate_rps=load * top, duration_s=60.0)
-        _row(f"open {load:.0%} = {load * top:.1f} rps", p, s["mean_ttft_s"], s["mean_tpot_s"],
-             time.perf_counter() - t, s["requests"])
+        runs = [simulate_colocated(model, inst, ISL, OSL, rate_rps=load * top, duration_s=100.0, warmup_s=40.0,
+                                   seed=seed)[0] for seed in range(4)]
+        m = [df[df["measured"]] for df in runs]
+        ttft = float(np.concatenate([x["ttft_s"].to_numpy() for x in m]).mean())
+        tpot = float(np.concatenate([x["tpot_s"].to_numpy() for x in m]).mean())
+        _row(f"open {load:.0%} = {load * top:.1f} rps", p, ttft, tpot, time.perf_counter() - t, sum(len(x) for x in m))
 
 
 def memory() -> None:
@@ -115,7 +131,24 @@ def spec_decode() -> None:
         _row(f"MTP {mode} {load:.3g}", p, ttft, tpot, time.perf_counter() - t, sum(len(x) for x in m))
 
 
+def burst() -> None:
+    """Closed form vs simulation of finite runs from a burst start (every client's first request at t = 0)."""
+    model, inst = load_model("minimax-m2.5"), instance("h200", 8, engine="vllm")
+    isl, osl, sigma = 8192, 256, 0.2 / 12 ** 0.5 / 0.9
+    for k, spread, seeds in ((1, 0.0, range(1)), (10, 0.0, range(1)), (10, sigma, range(4))):
+        for c in (4, 16, 64):
+            p = colocated_benchmark(model, inst, isl, osl, c, BenchmarkRun(k))
+            t = time.perf_counter()
+            runs = [simulate_colocated(model, inst, isl, osl, concurrency=c, prompts_per_client=k, length_sigma=spread,
+                                       seed=s)[0] for s in seeds]
+            ttft = float(np.concatenate([x["ttft_s"].to_numpy() for x in runs]).mean())
+            tpot = float(np.concatenate([x["tpot_s"].to_numpy() for x in runs]).mean())
+            _row(f"burst {k}/client c={c}{' spread' if spread else ''}", p, ttft, tpot, time.perf_counter() - t,
+                 sum(len(x) for x in runs))
+
+
 if __name__ == "__main__":
     main()
     memory()
     spec_decode()
+    burst()

@@ -6,7 +6,8 @@ process, imports included, and the figures it prints.
 Default CSV: the installed aiconfigurator-core's systems/silicon_sample.csv (``pip install
 'prfaas-plan[kernels]'``). Target on a 2-core machine: <= 20 s. Also printed: the in-process time
 of the h200_sxm rows alone and of all rows, the number of distinct predictions (the cache key:
-model, dtypes, GPU, engine, layout, ISL, OSL, concurrency) and the summary and status counts.
+model, dtypes, GPU, engine, layout, ISL, OSL, concurrency, benchmark protocol), the mapped rows per
+protocol rule, and the summary and status counts.
 Other processes on the same CPUs skew wall times; the CPU seconds of the child are printed too.
 """
 
@@ -34,6 +35,7 @@ def main() -> None:
         df = validate_silicon(args.csv, systems)
         print(f"in process, {label}: {time.perf_counter() - t0:.2f} s for {len(df):,} rows, "
               f"{df.attrs['unique_predictions']:,} distinct predictions")
+    print("mapped rows per protocol:", df.attrs["protocols"])
     print(summary(df).round(1).to_string(index=False))
     print(status_counts(df).to_string(index=False))
     cli = ["validate", "silicon", "--format", "csv"] + (["--csv", args.csv] if args.csv else [])

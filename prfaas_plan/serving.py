@@ -16,17 +16,21 @@ open loop: Poisson arrivals at ``rate``, which by PASTA see time averages):
   a decoding request sees ``1 + (c-1) D / R`` decodes, a prefilling one ``(c-1) D / R``
   (open loop: ``1 + rate D`` and ``rate D``). Fractional batches interpolate linearly between
   step times measured at integer batches.
-* TPOT: the mean step time a decoding request sees. The others' prompts arrive at
-  ``X_o = X (c-1)/c`` (open loop: ``rate``); each takes ``n`` chunk steps of total time ``S_p``;
+* TPOT (closed loop): the mean step time a decoding request sees. The others' prompts arrive at
+  ``X_o = X (c-1)/c``; each takes ``n`` chunk steps of total time ``S_p``;
   the rest of the time runs pure decode steps ``s_0``: ``TPOT = 1 / (X_o n + (1 - X_o S_p) / s_0)``
   per accepted token; when the chunk steps fill the time (``X_o S_p >= 1``) every step carries a
   chunk and TPOT is the mean chunk step.
-* TTFT: request overhead + the wait for the next step boundary (a step is in progress with
-  probability 1 when others are running in the closed loop, ``1 - exp(-rate R)`` in the open loop,
-  M/G/inf; its mean residual is taken as half a step) + the wait for the prefill budget (an M/D/1
-  queue whose server is the step's prefill token budget: each prompt occupies ``isl / budget`` of
-  it per chunk step; the closed loop caps the wait at everyone else's prefill) + the request's own
-  chunk steps.
+* TTFT (closed loop): request overhead + the wait for the next step boundary (a step is in
+  progress with probability 1 when others are running; its mean residual is taken as half a
+  step) + the wait for the prefill budget (an M/D/1 queue whose server is the step's prefill token
+  budget: each prompt occupies ``isl / budget`` of it per chunk step, capped at everyone else's
+  prefill) + the request's own chunk steps.
+* Open loop: the steps form a Markov chain (:func:`_step_chain`): the prompts that arrived during
+  a step (Poisson) join the next one, with what a full step left; its stationary distribution
+  gives the mean step over steps (TPOT, per accepted token) and, by Little's law on the prompts
+  present, a prompt's time from arrival to the end of its last chunk's step (TTFT, with the
+  overhead; the step in progress is waited for with probability ``1 - exp(-rate R)``, M/G/inf).
 * Memory: vLLM and SGLang allocate KV pages on demand (:data:`~prfaas_plan.perf.latency.ON_DEMAND_KV_ENGINES`,
   sources there): a running request holds its prompt and the tokens generated so far, so the pool
   (:func:`~prfaas_plan.perf.latency.free_cache_bytes_per_gpu`) holds the running requests'
@@ -57,12 +61,21 @@ model's MTP layers (weights and KV) and ``k`` more KV slots per request
 (:func:`~prfaas_plan.perf.latency.requests_fit`). :func:`speedup_curve` gives the speed-up against
 batch and acceptance and the batch where it stops paying.
 
+A finite benchmark run (:class:`BenchmarkRun`, :func:`colocated_benchmark`): ``vllm bench serve``
+and InferenceX's ``benchmark_serving.py`` with ``--request-rate inf --max-concurrency c`` send
+every client's first request at t = 0 (a burst) and ``prompts_per_client`` requests per client in
+all, every one measured. The run's mean is the first wave's mean (``c`` prompts queued together
+behind each other's prefill, :func:`_first_wave`) weighted ``1`` against the steady state's
+``prompts_per_client - 1``: the later requests are sent as earlier ones end, spread out by the
+wave's own prefill, and taken at :func:`colocated_closed_loop`'s steady state.
+
 Times are seconds, token counts tokens, rates requests per second.
 """
 
 from __future__ import annotations
 
 import math
+from bisect import bisect_left
 from dataclasses import dataclass, field, replace
 from functools import lru_cache
 from typing import TYPE_CHECKING, NamedTuple
@@ -91,6 +104,12 @@ if TYPE_CHECKING:
 TOLERANCE = 1e-12
 """Relative change of TTFT and TPOT below which the fixed-point iteration stops."""
 MAX_ROUNDS = 2000
+CHAIN_QUANTUM_TOKENS = 256
+"""Largest backlog unit of the open loop's step chain (tokens): a prompt is ``ceil(isl / 256)`` units."""
+CHAIN_TAIL = 1e-12
+"""Backlog tail probability where the step chain's states stop (the geometric tail of full steps)."""
+CHAIN_MAX_STATES = 512
+"""Most backlog states of the step chain (near saturation; the top state lumps the tail)."""
 
 
 @dataclass(frozen=True)
@@ -232,6 +251,11 @@ class StepTable:
         """The steps beside an integer decode batch ``b`` (cached per content of the case)."""
         return _point_times(self.case, self.isl, self.osl, int(b))
 
+    def chunk_s(self, b: int, tokens: int) -> float:
+        """A step of an integer decode batch ``b`` and one prompt chunk of ``tokens`` tokens at prefix 0
+        (``full_s``'s convention, at fewer tokens), cached per content of the case."""
+        return _chunk_s(self.case, self.isl, self.osl, int(b), int(tokens))
+
     def at(self, b: float) -> StepTimes:
         """The steps beside a (fractional) batch ``b``: linear between the two grid points around it."""
         hi = int(min(np.searchsorted(self.batch, b), len(self.batch) - 1))
@@ -302,6 +326,18 @@ def _point_times(case: _Case, isl: int, osl: int, b: int) -> StepTimes:
     return StepTimes(dec, float(np.sum(s)) + n * draft, float(n), full)
 
 
+@lru_cache(maxsize=16384)
+def _chunk_s(case: _Case, isl: int, osl: int, b: int, tokens: int) -> float:
+    """See :meth:`StepTable.chunk_s`: decodes as in :func:`_point_times`, drafting included."""
+    model, inst, settings = case.model, case.inst, case.settings
+    spec = speculative(model, inst)
+    k = 0 if spec is None else spec.draft_tokens
+    kv = settings.kv_dtype if settings is not None else "bf16"
+    ctx = isl + osl / 2.0
+    step = mixed_step_ops(model, inst, b * (k + 1), ctx, np.array([float(tokens)]), np.zeros(1), inst.engine_profile, kv)
+    return float(step.total_s[0]) + draft_step_s(model, inst, b, ctx, settings)
+
+
 def _check(isl: int, osl: int) -> None:
     if not isinstance(isl, int | np.integer) or isl < 1:
         raise InvalidInput(f"isl_tokens: must be a whole number of tokens >= 1, got {isl!r}")
@@ -310,7 +346,9 @@ def _check(isl: int, osl: int) -> None:
 
 
 def _solve(t: StepTable, isl: int, osl: int, clients: float | None, rate: float | None) -> dict:
-    """The fixed point (TTFT, TPOT) for ``clients`` in a closed loop, or Poisson ``rate``."""
+    """The fixed point (TTFT, TPOT) for ``clients`` in a closed loop, or Poisson ``rate`` (:func:`_solve_open`)."""
+    if clients is None:
+        return _solve_open(t, isl, osl, rate)
     accepted = t.accepted
     ttft, tpot = t.request_s + t.at(0.0)[1], t.at(1.0)[0] / accepted
     converged, out = False, {}
@@ -349,6 +387,171 @@ def _solve(t: StepTable, isl: int, osl: int, clients: float | None, rate: float 
     return dict(out, ttft=ttft, tpot=tpot, converged=converged)
 
 
+def _solve_open(t: StepTable, isl: int, osl: int, rate: float) -> dict:
+    """The open loop's fixed point (TTFT, TPOT) at Poisson ``rate``: the decode batch ``rate D``
+    (mean field, ``D = (osl - 1) TPOT``) sets the steps of the step chain (:func:`_step_chain`),
+    whose mean step is TPOT and whose prompts' residence is TTFT, less the step in progress when
+    the engine is empty (``exp(-rate R)`` of the time, M/G/inf). TPOT is the root of
+    ``g(TPOT) = TPOT`` in :func:`_open_bracket`'s bracket (Brent, to :data:`TOLERANCE` relative)."""
+    from scipy.optimize import brentq
+
+    bracket, rho = _open_bracket(t, osl, rate)
+    if bracket is None:
+        return dict(rho=rho, ttft=math.inf, tpot=math.inf, converged=False)
+    lo, hi = bracket
+    tpot = lo if _excess(t, osl, rate, lo) <= 0.0 else brentq(lambda x: _excess(t, osl, rate, x), lo, hi,
+                                                               xtol=1e-300, rtol=TOLERANCE, maxiter=MAX_ROUNDS)
+    chain, d = _step_chain(t, rate, 1.0 + rate * (osl - 1) * tpot), (osl - 1) * tpot
+    ttft = t.request_s + chain["prefill_s"] + chain["residual_s"]
+    for _ in range(MAX_ROUNDS):  # TTFT = overhead + P(engine busy | its own R) x residual + prefill
+        new = t.request_s + (1.0 - math.exp(-rate * (ttft + d))) * chain["residual_s"] + chain["prefill_s"]
+        ttft, change = new, abs(new - ttft) / ttft
+        if change < TOLERANCE:
+            break
+    return dict(step=chain["step_s"], share=chain["share"], rho=_stable(t, rate, osl, tpot)[1],
+                saturated=chain["share"] >= 1.0, ttft=ttft, tpot=tpot, converged=True)
+
+
+def _excess(t: StepTable, osl: int, rate: float, tpot: float) -> float:
+    """``g(TPOT) - TPOT`` (s): the step chain's mean step per accepted token beside the decode
+    batch ``1 + rate (osl - 1) TPOT`` that a decoding request sees, less the TPOT assumed."""
+    return _step_chain(t, rate, 1.0 + rate * (osl - 1) * tpot)["step_s"] / t.accepted - tpot
+
+
+def _open_bracket(t: StepTable, osl: int, rate: float) -> tuple[tuple[float, float] | None, float]:
+    """A bracket ``(lo, hi)`` of the open loop's TPOT (s) at ``rate`` (``_excess`` >= 0 at ``lo``,
+    <= 0 at ``hi``), or None where it has none, and ``rho`` there. From the batch-1 decode step
+    (``g >= TPOT``) TPOT doubles until the excess turns negative; the chain has a steady state only
+    below a largest TPOT (:func:`_stable`; bisection to :data:`TOLERANCE`), and where the excess
+    is still positive there the rate is not sustained."""
+    lo = t.at(1.0).decode_s / t.accepted
+    ok, rho = _stable(t, rate, osl, lo)
+    if not ok:
+        return None, rho
+    hi = 2.0 * lo
+    while math.isfinite(hi) and _stable(t, rate, osl, hi)[0] and _excess(t, osl, rate, hi) > 0.0:
+        lo, hi = hi, 2.0 * hi
+    if _stable(t, rate, osl, hi)[0]:
+        return (lo, hi), rho
+    edge, past = lo, hi  # the stable edge: the root lies below it, if anywhere
+    while past - edge > TOLERANCE * edge:
+        mid = 0.5 * (edge + past)
+        edge, past = (mid, past) if _stable(t, rate, osl, mid)[0] else (edge, mid)
+    if _excess(t, osl, rate, edge) > 0.0:
+        return None, max(_stable(t, rate, osl, past)[1], 1.0)
+    return (lo, edge), rho
+
+
+def _stable(t: StepTable, rate: float, osl: int, tpot: float) -> tuple[bool, float]:
+    """Whether the step chain at ``rate`` beside the decode batch of ``tpot`` has a steady state
+    (full steps take more than arrive, and ``rho``, the prefill budget's utilisation with prompts
+    packed into full-budget steps beside ``rate D`` decodes, is below 1), and ``rho``."""
+    others = rate * (osl - 1) * tpot
+    rho = rate * t.isl / max(t.budget - others * (t.k + 1), 1.0) * t.at(others).full_s
+    m, a, s_c = _chain_steps(t, 1.0 + others)
+    return bool(rho < 1.0 and m * rate * s_c[a] < a), float(rho)
+
+
+def _chain_steps(t: StepTable, b: float) -> tuple[int, int, np.ndarray]:
+    """The step chain's units per prompt ``m`` (:data:`CHAIN_QUANTUM_TOKENS`), units a step takes
+    ``a`` beside a decode batch ``b`` (the budget it leaves, rounded to a unit), and the step
+    times ``s(c)`` for ``c = 0 .. a`` units (s): a pure decode step at 0, else a step of one chunk of
+    ``c isl / m`` tokens at prefix 0 (:func:`_chunk_steps`)."""
+    m = max(1, math.ceil(t.isl / CHAIN_QUANTUM_TOKENS))
+    a = max(1, round(max(t.budget - b * (t.k + 1), 1.0) * m / t.isl))
+    return m, a, np.concatenate([[t.at(b).decode_s], _chunk_steps(t, b, m, a)])
+
+
+def _step_chain(t: StepTable, rate: float, b: float) -> dict:
+    """The engine's steps beside a decode batch ``b`` under Poisson prompts at ``rate``, as a Markov
+    chain (:func:`_stable` says where it has a steady state): the state is the prompt backlog at a
+    step's start in units of ``isl / m`` tokens; a step takes up to ``a`` units, lasts ``s(c)``
+    for ``c`` units (:func:`_chain_steps`), and the next step starts with what it left plus ``m``
+    units per prompt that arrived during it (Poisson ``rate s(c)``: an arrival waits for the step's
+    end). States run to where the backlog's
+    geometric tail (full steps: ``z^a exp(rate s(a) (z^-m - 1)) = 1``) falls below
+    :data:`CHAIN_TAIL`, at most :data:`CHAIN_MAX_STATES` (the top state lumps the tail; the backlog's
+    mean excess over ``a``, ``E[(X - a)+] = (m^2 E[N^2] - E[C^2]) / 2 (a - m E[N | full])`` with
+    ``C`` the units a step takes and ``N`` its arrivals, from ``E[X'^2] = E[X^2]``, exact for the
+    untruncated chain, replaces the truncated one's). Returns the mean step over steps
+    ``step_s``, the mean residual of the step in progress at a random time ``residual_s = E[s^2] /
+    2 E[s]``, a prompt's mean time from the next step's start to the end of its last chunk's step
+    ``prefill_s`` (Little: the prompts present in steps, ``ceil(units / m)`` at a step's start, per
+    arrival rate), and ``share``, the fraction of time in steps carrying a chunk. Seconds."""
+    from scipy.sparse import coo_matrix, csc_matrix, identity
+    from scipy.sparse.linalg import spsolve
+
+    m, a, s_c = _chain_steps(t, b)
+    full = rate * s_c[a]  # prompts arriving during a full step
+    z = _tail_decay(a, m, full)
+    states = int(min(a + m + math.ceil(math.log(CHAIN_TAIL) / math.log(z)), CHAIN_MAX_STATES))
+    j = np.arange(states + 1)
+    c = np.minimum(j, a)
+    lam_c = rate * s_c
+    s, lam = s_c[c], lam_c[c]
+    n = np.arange(math.ceil(full + 8.0 * math.sqrt(full) + 8.0) + 1)  # Poisson tail < 1e-13
+    log_fact = np.concatenate([[0.0], np.cumsum(np.log(n[1:]))])
+    pmf = np.exp(n * np.log(lam)[:, None] - lam[:, None] - log_fact)
+    pmf[:, -1] += np.maximum(1.0 - pmf.sum(axis=1), 0.0)
+    to = np.minimum((j - c)[:, None] + m * n, states)
+    p = coo_matrix((pmf.ravel(), (np.repeat(j, len(n)), to.ravel())), shape=(states + 1,) * 2)
+    balance = csc_matrix(p.T - identity(states + 1))  # pi (P - I) = 0: banded, kept in order below
+    pi = np.concatenate([[1.0], spsolve(balance[1:, 1:], -balance[1:, 0].toarray().ravel(), permc_spec="NATURAL")])
+    pi = np.maximum(pi, 0.0) / np.maximum(pi, 0.0).sum()
+    step = float(pi @ s)
+    p_c = np.bincount(c, weights=pi, minlength=a + 1)  # the units a step takes
+    excess = (m * m * float(p_c @ (lam_c + lam_c ** 2)) - float(p_c @ np.arange(a + 1) ** 2)) / (2.0 * (a - m * full))
+    waiting = float(pi @ (s * np.ceil(j / m))) + s_c[a] * (excess - float(pi @ np.maximum(j - a, 0))) / m
+    return dict(step_s=step, residual_s=float(pi @ s ** 2) / (2.0 * step), prefill_s=waiting / (rate * step),
+                share=float(pi[1:] @ s[1:]) / step)
+
+
+def _tail_decay(a: int, m: int, full: float) -> float:
+    """The root ``z`` in (0, 1) of ``a ln z + full (z^-m - 1) = 0`` (bisection in ``ln z``): the
+    geometric decay per unit of a backlog that full steps (``a`` units each, ``full`` prompts of
+    ``m`` units arriving per step on average, ``m full < a``) serve."""
+    lo, hi = -1.0, 0.0  # ln z; f(hi) = 0 is the trivial root, f < 0 just below it
+    while a * lo + full * math.expm1(-m * lo) < 0.0:
+        lo *= 2.0
+    for _ in range(200):
+        mid = 0.5 * (lo + hi)
+        if a * mid + full * math.expm1(-m * mid) < 0.0:
+            hi = mid
+        else:
+            lo = mid
+        if hi - lo <= 1e-12 * abs(lo):
+            break
+    return math.exp(0.5 * (lo + hi))
+
+
+def _chunk_steps(t: StepTable, b: float, m: int, a: int) -> np.ndarray:
+    """Steps of decode batch ``b`` and one chunk of ``c isl / m`` tokens, ``c = 1 .. a`` (s), linear
+    in ``b`` between the table's grid batches as :meth:`StepTable.at` is."""
+    hi = int(min(np.searchsorted(t.batch, b), len(t.batch) - 1))
+    lo = max(hi - 1, 0)
+    b_lo, b_hi = t.batch[lo], t.batch[hi]
+    w = 0.0 if b_hi == b_lo else min(max((b - b_lo) / (b_hi - b_lo), 0.0), 1.0)
+    units = max(a, math.ceil(t.budget * m / t.isl))
+    lo_s, hi_s = (_chunk_row(t.case, t.isl, t.osl, int(g), m, units)[:a] for g in (b_lo, b_hi))
+    return (1.0 - w) * lo_s + w * hi_s
+
+
+@lru_cache(maxsize=4096)
+def _chunk_row(case: _Case, isl: int, osl: int, b: int, m: int, units: int) -> np.ndarray:
+    """:meth:`StepTable.chunk_s` at decode batch ``b`` for chunks of ``round(c isl / m)`` tokens,
+    ``c = 1 .. units``, in one kernel-model call (s, drafting included)."""
+    model, inst, settings = case.model, case.inst, case.settings
+    spec = speculative(model, inst)
+    k = 0 if spec is None else spec.draft_tokens
+    kv = settings.kv_dtype if settings is not None else "bf16"
+    ctx = isl + osl / 2.0
+    tokens = np.maximum(np.round(np.arange(1, units + 1) * isl / m), 1.0)
+    step = mixed_step_ops(model, inst, b * (k + 1), ctx, tokens, np.zeros(units), inst.engine_profile, kv)
+    out = np.asarray(step.total_s, dtype=float) + draft_step_s(model, inst, b, ctx, settings)
+    out.flags.writeable = False
+    return out
+
+
 def _point(s: dict, osl: int, x: float, wait_s: float, notes: list[str]) -> ServingPoint:
     if not s["converged"]:
         notes.append(f"fixed point not reached to {TOLERANCE:g} in {MAX_ROUNDS} rounds")
@@ -377,6 +580,109 @@ def colocated_closed_loop(model: ModelSpec, inst: Instance, isl_tokens: int, osl
     s = _solve(t, int(isl_tokens), int(osl_tokens), float(running), None)
     x = running / (s["ttft"] + (osl_tokens - 1) * s["tpot"])
     return _point(s, int(osl_tokens), x, (concurrency - running) / x, notes)
+
+
+@dataclass(frozen=True)
+class BenchmarkRun:
+    """A finite closed-loop benchmark run with a burst start, as ``benchmark_serving.py --dataset-name
+    random --request-rate inf --max-concurrency c --num-prompts N`` runs it: every client's first
+    request is sent at t = 0 (an infinite rate creates all ``N`` requests at once; a semaphore of
+    ``c`` gates them), ``prompts_per_client = N / c`` requests per client, all measured (the
+    ``--num-warmups`` requests are awaited before the measured run starts). Lengths: uniform whole
+    numbers in ``[int(range_ratio L), L]`` for a nominal length ``L``, ``--random-range-ratio`` as
+    the ``sample_random_requests`` of InferenceX's copy (utils/bench_serving/benchmark_serving.py,
+    ``lower = int(seq_len * range_ratio)``, ``upper = seq_len``) and of vLLM's legacy benchmark read
+    it (1: fixed lengths; vLLM's newer ``[(1 - r) L, (1 + r) L]`` has mean ``L``: give 1), taken at
+    their mean (:meth:`mean_tokens`).
+
+    InferenceX (https://github.com/SemiAnalysisAI/InferenceX, benchmarks/benchmark_lib.sh
+    ``run_benchmark_serving``; ``--num-prompts $((CONC * 10))`` in its per-model scripts;
+    ``RANDOM_RANGE_RATIO: 0.8`` in .github/workflows/benchmark-tmpl.yml): ``BenchmarkRun(10, 0.8)``.
+    """
+
+    prompts_per_client: int = 10
+    range_ratio: float = 1.0
+
+    def __post_init__(self) -> None:
+        n = self.prompts_per_client
+        if isinstance(n, bool) or not isinstance(n, int | np.integer) or n < 1:
+            raise InvalidInput(f"run.prompts_per_client: must be a whole number >= 1, got {n!r}")
+        r = self.range_ratio
+        if isinstance(r, bool) or not isinstance(r, int | float) or not 0.0 <= r <= 1.0:
+            raise InvalidInput(f"run.range_ratio: must be a number in [0, 1], got {r!r}")
+
+    def mean_tokens(self, nominal_tokens: int) -> int:
+        """The mean of the uniform whole lengths in ``[int(range_ratio L), L]``, rounded half up, at least 1."""
+        lo = int(nominal_tokens * self.range_ratio)
+        return max((lo + int(nominal_tokens) + 1) // 2, 1)
+
+
+def colocated_benchmark(model: ModelSpec, inst: Instance, isl_tokens: int, osl_tokens: int, concurrency: int,
+                        run: BenchmarkRun = BenchmarkRun(), settings: CacheSettings | None = None,
+                        spec: SpecDecode | None = None) -> ServingPoint:
+    """The mean TTFT and TPOT over all requests of a finite benchmark ``run`` (:class:`BenchmarkRun`)
+    of ``concurrency`` clients: the first wave, ``w = min(c, fit)`` requests sent together
+    (:func:`_first_wave`), and the other ``prompts_per_client c - w`` at the steady state of
+    :func:`colocated_closed_loop`, every request weighted alike (the benchmark's mean over its
+    requests); lengths at the run's means (:meth:`BenchmarkRun.mean_tokens`). The other fields
+    (step, shares, batch, throughput) are the steady state's."""
+    _check(isl_tokens, osl_tokens)
+    if not isinstance(run, BenchmarkRun):
+        raise InvalidInput("run: give a BenchmarkRun")
+    isl, osl = run.mean_tokens(isl_tokens), run.mean_tokens(osl_tokens)
+    steady = colocated_closed_loop(model, inst, isl, osl, concurrency, settings, spec)
+    t = step_table(model, with_spec(inst, spec), isl, osl, settings)
+    wave = min(int(concurrency), t.fit)
+    ttft_s, tpot_s = _first_wave(t, wave, steady.tpot_s)
+    n = run.prompts_per_client * int(concurrency)
+    note = (f"benchmark run: {run.prompts_per_client} requests per client from a burst start; first wave of "
+            f"{wave}: mean TTFT {ttft_s.mean() * 1e3:.4g} ms, TPOT {tpot_s.mean() * 1e3:.4g} ms")
+    return replace(steady, ttft_s=float((ttft_s.sum() + (n - wave) * steady.ttft_s) / n),
+                   tpot_s=float((tpot_s.sum() + (n - wave) * steady.tpot_s) / n), notes=(*steady.notes, note))
+
+
+def _first_wave(t: StepTable, wave: int, tail_tpot_s: float) -> tuple[np.ndarray, np.ndarray]:
+    """TTFT and TPOT (s) of ``wave`` requests sent together at t = 0, by the engine's step loop
+    until the first of them ends (when its client sends the next request and the run heads for
+    its steady state). They reach the engine after the request overhead; each step the running
+    decodes take ``k + 1`` tokens of the budget each and the prompts the rest, first come first
+    served, a prompt's first token out at the end of the step that finishes it, its decodes from
+    the next step on, ``accepted`` tokens a step. A step carrying ``b`` decodes and a full share of
+    prompt tokens is the table's ``full_s`` at ``b`` (linear between grid batches); the last,
+    partial one is a step of its tokens (:meth:`StepTable.chunk_s`). Once every prompt is in,
+    pure decode steps at batch ``wave`` run until the first request ends (no prompt arrives before:
+    the clients send their next requests as theirs end); the tokens left after that run at the
+    steady state's ``tail_tpot_s`` per token. With ``osl = 1`` TPOT is nan (no decode)."""
+    isl, osl, per = t.isl, t.osl, t.k + 1
+    steps = math.ceil((osl - 1) / t.accepted)  # decode steps a request runs
+    ends = [t.request_s]  # ends[m + 1]: when step m ends
+    done_at: list[int] = []  # the step that finishes each prompt, in order
+    total = wave * isl
+    left = total  # prompt tokens still to prefill
+    while left > 0:
+        m = len(ends) - 1
+        b = len(done_at) - bisect_left(done_at, m - steps) if steps else 0  # decodes running in step m
+        now = t.at(b)
+        avail = max(t.budget - b * per, 1)
+        take = min(avail, left)
+        s = now.full_s if take == avail else t.chunk_s(b, take)
+        ends.append(ends[-1] + s)
+        left -= take
+        done_at += [m] * ((total - left) // isl - len(done_at))
+    ends_s, first = np.asarray(ends), np.asarray(done_at)
+    ttft = ends_s[first + 1]
+    if osl == 1:
+        return ttft, np.full(wave, math.nan)
+    last = len(ends) - 2  # the burst's last step
+    stop = max(last, done_at[0] + steps)  # the loop's last step: the first request's last, if after the burst
+    pure_s = t.at(float(wave)).decode_s  # a decode step beside no prompt, every request of the wave running
+
+    def end_s(m: np.ndarray) -> np.ndarray:  # when step m ends
+        return np.where(m <= last, ends_s[np.minimum(m, last) + 1], ends_s[last + 1] + (m - last) * pure_s)
+
+    run = np.minimum(first + steps, stop) - first  # decode steps each runs within the loop
+    tail = np.maximum(osl - 1 - run * t.accepted, 0.0) * tail_tpot_s
+    return ttft, (end_s(first + run) - ttft + tail) / (osl - 1)
 
 
 def colocated_open_loop(model: ModelSpec, inst: Instance, isl_tokens: int, osl_tokens: int, rate_rps: float,
@@ -609,5 +915,5 @@ class _DisaggLoop:
         return 0.5 * (lo + hi)
 
 
-__all__ = ["ServingPoint", "SpecDecode", "StepTable", "StepTimes", "colocated_closed_loop", "colocated_open_loop",
-           "disaggregated_closed_loop", "max_sustainable_rate", "speedup_curve", "step_table", "with_spec"]
+__all__ = ["BenchmarkRun", "ServingPoint", "SpecDecode", "StepTable", "StepTimes", "colocated_benchmark",
+           "colocated_closed_loop", "colocated_open_loop", "disaggregated_closed_loop", "max_sustainable_rate", "speedup_curve", "step_table", "with_spec"]

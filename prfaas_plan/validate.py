@@ -12,7 +12,22 @@ Honesty rules (issue #14): the rows are never used to fit or tune anything; only
 and the engine profiles' documented constants are inputs. A row that is not predicted says why in
 ``status``: one of the rules below, written in :func:`_map_row`, counted by :func:`status_counts`.
 Predictions are cached per identical case (model, dtypes, GPU, engine, layout, ISL, OSL,
-concurrency), so the CSV's repeated configurations cost one prediction each.
+concurrency, benchmark protocol), so the CSV's repeated configurations cost one prediction each.
+
+The benchmark protocol of a row (:func:`_protocol`, counted in the frame's
+``attrs["protocols"]``): the measured numbers are means over a finite run, not a steady state.
+
+* InferenceX rows (:data:`INFERENCEX_SOURCE`: a ``silicon_data_source`` opening with InferenceX's
+  dated result files ``source_file=YYYY-MM-DD.csv`` or its database dump ``db-dump/YYYY-MM-DD``)
+  are SemiAnalysis InferenceX runs, :data:`INFERENCEX_RUN`: 10 requests per client from a burst
+  start, lengths uniform in ``[0.8 L, L]`` (sources at :class:`~prfaas_plan.serving.BenchmarkRun`),
+  predicted by :func:`~prfaas_plan.serving.colocated_benchmark`;
+* a user's ``vllm bench serve`` run: ``completed / max_concurrency`` requests per client from a
+  burst start (``--request-rate inf``: vllm/benchmarks/serve.py creates every request at once and
+  a semaphore of ``max_concurrency`` gates them), lengths as measured (the JSON's mean tokens);
+* any other source (NVIDIA's ``aic-auto-gap-analysis`` files: protocol not published) and every
+  disaggregated row keep the steady state (:func:`~prfaas_plan.serving.colocated_closed_loop`,
+  :func:`~prfaas_plan.serving.disaggregated_closed_loop`).
 
 Units: lengths in tokens, times in milliseconds where a name says ``_ms`` (the CSV's unit), errors
 in percent of the measured value (``_pct``).
@@ -24,12 +39,14 @@ import importlib.util
 import json
 import math
 import re
+from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from prfaas_plan.errors import InvalidInput, PlanError
 from prfaas_plan.layout import Layout, check_layout
+from prfaas_plan.serving import BenchmarkRun
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -84,6 +101,18 @@ missing ones) run the profile's own kernel_version, the newest tables collected.
 
 CONCURRENCY = re.compile(r"silicon_concurrency=(-?\d+)")
 
+INFERENCEX_SOURCE = re.compile(r"^(source_file=\d{4}-\d{2}-\d{2}\.csv|db-dump/\d{4}-\d{2}-\d{2});")
+"""A ``silicon_data_source`` of an InferenceX run: its dated result files or its database dump
+(their fields ``measured=``, ``image=``/``wip=``/``workflow_run_id=`` are InferenceX's run records)."""
+
+INFERENCEX_RUN = BenchmarkRun(prompts_per_client=10, range_ratio=0.8)
+"""InferenceX's protocol: ``--num-prompts $((CONC * 10))``, ``--request-rate inf``,
+``RANDOM_RANGE_RATIO: 0.8`` (https://github.com/SemiAnalysisAI/InferenceX: benchmarks/benchmark_lib.sh,
+.github/workflows/benchmark-tmpl.yml)."""
+
+PROTOCOLS = ("inferencex run", "vllm bench serve run", "steady state")
+"""The names :func:`_protocol` gives, as counted in a frame's ``attrs["protocols"]``."""
+
 RUN_KEYS = ("completed", "total_input_tokens", "total_output_tokens", "mean_ttft_ms", "mean_tpot_ms", "max_concurrency")
 """Keys of a ``vllm bench serve --save-result`` JSON (vllm/benchmarks/serve.py, save_result) this reads."""
 
@@ -120,6 +149,7 @@ class Case:
     decode_batch: int | None  # requests per decode worker of a disaggregated row
     prefill_workers: int | None = None  # workers of a disaggregated row, where the row gives them
     decode_workers: int | None = None
+    run: BenchmarkRun | None = None  # the finite run an aggregated row measured; None: steady state
 
 
 @dataclass(frozen=True)
@@ -131,6 +161,7 @@ class RowContext:
     isl_tokens: int
     osl_tokens: int
     concurrency: int
+    run: BenchmarkRun | None = None
 
 
 # ----------------------------------------------------------------------------- row mapping
@@ -210,6 +241,23 @@ def _concurrency(row: dict, strict: bool) -> int | str:
     return int(c)
 
 
+def _protocol(row: dict) -> BenchmarkRun | None:
+    """The finite run an aggregated row measured (see the module docstring), None for the steady
+    state: a user's run carries its own (``run_prompts_per_client``, :func:`_run_row`); an InferenceX
+    source (:data:`INFERENCEX_SOURCE`) is :data:`INFERENCEX_RUN`; any other source, the steady state."""
+    if row["mode"] == "disagg":
+        return None
+    per_client = row.get("run_prompts_per_client")
+    if per_client is not None:
+        return BenchmarkRun(int(per_client))
+    return INFERENCEX_RUN if INFERENCEX_SOURCE.match(str(row.get("silicon_data_source") or "")) else None
+
+
+def protocol_name(run: BenchmarkRun | None) -> str:
+    """The :data:`PROTOCOLS` name of a case's run."""
+    return PROTOCOLS[2] if run is None else PROTOCOLS[0] if run == INFERENCEX_RUN else PROTOCOLS[1]
+
+
 def _map_row(row: dict, models: dict, strict: bool = False) -> Case | str:
     """One CSV row as a :class:`Case`, or the status (a rule of this module) that leaves it out."""
     model_id = MODEL_IDS.get(row["model_path"])
@@ -241,7 +289,7 @@ def _map_row(row: dict, models: dict, strict: bool = False) -> Case | str:
         return INVALID_CONCURRENCY
     workers = [_num(row, f"{role}_num_workers") for role in ("prefill", "decode")]
     return Case(model_id, dtypes, gpu_id, engine, version, layout, decode, int(row["isl"]), int(row["osl"]),
-                concurrency, batch, *(int(w) if w else None for w in workers))
+                concurrency, batch, *(int(w) if w else None for w in workers), run=_protocol(row))
 
 
 def _decode_batch(row: dict, decode: Layout, concurrency: int) -> int:
@@ -281,12 +329,17 @@ def _instance(case: Case, layout: Layout) -> Instance:
 
 
 def _predict_agg(ctx: RowContext) -> tuple[float, float]:
-    """(TTFT, TPOT) in ms of an aggregated engine at the row's closed-loop concurrency
-    (:func:`prfaas_plan.serving.colocated_closed_loop`: the engine's step loop, chunked prefill
-    mixed into decode steps, TTFT with the wait for a prefill slot)."""
-    from prfaas_plan.serving import colocated_closed_loop
+    """(TTFT, TPOT) in ms of an aggregated engine at the row's closed-loop concurrency: the
+    steady state (:func:`prfaas_plan.serving.colocated_closed_loop`: the engine's step loop, chunked
+    prefill mixed into decode steps, TTFT with the wait for a prefill slot), or the means of the
+    row's finite run (:func:`prfaas_plan.serving.colocated_benchmark`: its first wave and the
+    steady state) when ``ctx.run`` is given."""
+    from prfaas_plan.serving import colocated_benchmark, colocated_closed_loop
 
-    point = colocated_closed_loop(ctx.model, ctx.inst, ctx.isl_tokens, ctx.osl_tokens, ctx.concurrency)
+    if ctx.run is None:
+        point = colocated_closed_loop(ctx.model, ctx.inst, ctx.isl_tokens, ctx.osl_tokens, ctx.concurrency)
+    else:
+        point = colocated_benchmark(ctx.model, ctx.inst, ctx.isl_tokens, ctx.osl_tokens, ctx.concurrency, ctx.run)
     return point.ttft_s * 1e3, point.tpot_s * 1e3
 
 
@@ -311,7 +364,8 @@ def predict(case: Case, models: dict) -> tuple[float, float] | str:
     try:
         if case.decode_layout is not None:
             return _predict_disagg(model, _instance(case, case.layout), _instance(case, case.decode_layout), case)
-        ctx = RowContext(model, _instance(case, case.layout), case.isl_tokens, case.osl_tokens, case.concurrency)
+        ctx = RowContext(model, _instance(case, case.layout), case.isl_tokens, case.osl_tokens, case.concurrency,
+                         case.run)
         return _predict_agg(ctx)
     except PlanError as exc:
         return f"{PREDICTION_FAILED}: {exc}"
@@ -350,17 +404,20 @@ def _frame(rows: list[dict], strict: bool) -> pd.DataFrame:
 
     models: dict = {}
     predictions: dict[Case, tuple[float, float] | str] = {}
+    protocols: Counter = Counter()
     out = []
     for row in rows:
         case = _map_row(row, models, strict)
         got: tuple[float, float] | str | None = None
         if isinstance(case, Case):
+            protocols[protocol_name(case.run)] += 1
             if case not in predictions:
                 predictions[case] = predict(case, models)
             got = predictions[case]
         out.append(_out_row(row, case, got if got is not None else case))
     df = pd.DataFrame(out, columns=list(COLUMNS))
     df.attrs["unique_predictions"] = len(predictions)
+    df.attrs["protocols"] = {name: protocols[name] for name in PROTOCOLS}  # mapped rows per protocol
     return df
 
 
@@ -434,6 +491,8 @@ def _run_row(path: Path, doc: dict) -> dict:
         "batch_size": None, "tp_size": doc.get("tp", 1), "pp_size": 1, "attention_dp_size": doc.get("attention_dp"),
         "moe_tp_size": doc.get("moe_tp"), "moe_ep_size": doc.get("moe_ep"),
         "silicon_ttft_ms": doc["mean_ttft_ms"], "silicon_tpot_ms": doc["mean_tpot_ms"],
+        # every request measured from a burst start (--request-rate inf), completed / max_concurrency per client
+        "run_prompts_per_client": max(1, round(done / conc)) if isinstance(conc, int | float) and conc > 0 else None,
     }
 
 
@@ -511,5 +570,5 @@ def worst_rows(df: pd.DataFrame, n: int = 20) -> pd.DataFrame:
     return ok.loc[key.sort_values(ascending=False).index[:n]].reset_index(drop=True)
 
 
-__all__ = ["COLUMNS", "Case", "MODEL_IDS", "REQUIRED_COLUMNS", "SYSTEM_GPUS", "default_csv", "errors_pct", "predict",
-           "status_counts", "summary", "system_names", "validate_runs", "validate_silicon", "worst_rows"]
+__all__ = ["COLUMNS", "Case", "INFERENCEX_RUN", "INFERENCEX_SOURCE", "MODEL_IDS", "PROTOCOLS", "REQUIRED_COLUMNS",
+           "SYSTEM_GPUS", "default_csv", "errors_pct", "predict", "protocol_name", "status_counts", "summary", "system_names", "validate_runs", "validate_silicon", "worst_rows"]

@@ -22,8 +22,16 @@ from prfaas_plan.kvcache import per_gpu_kv_bytes
 from prfaas_plan.layout import Layout
 from prfaas_plan.model import load_model
 from prfaas_plan.perf.latency import decode_step_s, prefill_latency
-from prfaas_plan.serving import colocated_closed_loop, disaggregated_closed_loop
-from prfaas_plan.validate import COLUMNS, status_counts, summary, validate_runs, validate_silicon
+from prfaas_plan.serving import BenchmarkRun, colocated_benchmark, colocated_closed_loop, disaggregated_closed_loop
+from prfaas_plan.validate import (
+    COLUMNS,
+    INFERENCEX_RUN,
+    _protocol,
+    status_counts,
+    summary,
+    validate_runs,
+    validate_silicon,
+)
 
 FIX = Path(__file__).parent / "fixtures" / "validate"
 ROWS = FIX / "silicon_rows.csv"
@@ -64,8 +72,10 @@ def _engine(eid: str, version: str | None):
     return e.model_copy(update={"kernel_version": version}) if version and version != e.kernel_version else e
 
 
-def _agg(model, gpus, eng, isl, osl, c, layout=None, gpu="h200"):
-    p = colocated_closed_loop(model, instance(gpu, gpus, layout=layout or Layout(gpus), engine=eng), isl, osl, c)
+def _agg(model, gpus, eng, isl, osl, c, layout=None, gpu="h200", run=None):
+    inst = instance(gpu, gpus, layout=layout or Layout(gpus), engine=eng)
+    p = colocated_closed_loop(model, inst, isl, osl, c) if run is None else \
+        colocated_benchmark(model, inst, isl, osl, c, run)
     return p.ttft_s * 1e3, p.tpot_s * 1e3
 
 
@@ -76,15 +86,17 @@ def test_agg_predictions_are_the_serving_model(frame):
     llama = load_model("llama-3.1-70b").with_gemm_dtypes(**fp8)
     kimi = load_model("kimi-k2-thinking").with_gemm_dtypes(experts="int4_w4a16", group_size=32)
     qwen3 = load_model("qwen3-235b-a22b-fp8").with_gemm_dtypes(**fp8)
+    ix = INFERENCEX_RUN  # InferenceX sources: its finite run; NVIDIA's gap-analysis files (9, 11): the steady state
     expect = {
-        0: _agg(minimax, 8, _engine("vllm", "0.18.0"), 8192, 1024, 8),
-        1: _agg(minimax, 4, _engine("vllm", "0.16.0"), 8192, 1024, 8),
-        2: _agg(qwen35, 8, _engine("sglang", "0.5.9"), 1024, 8192, 64, Layout(8, "tp", "ep")),
-        4: _agg(llama, 2, _engine("vllm", None), 1024, 8192, 8),  # no version in the CSV: the profile's
-        5: _agg(kimi, 8, _engine("vllm", "0.16.0"), 8192, 1024, 4),
+        0: _agg(minimax, 8, _engine("vllm", "0.18.0"), 8192, 1024, 8, run=ix),
+        1: _agg(minimax, 4, _engine("vllm", "0.16.0"), 8192, 1024, 8, run=ix),
+        2: _agg(qwen35, 8, _engine("sglang", "0.5.9"), 1024, 8192, 64, Layout(8, "tp", "ep"), run=ix),
+        4: _agg(llama, 2, _engine("vllm", None), 1024, 8192, 8, run=ix),  # no version in the CSV: the profile's
+        5: _agg(kimi, 8, _engine("vllm", "0.16.0"), 8192, 1024, 4, run=ix),
         9: _agg(qwen3, 2, _engine("vllm", "0.12.0"), 2000, 500, 16, Layout(2, "tp", "ep")),
         11: _agg(qwen3, 2, _engine("vllm", "0.12.0"), 1000, 100, 8, Layout(2, "dp", "tp")),
-        18: _agg(minimax, 4, _engine("vllm", "0.19.0"), 1024, 1024, 512, Layout(4, "dp", "ep", attention_tp=2), "b200"),
+        18: _agg(minimax, 4, _engine("vllm", "0.19.0"), 1024, 1024, 512, Layout(4, "dp", "ep", attention_tp=2), "b200",
+                 run=ix),
     }
     for i, (ttft, tpot) in expect.items():
         row = frame.iloc[i]
@@ -93,6 +105,21 @@ def test_agg_predictions_are_the_serving_model(frame):
     assert frame.iloc[2][["tp", "attention_dp", "moe_tp", "moe_ep"]].tolist() == [8, 1, 1, 8]
     assert frame.iloc[11][["tp", "attention_dp", "moe_tp", "moe_ep"]].tolist() == [1, 2, 2, 1]
     assert frame.iloc[18][["tp", "attention_dp", "moe_tp", "moe_ep"]].tolist() == [2, 2, 1, 4]
+
+
+def test_protocol_rule_per_source(frame):
+    """InferenceX sources (dated result files, database dump) get its run; NVIDIA's gap-analysis
+    files, unknown sources and every disaggregated row the steady state; a user's run its own."""
+    rows = pd.read_csv(ROWS).to_dict("records")
+    got = [_protocol(r) for r in rows]
+    inferencex = {0, 1, 2, 3, 4, 5, 6, 12, 13, 15, 17, 18}  # agg rows whose source is source_file=DATE.csv / db-dump/
+    assert [i for i, g in enumerate(got) if g == INFERENCEX_RUN] == sorted(inferencex)
+    assert all(got[i] is None for i in set(range(len(rows))) - inferencex)  # 7, 8 disagg; 9-11, 14, 16 gap-analysis
+    assert INFERENCEX_RUN == BenchmarkRun(prompts_per_client=10, range_ratio=0.8)
+    assert _protocol({**rows[9], "silicon_data_source": "source_file=2026-04-06.csv.bak; silicon_concurrency=8"}) is None
+    assert _protocol({**rows[9], "run_prompts_per_client": 3}) == BenchmarkRun(3)
+    # mapped rows (status ok): InferenceX 0, 1, 2, 4, 5, 6, 18; steady state 7, 8 (disagg), 9, 10, 11
+    assert frame.attrs["protocols"] == {"inferencex run": 7, "vllm bench serve run": 0, "steady state": 5}
 
 
 def test_disagg_prediction_is_prefill_and_decode_workers(frame):
@@ -182,7 +209,8 @@ def test_runs_json(frame):
     assert (closed["isl"], closed["osl"], closed["concurrency"]) == (1024, 1024, 16)  # 163840 / 160 tokens
     assert closed["ttft_ms_measured"] == doc["mean_ttft_ms"] and closed["tpot_ms_measured"] == doc["mean_tpot_ms"]
     model = load_model("minimax-m2.5").with_gemm_dtypes(attention="fp8", dense_ffn="fp8", experts="fp8")
-    ttft, tpot = _agg(model, 8, _engine("vllm", "0.18.0"), 1024, 1024, 16)
+    # 160 completed over 16 clients: 10 requests per client from a burst start, lengths as measured
+    ttft, tpot = _agg(model, 8, _engine("vllm", "0.18.0"), 1024, 1024, 16, run=BenchmarkRun(10))
     assert closed["ttft_ms_predicted"] == pytest.approx(ttft, rel=1e-12)
     assert closed["tpot_ms_predicted"] == pytest.approx(tpot, rel=1e-12)
     assert math.isnan(by.loc["no max_concurrency (open-loop run)", "ttft_ms_predicted"])
@@ -234,6 +262,13 @@ def test_html_page_and_json(tmp_path):
     assert '"type":"log"' in text.replace(" ", "") and "predicted vs measured" in text
     assert 'data-table="worst"' in text and "Content-Security-Policy" in text
     assert [p.name for p in tmp_path.iterdir()] == ["v.html"]  # atomic: no temporary file left
+
+
+def test_table_says_how_many_rows_each_run_protocol_predicted():
+    r = _cli("--csv", str(ROWS))
+    assert r.returncode == 0, r.stderr
+    # the fixture's mapped rows: 7 InferenceX runs, 5 steady state (test_protocol_rule_per_source)
+    assert r.stdout.splitlines()[-1] == "rows mapped per run protocol: inferencex run 7, steady state 5"
 
 
 def test_html_failure_leaves_no_file(tmp_path, monkeypatch):

@@ -54,3 +54,6 @@ def validate(
     emit(summ.rename(columns=short), fmt, title="|error|, % of the measured value, predicted rows",
          floats="{:,.1f}")
     emit(status_counts(df), fmt, title="rows per status")
+    protocols = df.attrs.get("protocols")
+    if protocols:  # which rows were predicted as finite benchmark runs (validate.PROTOCOLS)
+        typer.echo("rows mapped per run protocol: " + ", ".join(f"{name} {n:,}" for name, n in protocols.items() if n))

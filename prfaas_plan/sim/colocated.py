@@ -42,6 +42,11 @@ linear interpolation between batches) can be checked:
 * **Window**: requests sent in ``[warmup_s, duration_s)`` are measured; the run goes on
   (arrivals and clients continuing, unrecorded) until every one of them has finished, so they all
   see steady load.
+* **Finite benchmark run** (``prompts_per_client``, closed loop only): as ``benchmark_serving.py
+  --request-rate inf --max-concurrency c`` runs (:class:`~prfaas_plan.serving.BenchmarkRun`), every
+  client sends its first request at t = 0 and ``prompts_per_client`` requests in all; every
+  request is measured, no warm-up, and the run ends when the last one finishes
+  (``duration_s`` and ``warmup_s`` are not used).
 
 Deterministic for a seed (``numpy.random.default_rng``). Units: seconds, tokens, requests/s.
 """
@@ -155,9 +160,10 @@ class _Source:
     """Requests sent: Poisson (drawn in chunks) or closed-loop clients; a heap of engine arrivals."""
 
     def __init__(self, rng, reqs: _Requests, isl: int, osl: int, sigma: float, overhead_s: float,
-                 rate: float | None, clients: int | None, stagger_s: float, jitter: bool) -> None:
+                 rate: float | None, clients: int | None, stagger_s: float, jitter: bool,
+                 per_client: int | None = None) -> None:
         self.rng, self.reqs, self.isl, self.osl, self.sigma, self.overhead = rng, reqs, isl, osl, sigma, overhead_s
-        self.jitter = jitter
+        self.jitter, self.per_client, self.sent = jitter, per_client, [0] * (clients or 0)
         self.rate, self.heap, self.last = rate, [], 0.0
         if clients is not None:
             for c, t in enumerate(np.sort(rng.uniform(0.0, stagger_s, clients))):
@@ -171,6 +177,11 @@ class _Source:
         return self.rng.exponential(self.overhead, n)
 
     def send(self, t: float, client: int) -> None:
+        """Client ``client`` sends its next request at ``t`` (none once it has sent ``per_client``)."""
+        if self.per_client is not None:
+            if self.sent[client] >= self.per_client:
+                return
+            self.sent[client] += 1
         i, o = (int(x[0]) for x in (_lengths(self.rng, self.isl, self.sigma, 1), _lengths(self.rng, self.osl, self.sigma, 1)))
         arrive = t + float(self._overhead(1)[0])
         heapq.heappush(self.heap, (arrive, self.reqs.add(t, arrive, i, o, client)))
@@ -416,6 +427,18 @@ def _check(isl, osl, rate_rps, concurrency, duration_s, warmup_s, seed, sigma) -
         raise InvalidInput(f"length_sigma: must be a number >= 0, got {sigma!r}")
 
 
+def _check_run(prompts_per_client, concurrency) -> bool:
+    """Whether a finite benchmark run is asked for (``prompts_per_client`` given, closed loop only)."""
+    if prompts_per_client is None:
+        return False
+    if isinstance(prompts_per_client, bool) or not isinstance(prompts_per_client, int | np.integer) \
+            or prompts_per_client < 1:
+        raise InvalidInput(f"prompts_per_client: must be a whole number >= 1, got {prompts_per_client!r}")
+    if concurrency is None:
+        raise InvalidInput("prompts_per_client: a finite run needs concurrency (closed-loop clients), not rate_rps")
+    return True
+
+
 def _pool(model: ModelSpec, inst: Instance, isl: int, osl: int, settings: CacheSettings | None) -> _Pool:
     """The instance's KV pool (:func:`~prfaas_plan.perf.latency.free_cache_bytes_per_gpu` on each
     of its attention DP ranks) and the chord of one request's cache between ``isl`` and ``isl + osl``
@@ -434,22 +457,27 @@ def simulate_colocated(model: ModelSpec, inst: Instance, isl_tokens: int, osl_to
                        rate_rps: float | None = None, concurrency: int | None = None,
                        duration_s: float = DEFAULT_COLOCATED_DURATION_S, seed: int = 0,
                        settings: CacheSettings | None = None, warmup_s: float | None = None,
-                       length_sigma: float = 0.0, overhead_jitter: bool = False, spec: SpecDecode | None = None):
+                       length_sigma: float = 0.0, overhead_jitter: bool = False, spec: SpecDecode | None = None,
+                       prompts_per_client: int | None = None):
     """Simulate one colocated instance step by step (see the module docstring).
 
     Give ``rate_rps`` (Poisson, open loop) or ``concurrency`` (closed loop); ``spec`` turns
     speculative decoding on (None: as the instance's engine profile says). Requests sent in
-    ``[warmup_s, duration_s)`` (default warm-up: a fifth of the duration) are measured.
+    ``[warmup_s, duration_s)`` (default warm-up: a fifth of the duration) are measured; with
+    ``prompts_per_client`` (closed loop) a finite run from a burst start, every request measured.
     Returns ``(requests, summary)``: a pandas DataFrame, one row per request sent (id, issue_s,
     arrive_s (reaches the engine), isl_tokens, osl_tokens, start_s (first chunk scheduled), first_token_s, finish_s, ttft_s,
     tpot_s, measured), and a dict: mode, requests (measured), mean_ttft_s, p50/p90/p99_ttft_s,
-    mean_tpot_s, throughput_rps (measured requests over the window), mean_step_s, batch
+    mean_tpot_s, throughput_rps (measured requests over the window; a finite run: over 0 to its
+    last finish), mean_step_s, batch
     (time-averaged decode batch), prefill_share (time in steps carrying a chunk), steps,
     end_s (when the last measured request finished)."""
     import pandas as pd
 
     _check(isl_tokens, osl_tokens, rate_rps, concurrency, duration_s, warmup_s, seed, length_sigma)
-    warm = duration_s / 5.0 if warmup_s is None else float(warmup_s)
+    finite = _check_run(prompts_per_client, concurrency)
+    warm = 0.0 if finite else duration_s / 5.0 if warmup_s is None else float(warmup_s)
+    window_s = math.inf if finite else float(duration_s)
     inst = with_spec(inst, spec)
     steps = _StepTimes(model, inst, settings, int(isl_tokens), int(osl_tokens))
     on = SpecDecode.from_profile(inst.engine_profile)
@@ -458,24 +486,26 @@ def simulate_colocated(model: ModelSpec, inst: Instance, isl_tokens: int, osl_to
     rng = np.random.default_rng(int(seed))
     reqs = _Requests()
     clients = None if concurrency is None else int(concurrency)
-    stagger = 0.0 if clients is None else osl_tokens * steps(min(clients, steps.table.fit), ())
+    stagger = 0.0 if clients is None or finite else osl_tokens * steps(min(clients, steps.table.fit), ())
     source = _Source(rng, reqs, int(isl_tokens), int(osl_tokens), float(length_sigma), steps.table.request_s,
-                     None if rate_rps is None else float(rate_rps), clients, stagger, bool(overhead_jitter))
-    acc = _run(steps, source, reqs, _pool(model, inst, int(isl_tokens), int(osl_tokens), settings), float(duration_s),
+                     None if rate_rps is None else float(rate_rps), clients, stagger, bool(overhead_jitter),
+                     int(prompts_per_client) if finite else None)
+    acc = _run(steps, source, reqs, _pool(model, inst, int(isl_tokens), int(osl_tokens), settings), window_s,
                warm, clients is not None, accept)
     df = pd.DataFrame({"issue_s": reqs.issue, "arrive_s": reqs.arrive, "isl_tokens": reqs.isl, "osl_tokens": reqs.osl, "start_s": reqs.start,
                        "first_token_s": reqs.first, "finish_s": reqs.finish, "preemptions": reqs.preemptions})
     df.insert(0, "id", np.arange(len(df)))
     df["ttft_s"] = df["first_token_s"] - df["issue_s"]
     df["tpot_s"] = ((df["finish_s"] - df["first_token_s"]) / (df["osl_tokens"] - 1)).where(df["osl_tokens"] > 1)
-    df["measured"] = (df["issue_s"] >= warm) & (df["issue_s"] < duration_s) & df["finish_s"].notna()
+    df["measured"] = (df["issue_s"] >= warm) & (df["issue_s"] < window_s) & df["finish_s"].notna()
     m = df[df["measured"]]
+    span_s = float(m["finish_s"].max()) if finite and len(m) else duration_s - warm
     ttft = m["ttft_s"].to_numpy()
     summary = dict(mode="closed" if clients is not None else "open", requests=len(m),
                    mean_ttft_s=float(np.mean(ttft)) if len(m) else math.nan,
                    **{f"p{q}_ttft_s": float(np.percentile(ttft, q)) if len(m) else math.nan for q in (50, 90, 99)},
                    mean_tpot_s=float(m["tpot_s"].mean()) if len(m) else math.nan,
-                   throughput_rps=len(m) / (duration_s - warm),
+                   throughput_rps=len(m) / span_s,
                    mean_step_s=acc["time_s"] / acc["steps"] if acc["steps"] else math.nan,
                    batch=acc["batch_s"] / acc["time_s"] if acc["time_s"] else 0.0,
                    prefill_share=acc["chunk_s"] / acc["time_s"] if acc["time_s"] else 0.0,
