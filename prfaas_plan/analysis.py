@@ -18,7 +18,7 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -30,12 +30,11 @@ from prfaas_plan.defaults import (
     DEFAULT_SIM_DURATION_S,
 )
 from prfaas_plan.errors import InvalidInput, PlanError
+from prfaas_plan.tabular import Columns, Rows, centred_mean, downsample, finite, frame_rows
 from prfaas_plan.units import BITS_PER_BYTE, GBPS_BITS_PER_S, MIB_BYTES
 from prfaas_plan.vocab import PLAN_MODES
 
 if TYPE_CHECKING:
-    import pandas as pd
-
     from prfaas_plan.hardware import Instance
     from prfaas_plan.kvcache import CacheSettings
     from prfaas_plan.model.arch import ModelSpec
@@ -44,34 +43,10 @@ if TYPE_CHECKING:
     from prfaas_plan.sim import SimResult
 
 
-Rows = list[dict[str, Any]]
-"""A table as records (one dict per row, the same keys in each): the comparison's numbers, built
-without pandas (0.5 s to import) so that ``prfaas-plan compare`` never loads it."""
-
-
-def _finite(df: pd.DataFrame) -> pd.DataFrame:
-    """+-inf replaced by NaN (chart data must be finite or null)."""
-    return df.replace([np.inf, -np.inf], np.nan)
-
-
-def _plain(v: Any) -> Any:
-    """A numpy scalar as the Python number it holds (JSON-serialisable); anything else as it is."""
-    return v.item() if isinstance(v, np.generic) else v
-
-
-def frame_rows(rows: list[dict[str, Any]]) -> Rows:
-    """``rows`` with each column's numbers typed as a DataFrame would hold them: Python ints and
-    floats (not numpy scalars), and a column of whole numbers with any float in it (NaN included)
-    all floats, as pandas infers float64 for it. ``pd.DataFrame(rows).to_dict("records")`` gives
-    the same values."""
-    rows = [{k: _plain(v) for k, v in r.items()} for r in rows]
-    for key in rows[0] if rows else ():
-        col = [r[key] for r in rows]
-        if (all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in col)
-                and any(isinstance(v, float) for v in col)):
-            for r in rows:
-                r[key] = float(r[key])
-    return rows
+def _sim_columns(sim: SimResult, kind: str) -> Columns | None:
+    """The simulation's records of ``kind`` (``requests`` or ``timeseries``) as numpy columns
+    (:meth:`SimResult.columns`, no frame built): the one place the report reads the simulator's output."""
+    return sim.columns(kind)
 
 
 # ----------------------------------------------------------------------------- S_kv(l) as a formula
@@ -115,20 +90,20 @@ NO_LINK_BASE_GBPS = 12.5
 class WhatIfGrid:
     """The what-if grid (paper model, Eqs. 3-8, over links, pool sizes and thresholds).
 
-    cells: one row per (link_gbps, prfaas_gpus, local_gpus): the paper-mode optimum
+    cells: columns, one value per (link_gbps, prfaas_gpus, local_gpus): the paper-mode optimum
         ``threshold_tokens`` (NaN: nothing offloaded), ``n_prfaas``, ``n_pd_p``, ``n_pd_d``
         (instances), ``lambda_max_rps``, ``offload_fraction``, ``egress_gbps``; it is what
         ``pp.plan(scenario with those pools and link, mode="paper")`` returns.
-    curve: one row per cell and slider t (``t_tokens``): the best ``n_pd_p`` at that t, its
-        ``lambda_max_rps``, ``offload_fraction`` and ``egress_gbps``.
+    curve: columns, one value per cell and slider t (``t_tokens``), cell by cell: the best
+        ``n_pd_p`` at that t, its ``lambda_max_rps``, ``offload_fraction`` and ``egress_gbps``.
     """
 
     link_gbps: np.ndarray
     prfaas_gpus: np.ndarray
     local_gpus: np.ndarray
     t_tokens: np.ndarray
-    cells: pd.DataFrame
-    curve: pd.DataFrame
+    cells: Columns
+    curve: Columns
 
 
 def pool_values(instances: int, gpus_per_instance: int, min_instances: int) -> np.ndarray:
@@ -166,8 +141,6 @@ def whatif_grid(inp: PlanInputs) -> WhatIfGrid:
     """The what-if grid of a scenario's :class:`~prfaas_plan.planner.PlanInputs`: per (link,
     PrfaaS, local) cell the optimum on the planner's own grid (``threshold_grid`` plus t =
     infinity, every N_p, first maximum), and per slider t the best N_p."""
-    import pandas as pd
-
     from prfaas_plan.planner import threshold_grid
 
     spec = inp.scenario.spec
@@ -184,20 +157,20 @@ def whatif_grid(inp: PlanInputs) -> WhatIfGrid:
     best = np.nanargmax(flat, axis=-1).ravel()
     i, j = np.divmod(best, lam.shape[-1])
     lam_best = flat.reshape(-1, flat.shape[-1])[np.arange(best.size), best]
-    cells = pd.DataFrame({
+    cells = {
         **base, "threshold_tokens": np.where(p[i] > 0, t_full[i], np.nan),
         "n_prfaas": n_pf[f], "n_pd_p": j, "n_pd_d": n_loc[loc] - j, "lambda_max_rps": lam_best,
-        "offload_fraction": p[i], "egress_gbps": _egress_gbps(inp, lam_best, p[i], l_long[i])})
+        "offload_fraction": p[i], "egress_gbps": _egress_gbps(inp, lam_best, p[i], l_long[i])}
 
     t_grid = threshold_grid(inp, T_POINTS)
     lam, p, l_long = _rates(inp, t_grid, n_pf, n_loc, links)
     j = np.nanargmax(lam, axis=-1)  # (link, PrfaaS, local, t)
     lam_t = np.nanmax(lam, axis=-1)
     nt = len(t_grid)
-    curve = pd.DataFrame({
+    curve = {
         **{c: np.repeat(v, nt) for c, v in base.items()}, "t_tokens": np.tile(t_grid, len(k)),
         "n_pd_p": j.ravel(), "lambda_max_rps": lam_t.ravel(), "offload_fraction": np.tile(p, len(k)),
-        "egress_gbps": _egress_gbps(inp, lam_t, p, l_long).ravel()})
+        "egress_gbps": _egress_gbps(inp, lam_t, p, l_long).ravel()}
     return WhatIfGrid(links, pf_gpus, loc_gpus, t_grid, cells, curve)
 
 
@@ -216,11 +189,12 @@ def initial_steps(g: WhatIfGrid, sc: Scenario, t_best: float | None) -> dict[str
             "local_gpus": int(g.local_gpus[near(g.local_gpus, spec.local.gpus)]), "t_step": t_step}
 
 
-def grid_cell(g: WhatIfGrid, start: dict[str, int]) -> pd.Series:
-    """The grid cell at the sliders' start values."""
+def grid_cell(g: WhatIfGrid, start: dict[str, int]) -> dict[str, float | int]:
+    """The grid cell at the sliders' start values (its ``cells`` values, as Python numbers)."""
     c = g.cells
-    return c[(c.link_gbps == g.link_gbps[start["link_step"]]) & (c.prfaas_gpus == start["prfaas_gpus"])
-             & (c.local_gpus == start["local_gpus"])].iloc[0]
+    i = int(np.flatnonzero((c["link_gbps"] == g.link_gbps[start["link_step"]])
+                           & (c["prfaas_gpus"] == start["prfaas_gpus"]) & (c["local_gpus"] == start["local_gpus"]))[0])
+    return {k: v[i].item() for k, v in c.items()}
 
 
 @dataclass(frozen=True)
@@ -230,7 +204,7 @@ class WhatIf:
 
     grid: WhatIfGrid
     start: dict[str, int]
-    here: pd.Series
+    here: dict[str, float | int]
     t_tokens: float | None
 
 
@@ -238,35 +212,41 @@ def whatif(sc: Scenario, inp: PlanInputs) -> WhatIf:
     """The what-if grid of a scenario and where its sliders start."""
     g = whatif_grid(inp)
     here = grid_cell(g, initial_steps(g, sc, None))
-    t_here = None if np.isnan(here.threshold_tokens) else float(here.threshold_tokens)
+    t_here = None if math.isnan(here["threshold_tokens"]) else float(here["threshold_tokens"])
     return WhatIf(g, initial_steps(g, sc, t_here), here, t_here)
 
 
 # ----------------------------------------------------------------------------- the plan report
 @dataclass(frozen=True)
 class Timeseries:
-    """The simulated egress and queues, downsampled to about 1,500 points: ``frame`` (time_s,
-    egress_gbps, remote_queue, local_queue, ...), its step ``dt_s`` and the moving mean of egress
-    over ``window`` steps (about 30 s)."""
+    """The simulated egress and queues, downsampled to about 1,500 points: ``frame`` (columns
+    time_s in s, egress_gbps, remote_queue and local_queue in requests, ...), its step ``dt_s``
+    (s) and the moving mean of egress (Gbps) over ``window`` steps (about 30 s)."""
 
-    frame: pd.DataFrame
+    frame: Columns
     dt_s: float
     window: int
-    egress_mean_gbps: pd.Series
+    egress_mean_gbps: np.ndarray
 
 
 @dataclass(frozen=True)
 class PlanReport:
-    """Everything the plan report shows, computed (see the module).
+    """Everything the plan report shows, computed (see the module); tables as records
+    (:data:`Rows`, typed as a DataFrame's) or numpy :data:`Columns`.
 
-    plans: ``PlanResult.to_frame()`` plus each plan's ``gpus_remote``, ``gpus_local`` and its cost
+    plans: ``PlanResult.records()`` plus each plan's ``gpus_remote``, ``gpus_local`` and its cost
     split (``remote_usd_per_hour``, ``local_usd_per_hour``, ``link_usd_per_hour``). stages: per
-    stage (prfaas, pd_p, pd_d, link) the rate it alone sustains, how busy it is at Lambda_max, its
-    instances. ttft_cdf_*: the queueing model's TTFT CDF per plan (``ttft_s``, ``cdf``, ``plan``,
-    ``rate_rps``) at the common rate and at each plan's own load; sim_ttft_cdf: the simulated
-    requests' (``ttft_s``, ``cdf``) over ``sim_requests`` requests. equations: the paper's Eqs. 3-6
-    terms at the plan's t (``equations_t_tokens``) and N_p. tokens_per_s: the plan's input + output
-    tokens per second at Lambda_max; egress_at_load_gbps: its mean egress at the scenario's load.
+    stage (prfaas, pd_p, pd_d, link) the rate it alone sustains (requests/s), how busy it is at
+    Lambda_max, its instances. sweep_threshold, sweep_np: Lambda_max and each stage's rate
+    (requests/s) against t (tokens) at the plan's N_p, and against N_p at ``t_ref_tokens`` (paper
+    model; +-inf as NaN). ttft_cdf_*: the queueing model's TTFT CDF per plan (``ttft_s``, ``cdf``,
+    ``plan``, ``rate_rps``) at the common rate and at each plan's own load; sim_ttft_cdf: the
+    simulated requests' (``ttft_s``, ``cdf``) over ``sim_requests`` requests. length_distribution:
+    the share of requests per length bin (``lo_tokens``, ``hi_tokens``) prefilled remotely
+    (``prfaas``) and locally (``local``). per_length: ``tokens``, ``t_remote_s``, ``t_local_s``,
+    ``kv_mib`` (MiB), ``phi_gbps``. equations: the paper's Eqs. 3-6 terms at the plan's t
+    (``equations_t_tokens``) and N_p. tokens_per_s: the plan's input + output tokens per second at
+    Lambda_max; egress_at_load_gbps: its mean egress at the scenario's load.
     """
 
     scenario: Scenario
@@ -274,22 +254,22 @@ class PlanReport:
     simulation: SimResult | None
     sim_note: str
     seed: int
-    plans: pd.DataFrame
+    plans: Rows
     tokens_per_s: float
     egress_at_load_gbps: float
     common_rate_rps: float
-    stages: pd.DataFrame
-    sweep_threshold: pd.DataFrame
-    sweep_np: pd.DataFrame
+    stages: Rows
+    sweep_threshold: Columns
+    sweep_np: Columns
     t_ref_tokens: float
     whatif: WhatIf
-    ttft_cdf_common: pd.DataFrame
-    ttft_cdf_own: pd.DataFrame
-    sim_ttft_cdf: pd.DataFrame | None
+    ttft_cdf_common: Rows
+    ttft_cdf_own: Rows
+    sim_ttft_cdf: Columns | None
     sim_requests: int
     timeseries: Timeseries | None
-    length_distribution: pd.DataFrame
-    per_length: pd.DataFrame
+    length_distribution: Columns
+    per_length: Columns
     equations: dict[str, float]
     equations_t_tokens: float
     kv_formula: KvFormula
@@ -314,21 +294,21 @@ def _simulation(sc: Scenario, res: PlanResult, simulate: bool | None, load: floa
     return sim, ""
 
 
-def _plans(sc: Scenario, res: PlanResult) -> pd.DataFrame:
-    """One row per plan: ``to_frame()``, its GPUs on each side and its cost per hour split."""
-    frame = res.to_frame()
-    frame["gpus_remote"] = [res.plans[n].gpus["prfaas"] for n in frame["plan"]]
-    frame["gpus_local"] = [res.plans[n].gpus["pd_p"] + res.plans[n].gpus["pd_d"] for n in frame["plan"]]
-    frame["remote_usd_per_hour"] = frame.gpus_remote * sc.prfaas_instance.gpu.price_usd_per_gpu_hour
-    frame["local_usd_per_hour"] = frame.gpus_local * sc.local_instance.gpu.price_usd_per_gpu_hour
-    frame["link_usd_per_hour"] = [sc.spec.link.price_usd_per_hour if g else 0.0 for g in frame.gpus_remote]
-    return frame
+def _plans(sc: Scenario, res: PlanResult) -> Rows:
+    """One row per plan: ``records()``, its GPUs on each side and its cost per hour split."""
+    rows = []
+    for r in res.records():
+        p = res.plans[r["plan"]]
+        remote, local = p.gpus["prfaas"], p.gpus["pd_p"] + p.gpus["pd_d"]
+        rows.append({**r, "gpus_remote": remote, "gpus_local": local,
+                     "remote_usd_per_hour": remote * sc.prfaas_instance.gpu.price_usd_per_gpu_hour,
+                     "local_usd_per_hour": local * sc.local_instance.gpu.price_usd_per_gpu_hour,
+                     "link_usd_per_hour": sc.spec.link.price_usd_per_hour if remote else 0.0})
+    return frame_rows(rows)
 
 
-def _stages(res: PlanResult) -> pd.DataFrame:
+def _stages(res: PlanResult) -> Rows:
     """Each stage's capacity alone (the link's: Lambda_max scaled by usable link over egress)."""
-    import pandas as pd
-
     inp, best = res.inputs, res.plan
     link_rps = (best.lambda_max_rps * inp.link_bits_per_s / (best.egress_gbps * GBPS_BITS_PER_S)
                 if best.egress_gbps > 0 else math.inf)
@@ -338,68 +318,70 @@ def _stages(res: PlanResult) -> pd.DataFrame:
         rows.append({"stage": key, "rate_rps": rate,
                      "utilisation": best.lambda_max_rps / rate if rate and math.isfinite(rate) else 0.0,
                      "instances": best.instances.get(key, np.nan) if key != "link" else np.nan})
-    return pd.DataFrame(rows)
+    return frame_rows(rows)
 
 
-def _ttft_cdf(res: PlanResult, basis: str) -> pd.DataFrame:
+def _sweeps(inp: PlanInputs, n_p: int, t_ref: float) -> tuple[Columns, Columns]:
+    """Lambda_max and each stage's rate (requests/s; paper model, +-inf as NaN) against t at N_p =
+    ``n_p`` (120 thresholds) and against N_p at t = ``t_ref``: the columns of
+    ``planner.sweep_threshold`` and ``planner.sweep_np``."""
+    from prfaas_plan.planner import paper_stage_rates, threshold_grid
+
+    t = threshold_grid(inp, 120)
+    g = paper_stage_rates(inp, t, np.array([n_p]))
+    by_t = {"threshold_tokens": t, "offload_fraction": g["p"][:, 0], "prfaas_rps": g["prfaas"][:, 0],
+            "pd_p_rps": g["pd_p"][:, 0], "pd_d_rps": g["pd_d"][:, 0], "lambda_max_rps": g["lambda"][:, 0]}
+    n = np.arange(0, inp.n_local)
+    g = paper_stage_rates(inp, np.array([t_ref]), n)
+    by_n = {"n_pd_p": n, "n_pd_d": inp.n_local - n, "prfaas_rps": g["prfaas"][0], "pd_p_rps": g["pd_p"][0],
+            "pd_d_rps": g["pd_d"][0], "lambda_max_rps": g["lambda"][0]}
+    return finite(by_t), finite(by_n)
+
+
+def _ttft_cdf(res: PlanResult, basis: str) -> Rows:
     """The queueing model's TTFT CDF of every plan at a rate basis, on 241 points up to 1.25 x the
-    largest P99."""
-    import pandas as pd
-
+    largest P99 (s)."""
     from prfaas_plan.planner import ttft_at
 
-    rows = res.ttft[(res.ttft.path == "all") & (res.ttft.basis == basis)]
-    hi = float(np.nanmax(np.where(np.isfinite(rows.p99_s), rows.p99_s, np.nan))) * 1.25 if len(rows) else 10.0
+    rows = [r for r in frame_rows(list(res.ttft_records)) if r["path"] == "all" and r["basis"] == basis]
+    p99 = np.array([r["p99_s"] for r in rows], dtype=float)
+    hi = float(np.nanmax(np.where(np.isfinite(p99), p99, np.nan))) * 1.25 if rows else 10.0
     if not math.isfinite(hi) or hi <= 0:
         hi = 10.0
     grid = np.linspace(0.0, hi, 241)
-    frames = []
-    for _, r in rows.iterrows():
-        cdf = ttft_at(res.inputs, res.plans[r.plan], res.buckets_for(r.plan), float(r.rate_rps))["all"].cdf(grid)
-        frames.append(pd.DataFrame({"ttft_s": grid, "cdf": cdf, "plan": r.plan, "rate_rps": float(r.rate_rps)}))
-    return pd.concat(frames, ignore_index=True)
+    out = []
+    for r in rows:
+        rate = float(r["rate_rps"])
+        cdf = ttft_at(res.inputs, res.plans[r["plan"]], res.buckets_for(r["plan"]), rate)["all"].cdf(grid)
+        out += [{"ttft_s": x, "cdf": c, "plan": r["plan"], "rate_rps": rate}
+                for x, c in zip(grid.tolist(), np.asarray(cdf).tolist())]
+    return out
 
 
-def _sim_ttft_cdf(sim: SimResult | None) -> tuple[pd.DataFrame | None, int]:
-    """The simulated requests' TTFT CDF (201 quantiles) and how many requests it is over."""
-    import pandas as pd
-
+def _sim_ttft_cdf(sim: SimResult | None) -> tuple[Columns | None, int]:
+    """The simulated requests' TTFT CDF (201 quantiles, s) and how many requests it is over."""
     if sim is None:
         return None, 0
-    tt = np.asarray(sim.requests["ttft_s"], dtype=float)
+    tt = np.asarray(_sim_columns(sim, "requests")["ttft_s"], dtype=float)
     tt = tt[np.isfinite(tt)]
     if not tt.size:
         return None, 0
     qs = np.linspace(0, 1, 201)
-    return pd.DataFrame({"ttft_s": np.quantile(tt, qs), "cdf": qs}), int(tt.size)
-
-
-def _downsample(df: pd.DataFrame, xcol: str, n: int) -> pd.DataFrame:
-    """At most about ``n`` rows: means over equal-width bins of ``xcol``."""
-    df = _finite(df)
-    if len(df) <= n:
-        return df.reset_index(drop=True)
-    x = df[xcol].to_numpy(dtype=float)
-    bins = np.linspace(x.min(), x.max(), n + 1)
-    idx = np.clip(np.digitize(x, bins) - 1, 0, n - 1)
-    return df.select_dtypes("number").groupby(idx).mean().reset_index(drop=True)
+    return {"ttft_s": np.quantile(tt, qs), "cdf": qs}, int(tt.size)
 
 
 def _timeseries(sim: SimResult | None) -> Timeseries | None:
-    import pandas as pd
-
-    if sim is None or getattr(sim, "timeseries", None) is None or not len(sim.timeseries):
+    cols = None if sim is None else _sim_columns(sim, "timeseries")
+    if cols is None or not len(cols.get("time_s", ())):
         return None
-    ts = _downsample(pd.DataFrame(sim.timeseries), "time_s", 1500)
-    dt = float(np.median(np.diff(ts.time_s))) if len(ts) > 1 else 1.0
+    ts = downsample(cols, "time_s", 1500)
+    dt = float(np.median(np.diff(ts["time_s"]))) if len(ts["time_s"]) > 1 else 1.0
     win = max(1, int(round(30.0 / dt))) if dt > 0 else 1
-    return Timeseries(ts, dt, win, ts.egress_gbps.rolling(win, min_periods=1, center=True).mean())
+    return Timeseries(ts, dt, win, centred_mean(ts["egress_gbps"], win))
 
 
-def _length_distribution(res: PlanResult) -> pd.DataFrame:
+def _length_distribution(res: PlanResult) -> Columns:
     """The share of requests per log-spaced length bin (40 bins), prefilled remotely and locally."""
-    import pandas as pd
-
     from prfaas_plan.planner import offload_fractions
 
     b = res.buckets
@@ -409,14 +391,12 @@ def _length_distribution(res: PlanResult) -> pd.DataFrame:
     idx = np.clip(np.digitize(b.tokens, edges) - 1, 0, 39)
     remote = np.bincount(idx, weights=b.probs * frac, minlength=40)
     local = np.bincount(idx, weights=b.probs * (1 - frac), minlength=40)
-    return pd.DataFrame({"lo_tokens": edges[:-1], "hi_tokens": edges[1:], "prfaas": remote, "local": local})
+    return {"lo_tokens": edges[:-1], "hi_tokens": edges[1:], "prfaas": remote, "local": local}
 
 
-def _per_length(sc: Scenario, res: PlanResult) -> pd.DataFrame:
+def _per_length(sc: Scenario, res: PlanResult) -> Columns:
     """T_prefill on both sides, S_kv and Phi_kv (Eq. 1) at 1K, 4K, 8K, 32K and 128K tokens (those
     the model holds, near the workload's lengths)."""
-    import pandas as pd
-
     from prfaas_plan.bandwidth import kv_throughput_gbps
 
     inp, b = res.inputs, res.buckets
@@ -425,8 +405,9 @@ def _per_length(sc: Scenario, res: PlanResult) -> pd.DataFrame:
     lens = [n for n in lens if lo * 0.5 <= n <= hi * 2] or lens
     arr = np.asarray(lens, dtype=float)
     phi = kv_throughput_gbps(sc.model, sc.prfaas_instance, arr, settings=sc.cache, profile=sc.prfaas_profile)
-    return pd.DataFrame({"tokens": lens, "t_remote_s": inp.t_remote(arr), "t_local_s": inp.t_local(arr),
-                         "kv_mib": inp.kv_bytes(arr) / MIB_BYTES, "phi_gbps": np.asarray(phi, dtype=float)})
+    return {"tokens": np.asarray(lens, dtype=np.int64), "t_remote_s": np.asarray(inp.t_remote(arr)),
+            "t_local_s": np.asarray(inp.t_local(arr)), "kv_mib": np.asarray(inp.kv_bytes(arr) / MIB_BYTES),
+            "phi_gbps": np.asarray(phi, dtype=float)}
 
 
 def _equations(res: PlanResult) -> tuple[float, dict[str, float]]:
@@ -449,7 +430,7 @@ def analyse_plan(sc: Scenario, mode: str = "exact", result: PlanResult | None = 
     """Everything the plan report shows for scenario ``sc``: its plan (``result``, else
     ``planner.plan(sc, mode, load)``), the simulation (``simulate`` None = yes) of ``sim_duration_s``
     seconds with ``seed`` at ``load`` (default: the scenario's), and the numbers derived from them."""
-    from prfaas_plan.planner import plan, sweep_np, sweep_threshold
+    from prfaas_plan.planner import plan
 
     if mode not in PLAN_MODES:
         raise InvalidInput(f"--mode: {mode!r} is not a planner mode; use exact or paper")
@@ -460,13 +441,13 @@ def analyse_plan(sc: Scenario, mode: str = "exact", result: PlanResult | None = 
     t_ref = float(t_best) if t_best is not None and t_best > 0 else float(inp.lengths.quantile(0.5))
     sim_cdf, sim_requests = _sim_ttft_cdf(sim)
     eq_t, eqs = _equations(res)
+    sw_t, sw_n = _sweeps(inp, best.instances["pd_p"], t_ref)
     return PlanReport(
         scenario=sc, result=res, simulation=sim, sim_note=sim_note, seed=seed, plans=_plans(sc, res),
         tokens_per_s=best.lambda_max_rps * (best.mean_input_tokens + best.output_tokens),
         egress_at_load_gbps=best.egress_gbps * sc.spec.load,
-        common_rate_rps=float(res.ttft.loc[res.ttft.basis == "common rate", "rate_rps"].iloc[0]),
-        stages=_stages(res), sweep_threshold=_finite(sweep_threshold(inp, best.instances["pd_p"], points=120)),
-        sweep_np=_finite(sweep_np(inp, t_ref)), t_ref_tokens=t_ref, whatif=whatif(sc, inp),
+        common_rate_rps=res.common_rate_rps, stages=_stages(res), sweep_threshold=sw_t, sweep_np=sw_n,
+        t_ref_tokens=t_ref, whatif=whatif(sc, inp),
         ttft_cdf_common=_ttft_cdf(res, "common rate"), ttft_cdf_own=_ttft_cdf(res, "own load"),
         sim_ttft_cdf=sim_cdf, sim_requests=sim_requests, timeseries=_timeseries(sim),
         length_distribution=_length_distribution(res), per_length=_per_length(sc, res), equations=eqs,

@@ -326,21 +326,22 @@ class ResolvedWorkload:
 
     workload: object  # workload.Workload
     mean_input_tokens: float
-    trace: object | None = None  # pandas.DataFrame
+    trace: object | None = None  # workload.traces.Trace (numpy columns)
     cache_blocks: int | None = 0
     blocks: object | None = None  # workload.TraceBlocks of ``trace``
 
 
 def build_workload(sc: Scenario) -> ResolvedWorkload:
     """Resolve the scenario's workload section (see :class:`ResolvedWorkload`)."""
-    from prfaas_plan.workload import TraceBlocks, TruncatedLogNormal, Workload, load_trace, workload_from_trace
+    from prfaas_plan.workload import TraceBlocks, TruncatedLogNormal, Workload, workload_from_trace
+    from prfaas_plan.workload.traces import read_trace
 
     w = sc.spec.workload
     if w.kind == "lognormal":
         lengths = TruncatedLogNormal(w.mu, w.sigma, w.min_tokens, w.max_tokens)
         return ResolvedWorkload(Workload(lengths, float(w.output_tokens or 0.0), None, sc.spec.id),
                                 float(lengths.mean_tokens()))
-    trace = load_trace(resolve_trace(sc, w.trace), w.trace_format)
+    trace = read_trace(resolve_trace(sc, w.trace), w.trace_format)
     if "hash_ids" not in trace.columns and w.prefix_cache_blocks != 0:
         raise InvalidInput("workload.prefix_cache_blocks: this trace has no hash_ids; set prefix_cache_blocks: 0")
     blocks = TraceBlocks(trace)

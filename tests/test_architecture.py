@@ -18,7 +18,7 @@ import pytest
 PACKAGE = Path(__file__).resolve().parents[1] / "prfaas_plan"
 
 LAYERS: tuple[tuple[str, ...], ...] = (
-    ("errors", "units", "vocab", "defaults", "display", "extensions", "quiet"),
+    ("errors", "units", "vocab", "defaults", "display", "extensions", "quiet", "tabular"),
     ("data",),
     ("model", "hardware", "layout", "engine"),
     ("kvcache",),

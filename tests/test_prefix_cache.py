@@ -381,3 +381,24 @@ def test_one_preparation_serves_the_shared_replay_and_then_the_split_ones():
     np.testing.assert_array_equal(from_blocks.lengths.tokens, from_frame.lengths.tokens)
     assert (from_blocks.output_tokens, from_blocks.rate_rps, from_blocks.name) == \
         (from_frame.output_tokens, from_frame.rate_rps, from_frame.name)
+
+
+def test_replays_of_the_numpy_trace_are_the_frames():
+    """The planner's own trace (read_trace: numpy columns, no pandas) replays as the frame does:
+    the shared replay at each capacity, the split replays on a TraceBlocks of it."""
+    from prfaas_plan.workload.traces import read_trace
+
+    path = MOONCAKE_CONVERSATION if MOONCAKE_CONVERSATION.exists() else MOONCAKE_FIXTURE
+    frame, trace = load_trace(path), read_trace(path)
+    for capacity in (None, 0, 40):
+        got, want = prefix_cache_replay(trace, capacity), prefix_cache_replay(frame, capacity)
+        np.testing.assert_array_equal(got.uncached_tokens, want.uncached_tokens)
+        assert (got.token_hit_rate, got.evicted_blocks) == (want.token_hit_rate, want.evicted_blocks)
+    assert prefix_cache_replay(trace, None).token_hit_rate > 0.1
+    blocks = TraceBlocks(trace)
+    threshold = float(np.median(prefix_cache_replay(trace, None).uncached_tokens))
+    for capacity in (None, 40):
+        got, want = split_cache_replay(blocks, capacity, threshold), split_cache_replay(frame, capacity, threshold)
+        assert got.remote.any() and not got.remote.all()
+        for name in ("local_uncached_tokens", "remote_uncached_tokens", "remote"):
+            np.testing.assert_array_equal(getattr(got, name), getattr(want, name))

@@ -201,11 +201,13 @@ def test_figure5_sweeps_are_the_planners(paper, paper_page):
 
 
 def test_analytic_ttft_cdf_matches_queueing_model(paper, paper_report):
+    import pandas as pd
+
     from prfaas_plan.planner import ttft_at
 
     sc, res = paper
     rep = paper_report
-    data = rep.tables["ttft-cdf-common-rate-data"].df
+    data = pd.DataFrame(rep.tables["ttft-cdf-common-rate-data"].df)
     for plan_name, grp in data.groupby("plan"):
         rate = float(grp.rate_rps.iloc[0])
         want = ttft_at(res.inputs, res.plans[plan_name], res.buckets, rate)["all"].cdf(grp.ttft_s.to_numpy())
@@ -668,10 +670,12 @@ def test_frame_rows_types_columns_as_a_dataframe_does():
     import numpy as np
     import pandas as pd
 
-    from prfaas_plan.analysis import frame_rows
+    from prfaas_plan.tabular import frame_rows
 
-    rows = [{"m": "a", "n": 3, "k": np.int64(7), "v": np.float64(1.5), "flag": True, "s": "x"},
-            {"m": "b", "n": float("nan"), "k": np.int64(8), "v": 2, "flag": False, "s": "y"}]
+    rows = [{"m": "a", "n": 3, "k": np.int64(7), "v": np.float64(1.5), "flag": True, "s": "x", "i": 1, "t": "p"},
+            {"m": "b", "n": float("nan"), "k": np.int64(8), "v": 2, "flag": False, "s": "y", "i": None, "t": None,
+             "late": 4},  # a missing value, in a number and in a string column; a key only one row has
+            {"m": "c", "n": 5, "k": np.int64(9), "v": 3, "flag": None, "s": "z", "i": 3, "t": "q"}]
     got = frame_rows([dict(r) for r in rows])
     want = pd.DataFrame(rows).to_dict("records")
     assert json.dumps(got) == json.dumps(want, default=lambda v: v.item())  # values and their int/float types
@@ -690,3 +694,74 @@ def test_compare_page_is_built_without_pandas():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, cwd=ROOT)
     assert out.returncode == 0, out.stderr
     assert out.stdout.split() == ["False"]
+
+
+@pytest.mark.parametrize("simulate", [False, True])
+def test_plan_page_is_built_without_pandas(simulate):
+    # `prfaas-plan report` never imports pandas: the plan report, and the simulation's records it
+    # reads (SimResult.columns), are records and numpy columns end to end
+    import subprocess
+    import sys
+
+    code = ("import sys\nimport prfaas_plan as pp\nfrom prfaas_plan.report.plan_report import build_report\n"
+            f"r = build_report(pp.load_scenario('paper-case-study'), simulate={simulate}, sim_duration_s=60.0)\n"
+            "r.to_html(bundle='', specs=r.specs())\nprint('pandas' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, cwd=ROOT)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == ["False"]
+
+
+def _series(n: int, seed: int) -> dict:
+    """Simulator-like time series columns: increasing time, floats with repeats, runs of zeros and an
+    infinity, integer queues."""
+    import numpy as np
+
+    rng = np.random.default_rng(seed)
+    egress = np.round(rng.random(n) * 4) * 12.5 + np.where(rng.random(n) < 0.5, rng.random(n) * 1e-3, 0.0)
+    egress[rng.random(n) < 0.2] = 0.0
+    util = rng.random(n)
+    util[n // 3] = np.inf
+    return {"time_s": np.cumsum(rng.random(n) + 0.5), "egress_gbps": egress, "link_utilisation": util,
+            "remote_queue": rng.integers(0, 40, n), "local_queue": rng.integers(0, 3, n)}
+
+
+@pytest.mark.parametrize("n", [1, 600, 1501, 7000])
+def test_timeseries_numbers_are_pandas_to_the_bit(n):
+    # the report's egress series: downsampled by equal-width time bins (pandas' groupby mean: reduceat
+    # over sorted bins, Kahan sums when a float column has a NaN) and its centred 30-step moving mean
+    # (pandas' rolling mean: running Kahan sum, repeated values, sign clamp); computed without pandas,
+    # they must be pandas' numbers bit for bit, as the page printed them before
+    import numpy as np
+    import pandas as pd
+
+    from prfaas_plan.tabular import centred_mean, columns_rows, downsample
+
+    cols = _series(n, n)
+    frame = pd.DataFrame(cols).replace([np.inf, -np.inf], np.nan)
+    if n > 1500:
+        x = frame.time_s.to_numpy(dtype=float)
+        idx = np.clip(np.digitize(x, np.linspace(x.min(), x.max(), 1501)) - 1, 0, 1499)
+        want = frame.select_dtypes("number").groupby(idx).mean().reset_index(drop=True)
+        no_nan = frame.fillna(0.0)  # float columns without NaN: pandas takes its reduceat path
+        assert all(np.array_equal(v, no_nan.groupby(idx).mean()[k].to_numpy())
+                   for k, v in downsample({k: no_nan[k].to_numpy() for k in no_nan}, "time_s", 1500).items())
+    else:
+        want = frame
+    got = downsample(cols, "time_s", 1500)
+    assert json.dumps(columns_rows(got)) == json.dumps(want.to_dict("records"))  # values and int/float types
+    for window in (1, 2, 7, 30):
+        mean = want.egress_gbps.rolling(window, min_periods=1, center=True).mean().to_numpy()
+        assert np.array_equal(centred_mean(got["egress_gbps"], window), mean, equal_nan=True), window
+
+
+def test_unsorted_bins_take_the_kahan_means():
+    import numpy as np
+    import pandas as pd
+
+    from prfaas_plan.tabular import group_means
+
+    rng = np.random.default_rng(3)
+    x = rng.normal(size=3000) * 1e3
+    labels = rng.integers(0, 40, 3000)
+    want = pd.DataFrame({"x": x}).groupby(labels).mean()["x"].to_numpy()
+    assert np.array_equal(group_means({"x": x}, labels)["x"], want)

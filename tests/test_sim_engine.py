@@ -5,6 +5,7 @@ one heap of decode slots are the general loop on a heap per instance."""
 
 from __future__ import annotations
 
+import math
 from dataclasses import replace
 
 import numpy as np
@@ -12,11 +13,12 @@ import pandas as pd
 import pytest
 
 import prfaas_plan as pp
-from prfaas_plan.sim import Engine, Policy, Routing, Setup, engine, simulate, tables
+from prfaas_plan.sim import Engine, Policy, Routing, Setup, arrivals, engine, simulate, tables
 from prfaas_plan.sim.arrivals import source_for
 from prfaas_plan.sim.outputs import Sink
 from prfaas_plan.sim.policies import scheduler_for
 from prfaas_plan.sim.tables import TokenTable, cached_lengths
+from prfaas_plan.workload import TruncatedLogNormal
 
 
 def test_chunk_routing_equals_request_routing():
@@ -101,12 +103,16 @@ def test_cached_lengths_lists_every_uncached_length_a_hit_can_leave():
     assert cached_lengths(inputs, names).tolist() == expected([len(row) for row in ids])
 
 
-@pytest.mark.parametrize("link_events", [[], [(300.0, 600.0, 5.0)]])
-def test_the_plain_loop_and_one_slot_heap_are_the_general_loop(link_events):
-    """A plain run's loop (handlers written out, one heap of decode slots) equals, record for record
-    and event for event, the general loop on one heap and on a heap per PD-D instance (as the
-    rebalancer keeps them: the earliest free slot of all is the earliest of each instance's
-    earliest), progress reports included; a link drop makes transfers outlast their prefills."""
+@pytest.mark.parametrize(("link_events", "tiny"), [([], False), ([(300.0, 600.0, 5.0)], False), ([(300.0, 600.0, 5.0)], True)])
+def test_the_plain_loop_and_one_slot_heap_are_the_general_loop(link_events, tiny, monkeypatch):
+    """A plain run's loop (handlers written out, one heap of decode slots, queue lengths counted
+    from logs) equals, record for record and event for event, the general loop on one heap and on
+    a heap per PD-D instance (as the rebalancer keeps them: the earliest free slot of all is the
+    earliest of each instance's earliest), progress reports included; a link drop makes transfers
+    outlast their prefills. Tiny chunks: rows handed on 50 at a time, the logs settled at chunk loads too."""
+    if tiny:
+        monkeypatch.setattr(arrivals, "CHUNK_REQUESTS", 64)
+        monkeypatch.setattr(engine, "TIMESERIES_CHUNK_ROWS", 50)
     sc = pp.load_scenario("paper-case-study")
     res = pp.plan(sc)
     setup = Setup.from_plan(res, sc)
@@ -125,6 +131,8 @@ def test_the_plain_loop_and_one_slot_heap_are_the_general_loop(link_events):
     (requests, timeseries), events, reports = runs[0]
     assert (requests.decode_wait_s > 0).mean() > 0.01  # slots are contended
     assert len(reports) > 100 and reports == sorted(reports) and reports[-1] == 1.0  # each 1% step, then the end
+    queues = timeseries[["remote_queue", "local_queue", "decode_queue", "decode_busy"]]
+    assert (queues > 0).any().all() and (queues.remote_queue == 0).any()  # every queue both ways
     if link_events:
         assert (timeseries.active_transfers > 20).any() and (requests.transfer_s > 1.0).any()
     for (other_requests, other_timeseries), other_events, other_reports in runs[1:]:
@@ -159,3 +167,52 @@ def test_time_series_rows_handed_on_in_chunks_are_the_rows_of_one(monkeypatch):
     chunked = simulate(sc, res, load=1.0, duration_s=120, seed=4, policy="short", link_events=drop).timeseries
     assert len(whole) == 120 and (whole.link_utilisation > 0.99).any() and (whole.link_utilisation < 0.5).any()
     pd.testing.assert_frame_equal(chunked, whole, check_exact=True)
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_tallies_count_what_a_heap_popped_at_each_tick_holds(seed):
+    """Times logged at events (each later than its event, on a coarse grid so that many equal a
+    tick's time), ticks between the events, settles at ticks and between them: the counts are the
+    lengths of a heap from which each tick pops the times <= its own (the general loop's way)."""
+    import heapq
+
+    from prfaas_plan.sim.tallies import Tallies
+
+    rng = np.random.default_rng(seed)
+    tallies, heaps = Tallies(2), ([], [])
+    rows, times, expected, got = [], [], [], []
+    now = 0.0
+    for _ in range(400):
+        now += float(rng.integers(0, 3))  # events at equal times too
+        if rng.random() < 0.3:  # a tick at ``now``, before the events at ``now``
+            for h in heaps:
+                while h and h[0] <= now:
+                    heapq.heappop(h)
+            expected.append([len(h) for h in heaps])
+            rows.append([len(log) for log in tallies.logs])
+            times.append(now)
+        if rng.random() < 0.1:  # settle what was ticked so far (no tick comes before ``now`` again)
+            got.extend(tallies.settle(np.array(rows, float).reshape(-1, 2), np.array(times), now).tolist())
+            rows, times = [], []
+        for q in (0, 1):
+            for _ in range(int(rng.integers(0, 3))):
+                t = now + float(rng.integers(1, 6))
+                heapq.heappush(heaps[q], t)
+                tallies.logs[q].append(t)
+    got.extend(tallies.settle(np.array(rows, float).reshape(-1, 2), np.array(times), math.inf).tolist())
+    assert len(got) == len(expected) > 50 and max(max(e) for e in expected) > 3
+    assert got == expected and tallies.size() == 0
+
+
+def test_skipping_lognormal_lengths_draws_only_their_uniforms():
+    """The synthetic source's first pass skips a truncated lognormal's lengths by drawing their
+    uniforms only: sample(m) leaves the generator where rng.random(m) does (the next draws agree)."""
+    sc = pp.load_scenario("paper-case-study")
+    lengths = Setup.from_plan(pp.plan(sc), sc).lengths  # what the synthetic source samples
+    assert type(lengths) is TruncatedLogNormal
+    sampled, skipped = np.random.default_rng(9), np.random.default_rng(9)
+    for m in (1, 1000, 70_000):
+        drawn = lengths.sample(m, sampled)
+        skipped.random(m)
+        assert drawn.size == m and len(set(drawn[:50].tolist())) > min(m, 50) // 2
+    np.testing.assert_array_equal(sampled.random(5), skipped.random(5))

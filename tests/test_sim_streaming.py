@@ -193,3 +193,22 @@ def test_a_failed_streamed_run_leaves_the_previous_output(case, tiny_chunks, tmp
     with pytest.raises(PlanError, match="No space left"):
         simulate(sc, res, load=0.5, duration_s=300, seed=1, out_dir=tmp_path / "new", max_rows_in_memory=0)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["run"]  # the folder it created is gone again
+
+
+def test_columns_are_the_frames_values_without_pandas(case):
+    """SimResult.columns gives what the frames' columns give (names, dtypes, values; the path as
+    names), and a run that only summarises builds no frame: pandas stays unimported."""
+    sc, res = case
+    sim = simulate(sc, res, load=0.9, duration_s=200, seed=1)
+    for kind, frame in (("requests", sim.requests), ("timeseries", sim.timeseries)):
+        columns = sim.columns(kind)
+        assert list(columns) == list(frame.columns)
+        for name, values in columns.items():
+            expected = frame[name].to_numpy()
+            assert values.dtype == expected.dtype
+            np.testing.assert_array_equal(values, expected)
+    assert set(sim.columns("requests")["path"]) == {"pd_p", "prfaas"}
+    code = ("import sys, prfaas_plan as pp; from prfaas_plan.sim import simulate; sc = pp.load_scenario('paper-case-study'); "
+            "s = simulate(sc, load=0.9, duration_s=100, seed=1); s.summary(); s.summary(start_s=10.0); s.columns('requests'); "
+            "print('pandas' in sys.modules)")
+    assert subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.strip() == "False"

@@ -404,3 +404,17 @@ def test_cli_simulate_writes_outputs(tmp_path):
     bad = subprocess.run([sys.executable, "-m", "prfaas_plan.cli", "simulate", "paper-case-study", "--link-drop", "x"],
                          capture_output=True, text=True)
     assert bad.returncode == 2 and len(bad.stderr.strip().splitlines()) == 1 and "--link-drop" in bad.stderr
+
+
+def test_a_trace_replays_alike_from_a_file_a_frame_and_numpy_columns(case):
+    """simulate(trace=) takes a path (read without pandas), load_trace's frame or read_trace's
+    columns, and replays the very same requests."""
+    from prfaas_plan.workload.traces import read_trace
+
+    sc, res = case
+    path = Path(__file__).resolve().parent / "fixtures" / "traces" / "mooncake_conversation_rows4183-4212.jsonl"
+    runs = [simulate(sc, res, trace=t, duration_s=None, seed=3) for t in (path, pp.load_trace(path), read_trace(path))]
+    assert len(runs[0].requests) == 30 and runs[0].requests.path.nunique() == 2
+    for other in runs[1:]:
+        pd.testing.assert_frame_equal(other.requests, runs[0].requests, check_exact=True)
+        assert other.summary() == runs[0].summary()

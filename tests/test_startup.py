@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -55,6 +56,22 @@ def test_kv_loads_no_numeric_statistics_symbolic_chart_solver_or_dataframe_modul
     # a request's bytes at a few lengths are plain integer arithmetic: numpy alone costs 0.1-0.2 s
     for argv in (["kv", "mimo-v2-flash", "--context", "32K"], ["kv", "qwen3.5-397b-a17b", "--block-tokens", "16", "--tp", "8"]):
         assert loaded(CLI.format(argv=argv), (*HEAVY, "numpy", "pulp", "pandas", "torch")) == []
+
+
+TRACE_30 = str(Path(__file__).parent / "fixtures" / "traces" / "mooncake_conversation_rows4183-4212.jsonl")
+
+
+@pytest.mark.parametrize("argv", [
+    ["simulate", "paper-case-study", "--duration", "60"],
+    ["simulate", "paper-case-study", "--trace", TRACE_30],
+    ["plan", "paper-case-study", "--trace", TRACE_30],
+    ["report", "paper-case-study", "--sim-duration", "60", "-o", "{tmp}/r.html"],
+], ids=["simulate", "simulate-trace", "plan-trace", "report"])
+def test_simulating_replaying_and_reporting_load_no_dataframe_module(argv, tmp_path):
+    # the simulator's records, a trace and the plan report are numpy columns and records end to end:
+    # pandas (0.3-0.5 s) is imported only where a frame is asked for (the API's frames, -f json, --out)
+    argv = [a.format(tmp=tmp_path) for a in argv]
+    assert loaded(CLI.format(argv=argv), ("pandas", "scipy.stats", "sympy", "pulp", "torch")) == []
 
 
 def test_the_check_sees_a_heavy_module():

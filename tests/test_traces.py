@@ -183,3 +183,40 @@ def test_mooncake_numbers_read_as_pandas_reads_them(tmp_path, stamps):
     with pytest.raises(PlanError) as excinfo:
         load_trace(path)
     assert "'input_length', line 2: 10.5 is not a whole number" in _one_line_error(excinfo)
+
+
+@pytest.mark.parametrize(("path", "kw"), [(MOONCAKE_FIXTURE, {}), (AZURE_FIXTURE, {}), (GENERIC_FIXTURE, {"columns": GENERIC_COLUMNS})])
+def test_read_trace_holds_load_traces_columns(path, kw):
+    """read_trace's numpy columns are load_trace's frame, column for column (names, dtypes, values,
+    attrs), and its frame is that frame; the Trace reads like it (trace[name], columns, len)."""
+    from prfaas_plan.workload.traces import read_trace
+
+    frame, trace = load_trace(path, **kw), read_trace(path, **kw)
+    assert trace.columns == tuple(frame.columns) and len(trace) == len(frame) and trace.attrs == frame.attrs
+    for name in ("arrival_s", "input_tokens", "output_tokens"):
+        assert trace[name].dtype == frame[name].dtype
+        np.testing.assert_array_equal(trace[name], frame[name].to_numpy())
+    if "hash_ids" in frame.columns:
+        assert trace["hash_ids"] == frame["hash_ids"].tolist()
+    assert trace.frame().equals(frame) and trace.frame().attrs == frame.attrs
+
+
+def test_read_trace_sorts_by_arrival_and_reads_mooncake_without_pandas(tmp_path):
+    """Rows out of order come sorted by arrival, ties in file order (as a stable sort of the frame);
+    a Mooncake file is read in a process that never imports pandas."""
+    import subprocess
+    import sys
+
+    from prfaas_plan.workload.traces import read_trace
+
+    rows = [{"timestamp": t, "input_length": 10 + i, "output_length": i, "hash_ids": [i]}
+            for i, t in enumerate([5, 1, 5, 0, 1])]
+    path = tmp_path / "t.jsonl"
+    path.write_text("\n".join(json.dumps(r) for r in rows) + "\n")
+    trace = read_trace(path)
+    assert trace.arrival_s.tolist() == [0.0, 0.001, 0.001, 0.005, 0.005]
+    assert trace.input_tokens.tolist() == [13, 11, 14, 10, 12] and trace.hash_ids == [[3], [1], [4], [0], [2]]
+    assert trace.frame().equals(load_trace(path))
+    code = (f"import sys; from prfaas_plan.workload.traces import read_trace; t = read_trace({str(MOONCAKE_FIXTURE)!r}); "
+            "print(len(t), 'pandas' in sys.modules)")
+    assert subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split() == ["30", "False"]

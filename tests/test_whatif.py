@@ -86,8 +86,11 @@ def page(tmp_path_factory):
     return path, parsed, json.loads(parsed.script_text["report-specs"])["what-if"]
 
 
-def cell_row(frame, link_gbps, prfaas_gpus, local_gpus, rows: int = 1):
-    """The ``rows`` rows of ``frame`` for one cell (1 in ``cells``, one per t in ``curve``)."""
+def cell_row(columns, link_gbps, prfaas_gpus, local_gpus, rows: int = 1):
+    """The ``rows`` rows of the grid's ``columns`` for one cell (1 in ``cells``, one per t in ``curve``)."""
+    import pandas as pd
+
+    frame = pd.DataFrame(columns)
     sel = frame[(frame.link_gbps == link_gbps) & (frame.prfaas_gpus == prfaas_gpus) & (frame.local_gpus == local_gpus)]
     assert len(sel) == rows, (link_gbps, prfaas_gpus, local_gpus)
     return sel
@@ -99,7 +102,8 @@ def test_grid_axes_centre_on_the_scenario(grid):
     assert grid.prfaas_gpus.tolist() == [16, 24, 32, 40, 48]
     assert grid.local_gpus.tolist() == [48, 56, 64, 72, 80]
     assert grid.t_tokens.tolist() == slider_t_grid().tolist()
-    assert len(grid.cells) == 8 * 5 * 5 and len(grid.curve) == 8 * 5 * 5 * len(grid.t_tokens)
+    assert {len(v) for v in grid.cells.values()} == {8 * 5 * 5}
+    assert {len(v) for v in grid.curve.values()} == {8 * 5 * 5 * len(grid.t_tokens)}
 
 
 @pytest.mark.parametrize("cell", [SCENARIO_CELL, *OTHER_CELLS])
@@ -347,7 +351,7 @@ def test_the_assembled_spec_is_altairs_nested_chart(grid):
 
     alt = _alt()
     start = W.initial_steps(grid, pp.load_scenario("paper-case-study"), None)
-    ymax = max(float(np.nanmax(grid.cells.lambda_max_rps)) * 1.1, 1e-3)
+    ymax = max(float(np.nanmax(grid.cells["lambda_max_rps"])) * 1.1, 1e-3)
     with debug_mode(False):
         nested = alt.vconcat(
             W._headline(alt, 860),

@@ -53,7 +53,7 @@ def _link_events(duration_s: Optional[float], rate_scale: float, load: Optional[
 def _collector_spared() -> Iterator[Callable[[], None]]:
     """Keep the cyclic garbage collector off what the command sets up and keeps to its end.
 
-    The set-up (the library's imports, pandas included, the trace and the plan: over 0.1 million
+    The set-up (the library's imports, the trace and the plan: over 0.1 million
     tracked objects, nearly all of them kept to the end) runs with the collector paused (its
     collections scanned them 0.1-0.2 s per run); the function this
     yields, called when the set-up is done, freezes what it made (``gc.freeze``) and lets the
@@ -125,7 +125,6 @@ def _planned_and_simulated(scenario: str, trace: Optional[Path], duration: Optio
                            set_up_done: Callable[[], None]) -> tuple[Scenario, PlanResult, SimResult]:
     """The scenario, its plan and the simulation of it; ``set_up_done`` is called between the
     plan and the simulation (see :func:`_collector_spared`)."""
-    import pandas  # noqa: F401  (the trace and the simulator's records use it: imported in the set-up)
     from rich.console import Console
     from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 

@@ -25,12 +25,11 @@ from prfaas_plan.scenario import Scenario, build_workload
 from prfaas_plan.units import GBPS_BITS_PER_S, GIB_BYTES
 
 if TYPE_CHECKING:
-    import pandas as pd
-
     from prfaas_plan.hardware import Instance
     from prfaas_plan.perf.roofline import MeasuredProfile
     from prfaas_plan.workload import LengthDist
     from prfaas_plan.workload.prefix_cache import TraceBlocks
+    from prfaas_plan.workload.traces import Trace
 
 LengthFn = Callable[[np.ndarray], np.ndarray]
 """A vectorised function of uncached lengths (tokens): prefill seconds, or bytes shipped."""
@@ -47,9 +46,10 @@ class PlanInputs:
     homogeneous baseline.
     link_bits_per_s: usable link rate (nominal x efficiency; exact mode);
     link_nominal_bits_per_s: B_out as written in Eq. 3 (paper mode).
-    trace / cache_blocks: the loaded trace of a trace workload (None otherwise) and its prefix-cache
+    trace / cache_blocks: the loaded trace of a trace workload (a :class:`~prfaas_plan.workload.traces.Trace`;
+    None otherwise) and its prefix-cache
     size in blocks (None = unlimited, 0 = off); with cache_blocks != 0, exact mode replays one cache
-    per cluster. The simulator replays the same frame rather than reading the file again.
+    per cluster. The simulator replays the same trace rather than reading the file again.
     blocks: the trace as prepared for the workload's replay (None: prepared on first use).
     staging: the decode side's staging memory (``decode.staging_memory``; None: not charged); with
     it, ``decode_batch_max`` is what :func:`prfaas_plan.planner.staging.staged_inputs` leaves.
@@ -71,7 +71,7 @@ class PlanInputs:
     n_baseline: int
     link_bits_per_s: float
     link_nominal_bits_per_s: float
-    trace: pd.DataFrame | None = None
+    trace: Trace | None = None
     cache_blocks: int | None = 0
     staging: Staging | None = None
     transfer_buffer_bytes: float | None = None

@@ -21,7 +21,7 @@ import numpy as np
 if TYPE_CHECKING:
     import pandas as pd
 
-    from prfaas_plan.analysis import Rows
+    from prfaas_plan.tabular import Rows
 
 # ----------------------------------------------------------------------------- style
 FONT = 'system-ui, -apple-system, "Segoe UI", Roboto, Helvetica, Arial, sans-serif'

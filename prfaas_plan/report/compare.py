@@ -41,8 +41,9 @@ from prfaas_plan.report.formulas import kv_pretty
 from prfaas_plan.report.page import Col, Figure, Report, Section, Table, _e, _table_html, _tokens
 
 if TYPE_CHECKING:
-    from prfaas_plan.analysis import CompareReport, Rows
+    from prfaas_plan.analysis import CompareReport
     from prfaas_plan.kvcache import CacheSettings
+    from prfaas_plan.tabular import Rows
 
 __all__ = ["DEFAULT_COMPARE_MODELS", "FLAGSHIP_PAIR", "build_compare", "compare_page", "write_compare"]
 

@@ -27,7 +27,7 @@ from prfaas_plan.report.charts import CHART_CONFIG, unvalidated
 if TYPE_CHECKING:
     import pandas as pd
 
-    from prfaas_plan.analysis import Rows
+    from prfaas_plan.tabular import Rows
 
 # ----------------------------------------------------------------------------- page template
 CSS = """
@@ -211,7 +211,8 @@ class Report:
     """A page: header (title, cards, lead), sections of HTML, figures and tables.
 
     ``result`` is the :class:`~prfaas_plan.planner.PlanResult` behind a plan report (None for a
-    comparison or a sweep); ``data`` holds the frames behind a comparison.
+    comparison or a sweep); ``data`` holds the numbers behind a page: a comparison's records, a plan
+    report's simulation, Figure 5 sweeps (numpy columns) and :class:`~prfaas_plan.analysis.PlanReport`.
     """
 
     kind: str

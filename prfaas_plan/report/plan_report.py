@@ -35,13 +35,14 @@ from prfaas_plan.report.files import _check_png_dir, _write
 from prfaas_plan.report.page import Col, Columns, Figure, Report, Section, Table, _e, _fmt, _tokens
 from prfaas_plan.report.plan_sections import _assumption_blocks, _formula_blocks, _inputs_blocks
 from prfaas_plan.report.whatif import whatif_section
+from prfaas_plan.tabular import columns_rows, frame_rows
 
 if TYPE_CHECKING:
-    import pandas as pd
-
+    from prfaas_plan import tabular
     from prfaas_plan.analysis import PlanReport
     from prfaas_plan.planner import PlanResult
     from prfaas_plan.scenario import Scenario
+    from prfaas_plan.tabular import Rows
 
 
 # ----------------------------------------------------------------------------- the plan report
@@ -72,6 +73,27 @@ def write_report(sc: Scenario | str | Path, path: str | Path, mode: str = "exact
     return _write(report, path, png)
 
 
+def _melt(cols: tabular.Columns, x: str, var: str, value: str, names: dict[str, str], label: str | None = None) -> Rows:
+    """``pd.DataFrame(cols).melt(id_vars=[x], value_vars=list(names), var_name=var, value_name=value)``
+    as records (the value columns one after another, their numbers promoted together), each
+    column's name under ``var`` given as ``names[column]``, or, with ``label``, kept and its
+    ``names`` entry added as ``label``."""
+    if not names:
+        return []
+    n = len(cols[x])
+    xs = np.asarray(cols[x]).tolist() * len(names)
+    values = np.concatenate([np.asarray(cols[k]) for k in names]).tolist()
+    keys = [k for k in names for _ in range(n)]
+    if label is None:
+        return [{x: a, var: names[k], value: v} for a, k, v in zip(xs, keys, values)]
+    return [{x: a, var: k, value: v, label: names[k]} for a, k, v in zip(xs, keys, values)]
+
+
+def _max(values) -> float:
+    """The largest value that is not NaN (pandas' ``Series.max``; NaN if none)."""
+    return max((v for v in values if v == v), default=math.nan)
+
+
 def _gpu_ratio(a: int, b: int) -> str:
     if a == 0:
         return f"0 : {b}"
@@ -84,8 +106,6 @@ def _gpu_ratio(a: int, b: int) -> str:
 @unvalidated
 def plan_page(a: PlanReport) -> Report:
     """Lay out a :class:`~prfaas_plan.analysis.PlanReport` as the plan report page."""
-    import pandas as pd
-
     alt = _alt()
     sc, res, sim, sim_note, seed = a.scenario, a.result, a.simulation, a.sim_note, a.seed
     inp, best = res.inputs, res.plan
@@ -93,8 +113,7 @@ def plan_page(a: PlanReport) -> Report:
     gpu_r, gpu_l = sc.prfaas_instance.gpu, sc.local_instance.gpu
     q = spec.slo.ttft_quantile
     qn = f"P{round(q * 100)}"
-    frame = a.plans.copy()
-    frame["label"] = [PLAN_LABELS.get(n, n) for n in frame["plan"]]
+    frame = [{**r, "label": PLAN_LABELS.get(r["plan"], r["plan"])} for r in a.plans]
     gains = {n: res.ratio(n) for n in res.baselines if res.baselines[n].lambda_max_rps > 0}
     ttft_col = f"p{round(q * 100)}_ttft_s_common_rate"
     common_rate = a.common_rate_rps
@@ -110,7 +129,7 @@ def plan_page(a: PlanReport) -> Report:
                    else "truncated log-normal lengths"))
     gain_txt = ", ".join(f"{g - 1:+.0%} vs {PLAN_LABELS.get(n, n)}" for n, g in gains.items())
     t_txt = _tokens(t_best) if t_best is not None else "none (nothing offloaded)"
-    ttft_best = float(frame.loc[frame.plan == best.name, ttft_col].iloc[0])
+    ttft_best = float(next(r[ttft_col] for r in frame if r["plan"] == best.name))
     cards = [
         ("Throughput Λmax", f"{best.lambda_max_rps:.2f} req/s", gain_txt or "no baseline"),
         ("Threshold t", f"{t_best / 1024:.1f}K" if t_best else "none",
@@ -148,32 +167,33 @@ def plan_page(a: PlanReport) -> Report:
         ("usd_per_million_tokens", "Cost per million tokens", best.usd_per_million_tokens, "$/M tokens", "usd3"),
         ("is_threshold", "Optimal routing is a threshold", best.is_threshold, "", "text"),
     ]
-    plan_df = pd.DataFrame([{"key": k, "quantity": lab, "value": v, "unit": u, "value_text": _fmt(v, f)}
-                            for k, lab, v, u, f in kv])
+    plan_df = frame_rows([{"key": k, "quantity": lab, "value": v, "unit": u, "value_text": _fmt(v, f)}
+                          for k, lab, v, u, f in kv])
     plan_tbl = Table("plan", plan_df, [Col("quantity", "Quantity", text=True), Col("value", "Value", display="value_text"),
                                        Col("unit", "Unit", text=True)], row_key="key",
                      caption=f"The recommended plan ({res.mode} mode)")
 
     stage_names = {"prfaas": "PrfaaS prefill (Eq. 3 compute, ÷ p)", "pd_p": "Local prefill PD-P (Eq. 4, ÷ (1 − p))",
                    "pd_d": "Decode PD-D (Eq. 5)", "link": "Inter-DC link (Eq. 3 bandwidth, ÷ p)"}
-    stages = a.stages.copy()
-    stages.insert(1, "name", [stage_names[k] for k in stages.stage])
+    stages = [{"stage": r["stage"], "name": stage_names[r["stage"]], **r} for r in a.stages]
     stage_tbl = Table("stages", stages,
                       [Col("name", "Stage", text=True), Col("rate_rps", "Rate it alone sustains", "requests/s"),
                        Col("utilisation", "Busy at Λmax", fmt="pct"), Col("instances", "Instances", fmt="int")],
                       row_key="stage", caption="Each stage's capacity; the smallest one is Λmax (Eq. 6)")
-    stage_tbl.highlight = str(stages.stage[stages.rate_rps.idxmin()])
+    stage_tbl.highlight = str(min((r for r in stages if r["rate_rps"] == r["rate_rps"]),
+                                  key=lambda r: r["rate_rps"])["stage"])
     # ---- baselines
-    names = list(frame["plan"])
-    bar_df = frame[["plan", "label", "lambda_max_rps", "throughput_vs_this"]].copy()
-    bar_df["text"] = [f"{v:.2f} req/s" + ("" if n == best.name else f"  (PrfaaS-PD: {g:.2f}×)")
-                      for n, v, g in zip(bar_df.plan, bar_df.lambda_max_rps, bar_df.throughput_vs_this)]
+    names = [r["plan"] for r in frame]
+    bar_df = [{k: r[k] for k in ("plan", "label", "lambda_max_rps", "throughput_vs_this")} for r in frame]
+    for r in bar_df:
+        r["text"] = f"{r['lambda_max_rps']:.2f} req/s" + (
+            "" if r["plan"] == best.name else f"  (PrfaaS-PD: {r['throughput_vs_this']:.2f}×)")
     base = alt.Chart(chart_data(bar_df)).encode(
         y=alt.Y("label:N", sort=[PLAN_LABELS.get(n, n) for n in names], title=None),
         x=alt.X("lambda_max_rps:Q", title="maximum throughput Λmax (requests/s)", scale=alt.Scale(nice=True)))
     bars = base.mark_bar(height=26).encode(color=alt.Color("label:N", scale=_plan_scale(names), legend=None))
     labels = base.mark_text(align="left", dx=4, fontSize=11.5, color="#1d2330").encode(text=alt.Text("text:N"))
-    xmax = float(bar_df.lambda_max_rps.max()) * 1.45
+    xmax = float(_max(r["lambda_max_rps"] for r in bar_df)) * 1.45
     bars_chart = props(alt.layer(bars, labels).encode(x=alt.X("lambda_max_rps:Q", scale=alt.Scale(domain=[0, xmax]),
                                                         title="maximum throughput Λmax (requests/s)")),
         width=BAR_WIDTH, height=40 * len(names) + 20,
@@ -212,28 +232,25 @@ def plan_page(a: PlanReport) -> Report:
     series = {"lambda_max_rps": "Λmax (Eq. 6)", "prfaas_rps": "PrfaaS: Θprfaas / p",
               "pd_p_rps": "PD-P: Θpdp / (1 − p)", "pd_d_rps": "PD-D: Θpdd"}
     s_colors = ["#1d2330", "#1f6fb2", "#e08a2c", "#3a9b5c"]
-    lam_peak = float(np.nanmax(sw_t.lambda_max_rps)) if len(sw_t) else best.lambda_max_rps
+    lam_peak = float(np.nanmax(sw_t["lambda_max_rps"])) if len(sw_t["lambda_max_rps"]) else best.lambda_max_rps
     ymax = max(lam_peak, best.lambda_max_rps) * 2.2
 
     def sweep_chart(df, xcol, xenc, title, subtitle, rule_x, rule_label):
-        long = df.melt(id_vars=[xcol], value_vars=list(series), var_name="key", value_name="rps")
-        long["series"] = long["key"].map(series)
-        long = long.dropna(subset=["rps"])
+        long = [r for r in _melt(df, xcol, "key", "rps", series, label="series") if r["rps"] == r["rps"]]
         lines = alt.Chart(chart_data(long)).mark_line(clip=True, interpolate="linear").encode(
             x=xenc, y=alt.Y("rps:Q", title="request rate (requests/s)", scale=alt.Scale(domain=[0, ymax])),
             color=alt.Color("series:N", title=None, scale=alt.Scale(domain=list(series.values()), range=s_colors)),
             strokeDash=alt.StrokeDashValue(**alt.condition(alt.datum.key == "lambda_max_rps", alt.value([1, 0]),
                                                             alt.value([5, 3]))),
             size=alt.SizeValue(**alt.condition(alt.datum.key == "lambda_max_rps", alt.value(3.2), alt.value(1.8))))
-        rule_df = pd.DataFrame({xcol: [rule_x], "label": [rule_label]})
-        rule_data = chart_data(rule_df)
+        rule_data = chart_data(frame_rows([{xcol: rule_x, "label": rule_label}]))
         rule = alt.Chart(rule_data).mark_rule(color="#c8443c", strokeDash=[2, 2]).encode(x=alt.X(f"{xcol}:Q"))
         text = alt.Chart(rule_data).mark_text(align="left", dx=4, dy=-6, color="#c8443c", fontSize=11).encode(
             x=alt.X(f"{xcol}:Q"), y=alt.YValue(8), text=alt.Text("label:N"))
         return props(alt.layer(lines, rule, text), width=CHART_WIDTH, height=CHART_HEIGHT,
                                                        title=alt.Title(title, subtitle=subtitle))
 
-    lo_t, hi_t = float(sw_t.threshold_tokens.min()), float(sw_t.threshold_tokens.max())
+    lo_t, hi_t = float(np.nanmin(sw_t["threshold_tokens"])), float(np.nanmax(sw_t["threshold_tokens"]))
     ch_t = sweep_chart(
         sw_t, "threshold_tokens",
         alt.X("threshold_tokens:Q", scale=alt.Scale(type="log", domain=[lo_t, hi_t], nice=False),
@@ -246,11 +263,11 @@ def plan_page(a: PlanReport) -> Report:
               scale=alt.Scale(domain=[0, max(inp.n_local - 1, 1)]), axis=alt.Axis(tickMinStep=1, format="d")),
         "Λmax against the P:D split", f"paper model (Eqs. 3-6), t = {_tokens(t_ref)} tokens", n_p_best,
         f"N_p = {n_p_best}")
-    sw_t_tbl = Table("sweep-threshold", sw_t, [
+    sw_t_tbl = Table("sweep-threshold", columns_rows(sw_t), [
         Col("threshold_tokens", "t", "tokens", "int"), Col("offload_fraction", "p", "", "pct"),
         Col("prfaas_rps", "PrfaaS", "requests/s"), Col("pd_p_rps", "PD-P", "requests/s"),
         Col("pd_d_rps", "PD-D", "requests/s"), Col("lambda_max_rps", "Λmax", "requests/s")])
-    sw_n_tbl = Table("sweep-np", sw_n, [
+    sw_n_tbl = Table("sweep-np", columns_rows(sw_n), [
         Col("n_pd_p", "N_p", "instances", "int"), Col("n_pd_d", "N_d", "instances", "int"),
         Col("prfaas_rps", "PrfaaS", "requests/s"), Col("pd_p_rps", "PD-P", "requests/s"),
         Col("pd_d_rps", "PD-D", "requests/s"), Col("lambda_max_rps", "Λmax", "requests/s")], row_key="n_pd_p")
@@ -263,18 +280,17 @@ def plan_page(a: PlanReport) -> Report:
     sections.append(whatif_section(sc, res, a.whatif))
 
     # ---- TTFT
-    def cdf_frame(df: pd.DataFrame) -> pd.DataFrame:
-        df = df.copy()
-        df.insert(3, "label", [PLAN_LABELS.get(n, n) + " (model)" for n in df.plan])
-        return df
+    def cdf_frame(rows: Rows) -> Rows:
+        return [{"ttft_s": r["ttft_s"], "cdf": r["cdf"], "plan": r["plan"],
+                 "label": PLAN_LABELS.get(r["plan"], r["plan"]) + " (model)", "rate_rps": r["rate_rps"]} for r in rows]
 
     def cdf_chart(df, title, subtitle, extra=None):
-        plans_here = list(dict.fromkeys(df.plan))
+        plans_here = list(dict.fromkeys(r["plan"] for r in df))
         dom = [PLAN_LABELS.get(n, n) + " (model)" for n in plans_here]
         rng = [PLAN_COLORS.get(n, "#5b6578") for n in plans_here]
         layers = []
         if extra is not None:
-            dom.append(extra.label.iloc[0])
+            dom.append(extra[0]["label"])
             rng.append("#c8443c")
         color = alt.Color("label:N", title=None, scale=alt.Scale(domain=dom, range=rng), legend=alt.Legend(columns=2))
         layers.append(alt.Chart(chart_data(df)).mark_line().encode(
@@ -285,9 +301,9 @@ def plan_page(a: PlanReport) -> Report:
             layers.append(alt.Chart(chart_data(extra)).mark_line(strokeDash=[5, 3], clip=True).encode(
                 x=alt.X("ttft_s:Q"), y=alt.Y("cdf:Q"), color=color))
         if spec.slo.ttft_s is not None:
-            slo_df = pd.DataFrame({"x": [spec.slo.ttft_s], "label": [f"{qn} SLO {spec.slo.ttft_s:g} s"]})
+            slo_df = frame_rows([{"x": spec.slo.ttft_s, "label": f"{qn} SLO {spec.slo.ttft_s:g} s"}])
             layers.append(alt.Chart(chart_data(slo_df)).mark_rule(color="#c8443c", strokeDash=[2, 2]).encode(x=alt.X("x:Q")))
-        q_df = chart_data(pd.DataFrame({"y": [q], "label": [qn]}))
+        q_df = chart_data(frame_rows([{"y": q, "label": qn}]))
         layers.append(alt.Chart(q_df).mark_rule(color="#9aa3b2", strokeDash=[2, 3]).encode(y=alt.Y("y:Q")))
         layers.append(alt.Chart(q_df).mark_text(align="right", dy=-6, color="#5b6578", fontSize=10.5).encode(
             y=alt.Y("y:Q"), x=alt.XValue(CHART_WIDTH - 2), text=alt.Text("label:N")))
@@ -297,7 +313,8 @@ def plan_page(a: PlanReport) -> Report:
     cdf_common = cdf_frame(a.ttft_cdf_common)
     sim_cdf = None
     if a.sim_ttft_cdf is not None:
-        sim_cdf = a.sim_ttft_cdf.assign(label=f"PrfaaS-PD (simulated, {a.sim_requests:,} requests)")
+        sim_label = f"PrfaaS-PD (simulated, {a.sim_requests:,} requests)"
+        sim_cdf = [{**r, "label": sim_label} for r in columns_rows(a.sim_ttft_cdf)]
     sim_load = spec.load
     cdf_own = cdf_frame(a.ttft_cdf_own)
     ch_c = cdf_chart(cdf_common, "TTFT distribution at a common rate",
@@ -305,8 +322,9 @@ def plan_page(a: PlanReport) -> Report:
     ch_o = cdf_chart(cdf_own, "TTFT distribution at each plan's own load",
                      f"each plan at {spec.load:.0%} of its own Λmax; M/G/c model"
                      + ("; dashed: simulation" if sim_cdf is not None else ""), sim_cdf)
-    ttft_tbl = Table("ttft", res.ttft.assign(label=[PLAN_LABELS.get(n, n) for n in res.ttft.plan],
-                                            key=[f"{p}|{bs}|{pa}" for p, bs, pa in zip(res.ttft.plan, res.ttft.basis, res.ttft.path)]),
+    ttft_rows = [{**r, "label": PLAN_LABELS.get(r["plan"], r["plan"]), "key": f"{r['plan']}|{r['basis']}|{r['path']}"}
+                 for r in frame_rows(list(res.ttft_records))]
+    ttft_tbl = Table("ttft", ttft_rows,
                      [Col("label", "Plan", text=True), Col("basis", "Rate basis", text=True),
                       Col("path", "Path", text=True), Col("rate_rps", "Rate", "requests/s"),
                       Col("mean_s", "Mean", "s"), Col("p50_s", "P50", "s"), Col("p90_s", "P90", "s"),
@@ -317,11 +335,11 @@ def plan_page(a: PlanReport) -> Report:
         "layer-wise pipelining does not hide + the first decode step. Paths: <i>prfaas</i> (long requests, "
         "remote prefill), <i>pd_p</i> (short requests, local prefill), <i>all</i> (the mixture).</p>",
         Figure("ttft-cdf-common-rate", ch_c, "Analytic CDFs (queueing.TTFTDist.cdf) over a grid of TTFT values.",
-               Table("ttft-cdf-common-rate-data", cdf_common[cdf_common.index % 8 == 0].reset_index(drop=True),
+               Table("ttft-cdf-common-rate-data", cdf_common[::8],
                      [Col("label", "Plan", text=True), Col("ttft_s", "TTFT", "s"), Col("cdf", "P(TTFT ≤ x)", "", "pct")])),
         Figure("ttft-cdf-own-load", ch_o, "Each plan at the same fraction of its own capacity"
                + (" (dashed: the simulator's requests)." if sim_cdf is not None else "."),
-               Table("ttft-cdf-own-load-data", cdf_own[cdf_own.index % 8 == 0].reset_index(drop=True),
+               Table("ttft-cdf-own-load-data", cdf_own[::8],
                      [Col("label", "Plan", text=True), Col("ttft_s", "TTFT", "s"), Col("cdf", "P(TTFT ≤ x)", "", "pct")])),
         ttft_tbl,
     ]
@@ -333,15 +351,16 @@ def plan_page(a: PlanReport) -> Report:
     ts_blocks: list = []
     if a.timeseries is not None:
         ts, dt, win = a.timeseries.frame, a.timeseries.dt_s, a.timeseries.window
-        link_df = chart_data(pd.DataFrame({"y": [spec.link.gbps, spec.link.gbps * spec.link.efficiency],
-                                           "label": [f"link {spec.link.gbps:g} Gbps", f"usable {spec.link.gbps * spec.link.efficiency:g} Gbps"]}))
-        eg_df = pd.DataFrame({"time_s": ts.time_s, "raw": ts.egress_gbps, "mean": a.timeseries.egress_mean_gbps})
-        eg_long = eg_df.melt(id_vars=["time_s"], var_name="key", value_name="gbps")
-        eg_long["kind"] = eg_long["key"].map({"raw": f"per {dt:g} s", "mean": f"{win * dt:g} s moving mean"})
+        usable = spec.link.gbps * spec.link.efficiency
+        link_df = chart_data(frame_rows([{"y": spec.link.gbps, "label": f"link {spec.link.gbps:g} Gbps"},
+                                         {"y": usable, "label": f"usable {usable:g} Gbps"}]))
+        eg_df = {"time_s": ts["time_s"], "raw": ts["egress_gbps"], "mean": a.timeseries.egress_mean_gbps}
+        eg_long = _melt(eg_df, "time_s", "key", "gbps", {"raw": f"per {dt:g} s", "mean": f"{win * dt:g} s moving mean"},
+                        label="kind")
         plan_mean = a.egress_at_load_gbps
         # the planner's mean lies inside the series, so it is named in the legend, not by a label on it
-        mean_df = pd.DataFrame({"y": [plan_mean], "kind": [f"planner mean {plan_mean:.1f} Gbps"]})
-        kinds = alt.Scale(domain=[f"per {dt:g} s", f"{win * dt:g} s moving mean", mean_df.kind[0]],
+        mean_df = frame_rows([{"y": plan_mean, "kind": f"planner mean {plan_mean:.1f} Gbps"}])
+        kinds = alt.Scale(domain=[f"per {dt:g} s", f"{win * dt:g} s moving mean", mean_df[0]["kind"]],
                           range=["#a9c8e6", "#1f4f82", "#e08a2c"])
         eg = props(alt.layer(
             alt.Chart(chart_data(eg_long)).mark_line().encode(
@@ -355,9 +374,8 @@ def plan_page(a: PlanReport) -> Report:
                 y=alt.Y("y:Q"), x=alt.XValue(CHART_WIDTH), text=alt.Text("label:N")),
         ), width=CHART_WIDTH, height=CHART_HEIGHT, title=alt.Title(
             "Inter-DC egress over time", subtitle=f"simulation at {sim_load:.0%} of Λmax, seed {seed}"))
-        qlong = ts.melt(id_vars=["time_s"], value_vars=[c for c in ("remote_queue", "local_queue") if c in ts],
-                        var_name="queue", value_name="waiting")
-        qlong["queue"] = qlong["queue"].map({"remote_queue": "PrfaaS prefill queue", "local_queue": "local prefill queue"})
+        queues = {"remote_queue": "PrfaaS prefill queue", "local_queue": "local prefill queue"}
+        qlong = _melt(ts, "time_s", "queue", "waiting", {k: v for k, v in queues.items() if k in ts})
         qc = props(alt.Chart(chart_data(qlong)).mark_line(strokeWidth=1.5).encode(
             x=alt.X("time_s:Q", title="simulated time (s)"), y=alt.Y("waiting:Q", title="requests waiting"),
             color=alt.Color("queue:N", title=None)),
@@ -372,14 +390,14 @@ def plan_page(a: PlanReport) -> Report:
     sections.append(Section("timeseries", "Egress and queues over time", ts_blocks))
 
     # ---- cost
-    cost = frame[["plan", "label", "cost_usd_per_hour", "usd_per_million_tokens", "rps_per_usd_hour",
-                  "gpus_remote", "gpus_local", "lambda_max_rps", "remote_usd_per_hour", "local_usd_per_hour",
-                  "link_usd_per_hour"]].copy()
-    cost["text"] = [f"${v:.3f}" for v in cost.usd_per_million_tokens]
+    cost_keys = ("plan", "label", "cost_usd_per_hour", "usd_per_million_tokens", "rps_per_usd_hour", "gpus_remote",
+                 "gpus_local", "lambda_max_rps", "remote_usd_per_hour", "local_usd_per_hour", "link_usd_per_hour")
+    cost = [{**{k: r[k] for k in cost_keys}, "text": f"${r['usd_per_million_tokens']:.3f}"} for r in frame]
     cb = alt.Chart(chart_data(cost)).encode(
         y=alt.Y("label:N", sort=[PLAN_LABELS.get(n, n) for n in names], title=None),
         x=alt.X("usd_per_million_tokens:Q", title="cost ($ per million tokens, input + output)",
-                scale=alt.Scale(domain=[0, float(cost.usd_per_million_tokens.replace(np.inf, np.nan).max()) * 1.3])))
+                scale=alt.Scale(domain=[0, float(_max(r["usd_per_million_tokens"] for r in cost
+                                                      if r["usd_per_million_tokens"] != math.inf)) * 1.3])))
     cost_chart = props(alt.layer(
         cb.mark_bar(height=26).encode(color=alt.Color("label:N", scale=_plan_scale(names), legend=None)),
         cb.mark_text(align="left", dx=4, fontSize=11.5, color="#1d2330").encode(text=alt.Text("text:N")),

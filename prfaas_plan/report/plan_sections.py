@@ -12,6 +12,7 @@ from prfaas_plan.perf.latency import latency_source
 from prfaas_plan.report.charts import CHART_HEIGHT, CHART_WIDTH, _log_token_axis, chart_data, props
 from prfaas_plan.report.formulas import kv_latex, kv_pretty
 from prfaas_plan.report.page import Col, Figure, Table, _e, _tokens
+from prfaas_plan.tabular import columns_rows, frame_rows
 
 if TYPE_CHECKING:
     from prfaas_plan.analysis import PlanReport
@@ -21,8 +22,6 @@ if TYPE_CHECKING:
 
 
 def _inputs_blocks(a: PlanReport, alt) -> list:
-    import pandas as pd
-
     sc, res = a.scenario, a.result
     spec, inp = sc.spec, res.inputs
     w = spec.workload
@@ -62,19 +61,20 @@ def _inputs_blocks(a: PlanReport, alt) -> list:
                                               f"{inp.decode_source}"),
         ("load", "Load for TTFT", f"{spec.load:.0%} of Λmax"),
     ]
-    inputs_tbl = Table("inputs", pd.DataFrame([{"key": k, "item": a, "value": v} for k, a, v in rows]),
+    inputs_tbl = Table("inputs", [{"key": k, "item": a, "value": v} for k, a, v in rows],
                        [Col("item", "Input", text=True), Col("value", "Value", text=True)], row_key="key",
                        caption=f"Scenario {spec.id} ({sc.origin_label})")
 
     # length distribution, split by route
     dist = a.length_distribution
-    edges = [float(dist.lo_tokens.iloc[0]), float(dist.hi_tokens.iloc[-1])]
-    long = pd.concat([  # stacked by hand: remote at the bottom, local on top
-        pd.DataFrame({"lo_tokens": dist.lo_tokens, "hi_tokens": dist.hi_tokens, "path": "PrfaaS (remote prefill)",
-                      "y0": 0.0, "y1": dist.prfaas}),
-        pd.DataFrame({"lo_tokens": dist.lo_tokens, "hi_tokens": dist.hi_tokens, "path": "PD-P (local prefill)",
-                      "y0": dist.prfaas, "y1": dist.prfaas + dist.local})], ignore_index=True)
-    long = long[long.y1 > long.y0]
+    edges = [float(dist["lo_tokens"][0]), float(dist["hi_tokens"][-1])]
+    lo, hi, remote = dist["lo_tokens"].tolist(), dist["hi_tokens"].tolist(), dist["prfaas"].tolist()
+    long = [  # stacked by hand: remote at the bottom, local on top
+        *({"lo_tokens": a, "hi_tokens": b, "path": "PrfaaS (remote prefill)", "y0": 0.0, "y1": y}
+          for a, b, y in zip(lo, hi, remote)),
+        *({"lo_tokens": a, "hi_tokens": b, "path": "PD-P (local prefill)", "y0": y0, "y1": y1}
+          for a, b, y0, y1 in zip(lo, hi, remote, (dist["prfaas"] + dist["local"]).tolist()))]
+    long = [r for r in long if r["y1"] > r["y0"]]
     hist = props(alt.Chart(chart_data(long)).mark_rect(stroke="white", strokeWidth=0.5).encode(
         x=alt.X("lo_tokens:Q", scale=alt.Scale(type="log", domain=[float(edges[0]), float(edges[-1])], nice=False),
                 axis=_log_token_axis("uncached prompt length (tokens, log scale)")),
@@ -84,7 +84,7 @@ def _inputs_blocks(a: PlanReport, alt) -> list:
             domain=["PrfaaS (remote prefill)", "PD-P (local prefill)"], range=["#1f6fb2", "#e08a2c"])),
     ), width=CHART_WIDTH, height=CHART_HEIGHT, title=alt.Title(
         "Where requests are prefilled", subtitle=f"the workload's uncached lengths, routed by the {res.mode}-mode plan"))
-    dist_tbl = Table("length-distribution", dist, [
+    dist_tbl = Table("length-distribution", columns_rows(dist), [
         Col("lo_tokens", "From", "tokens", "int"), Col("hi_tokens", "To", "tokens", "int"),
         Col("prfaas", "PrfaaS", "share", "{:.4f}"), Col("local", "PD-P", "share", "{:.4f}")])
 
@@ -93,7 +93,7 @@ def _inputs_blocks(a: PlanReport, alt) -> list:
     r_src = "measured" if sc.prfaas_profile is not None else "modelled"
     l_src = "measured" if sc.local_profile is not None else "modelled"
     k_src = "measured" if sc.prfaas_profile is not None and sc.prfaas_profile.kv_bytes is not None else "cache model"
-    per_tbl = Table("per-length", per, [
+    per_tbl = Table("per-length", columns_rows(per), [
         Col("tokens", "Length", "tokens", "tokens"),
         Col("t_remote_s", f"T_prefill {sc.prfaas_instance.name}", f"s ({r_src})"),
         Col("t_local_s", f"T_prefill {sc.local_instance.name}", f"s ({l_src})"),
@@ -104,8 +104,6 @@ def _inputs_blocks(a: PlanReport, alt) -> list:
 
 
 def _formula_blocks(a: PlanReport) -> list:
-    import pandas as pd
-
     sc, res = a.scenario, a.result
     m = sc.model
     pretty, latex = kv_pretty(a.kv_formula), kv_latex(a.kv_formula)
@@ -120,7 +118,7 @@ def _formula_blocks(a: PlanReport) -> list:
               "l_short": ("l_short = E[L | L ≤ t]", "tokens"), "theta_prfaas": ("Θ_prfaas (Eq. 3)", "requests/s"),
               "theta_pdp": ("Θ_pdp (Eq. 4)", "requests/s"), "theta_pdd": ("Θ_pdd (Eq. 5)", "requests/s"),
               "lambda_max": ("Λmax (Eq. 6)", "requests/s")}
-    eq_rows = pd.DataFrame([{"key": k, "quantity": q, "value": at[k], "unit": u} for k, (q, u) in labels.items()])
+    eq_rows = frame_rows([{"key": k, "quantity": q, "value": at[k], "unit": u} for k, (q, u) in labels.items()])
     eq_tbl = Table("equations-at-plan", eq_rows, [Col("quantity", "Quantity", text=True), Col("value", "Value"),
                                                   Col("unit", "Unit", text=True)], row_key="key",
                    caption=f"The paper's equations evaluated at this plan's t = {_tokens(t)} and N_p = {best.instances['pd_p']}")

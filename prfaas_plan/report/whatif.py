@@ -20,6 +20,7 @@ import numpy as np
 from prfaas_plan.analysis import T_POINTS, WhatIf, WhatIfGrid, initial_steps, whatif_grid
 from prfaas_plan.report.charts import AssembledSpec, _alt, _log_token_axis, props
 from prfaas_plan.report.page import Col, Figure, Section, Table, _e, _tokens
+from prfaas_plan.tabular import columns_rows
 
 if TYPE_CHECKING:
     from prfaas_plan.planner import PlanResult
@@ -49,15 +50,15 @@ def _rounded(values, decimals: int) -> list:
 def chart_rows(g: WhatIfGrid) -> list[dict]:
     """The chart's data: one row per cell, the optimum as fields, the per-t curve as arrays
     (``t_tokens``, ``t_n_pd_p`` and ``t_`` + each :data:`ROUND` key)."""
-    c, n = g.cells, len(g.cells)
-    per_t = {"t_tokens": g.curve.t_tokens.to_numpy().astype(int).reshape(n, -1).tolist(),
-             "t_n_pd_p": g.curve.n_pd_p.to_numpy().astype(int).reshape(n, -1).tolist(),
-             **{f"t_{k}": _rounded(g.curve[k].to_numpy().reshape(n, -1), d) for k, d in ROUND.items()}}
-    cols = {"link_gbps": c.link_gbps.astype(float).tolist(), "prfaas_gpus": c.prfaas_gpus.astype(int).tolist(),
-            "local_gpus": c.local_gpus.astype(int).tolist(),
-            "threshold_tokens": _rounded(c.threshold_tokens, 0),
+    c, cv, n = g.cells, g.curve, len(g.cells["link_gbps"])
+    per_t = {"t_tokens": cv["t_tokens"].astype(int).reshape(n, -1).tolist(),
+             "t_n_pd_p": cv["n_pd_p"].astype(int).reshape(n, -1).tolist(),
+             **{f"t_{k}": _rounded(cv[k].reshape(n, -1), d) for k, d in ROUND.items()}}
+    cols = {"link_gbps": c["link_gbps"].astype(float).tolist(), "prfaas_gpus": c["prfaas_gpus"].astype(int).tolist(),
+            "local_gpus": c["local_gpus"].astype(int).tolist(),
+            "threshold_tokens": _rounded(c["threshold_tokens"], 0),
             **{k: c[k].astype(int).tolist() for k in ("n_prfaas", "n_pd_p", "n_pd_d")},
-            "n_local": (c.n_pd_p + c.n_pd_d).astype(int).tolist(),
+            "n_local": (c["n_pd_p"] + c["n_pd_d"]).astype(int).tolist(),
             **{k: _rounded(c[k], d) for k, d in ROUND.items()}, **per_t}
     return [dict(zip(cols, vals)) for vals in zip(*cols.values())]
 
@@ -170,7 +171,7 @@ def whatif_chart(g: WhatIfGrid, start: dict, gpu_r: str, gpu_l: str) -> Assemble
     top level (data, params, theme, schema) and each of the two rows (as parts of that chart),
     which are put in its ``vconcat`` as they are, not copied again with every level."""
     alt = _alt()
-    ymax = max(float(np.nanmax(g.cells.lambda_max_rps)) * 1.1, 1e-3)
+    ymax = max(float(np.nanmax(g.cells["lambda_max_rps"])) * 1.1, 1e-3)
     data = alt.Data(name=DATASET)
     body = alt.hconcat(_curve_chart(alt, g, start, ymax, 430, 240), _link_chart(alt, g, ymax, 300, 240))
     params = [p.param for p in _params(alt, g, start, gpu_r, gpu_l)]  # not add_params: it copies every layer
@@ -181,8 +182,8 @@ def whatif_chart(g: WhatIfGrid, start: dict, gpu_r: str, gpu_l: str) -> Assemble
 
 
 def _grid_table(g: WhatIfGrid, gpu_r: str, gpu_l: str) -> Table:
-    keys = [f"{c.link_gbps:g}|{c.prfaas_gpus}|{c.local_gpus}" for c in g.cells.itertuples()]
-    return Table("whatif-grid", g.cells.assign(key=keys), [
+    rows = [{**r, "key": f"{r['link_gbps']:g}|{r['prfaas_gpus']}|{r['local_gpus']}"} for r in columns_rows(g.cells)]
+    return Table("whatif-grid", rows, [
         Col("link_gbps", "Link", "Gbps", "{:g}"), Col("prfaas_gpus", "PrfaaS", f"{gpu_r} GPUs", "int"),
         Col("local_gpus", "Local", f"{gpu_l} GPUs", "int"), Col("threshold_tokens", "Best t", "tokens", "int"),
         Col("n_prfaas", "PrfaaS", "instances", "int"), Col("n_pd_p", "PD-P", "instances", "int"),
@@ -196,9 +197,9 @@ def whatif_section(sc: Scenario, res: PlanResult, w: WhatIf) -> Section:
     """The report's "What if" section: what its numbers are, the sliders, the chart and the grid."""
     g, here, t_here, start = w.grid, w.here, w.t_tokens, w.start
     gpu_r, gpu_l = sc.prfaas_instance.gpu.id.upper(), sc.local_instance.gpu.id.upper()
-    best = (f"{here.lambda_max_rps:.3f} req/s at "
+    best = (f"{here['lambda_max_rps']:.3f} req/s at "
             + (f"t = {_tokens(t_here)} tokens" if t_here is not None else "no offload")
-            + f", {int(here.n_prfaas)} + {int(here.n_pd_p)} + {int(here.n_pd_d)} instances")
+            + f", {int(here['n_prfaas'])} + {int(here['n_pd_p'])} + {int(here['n_pd_d'])} instances")
     if res.mode == "paper":
         vs = f"At the scenario's settings they are the plan above: {best}."
     else:

@@ -26,6 +26,7 @@ if TYPE_CHECKING:
     from prfaas_plan.planner import PlanResult
     from prfaas_plan.scenario import Scenario
     from prfaas_plan.sim.params import Setup
+    from prfaas_plan.workload.traces import Trace
 
 CHUNK_REQUESTS = 1 << 16  # requests generated, and records handed on, at a time (a power of two)
 MAX_SIM_REQUESTS = 100_000_000  # expected arrivals of one synthetic run (~1e6 simulate in a minute)
@@ -163,13 +164,18 @@ def synthetic(setup: Setup, times: Callable[[np.random.Generator, int], Iterator
     one generator gives all the arrival times, then all the lengths, then all the routing draws.
     A first pass over the times and the lengths (kept nowhere) finds where each of the three
     streams starts; then they are replayed side by side from copies of the generator."""
+    from prfaas_plan.workload import TruncatedLogNormal
+
     at_times = copy.deepcopy(rng)
     n = sum(part.size for part in times(rng, chunk))
     if n == 0:
         raise InvalidInput("no request arrives in the simulated time; raise the rate or the duration")
     at_lengths = copy.deepcopy(rng)
-    for lo in range(0, n, chunk):
-        setup.lengths.sample(min(chunk, n - lo), rng)
+    for lo in range(0, n, chunk):  # the lengths' draws, skipped
+        if type(setup.lengths) is TruncatedLogNormal:  # its sample() is rint(quantile(rng.random(m))): the uniforms only
+            rng.random(min(chunk, n - lo))
+        else:
+            setup.lengths.sample(min(chunk, n - lo), rng)
     at_route = rng
     output_tokens = max(int(round(setup.output_tokens)), 1)
 
@@ -181,40 +187,41 @@ def synthetic(setup: Setup, times: Callable[[np.random.Generator, int], Iterator
     return Source(n, horizon_s, chunks(), chunk)
 
 
-def as_trace(trace: str | Path | pd.DataFrame) -> pd.DataFrame:
-    """A trace file (:func:`workload.load_trace`) or DataFrame as a frame sorted by arrival."""
-    import pandas as pd
+def as_trace(trace: str | Path | pd.DataFrame | Trace) -> Trace:
+    """A trace file (:func:`workload.read_trace`), :class:`workload.traces.Trace` or DataFrame (as
+    :func:`workload.load_trace` makes it) as a :class:`Trace` sorted by arrival."""
+    from pathlib import Path
 
-    from prfaas_plan.workload import load_trace
+    from prfaas_plan.workload.traces import Trace, read_trace
 
-    if isinstance(trace, pd.DataFrame):
-        for col in ("arrival_s", "input_tokens", "output_tokens"):
-            if col not in trace.columns:
-                raise InvalidInput(f"trace: no {col!r} column; load traces with load_trace()")
-        return trace.sort_values("arrival_s", kind="stable").reset_index(drop=True)
-    return load_trace(trace)
+    if isinstance(trace, (str, Path)):
+        return read_trace(trace)
+    if isinstance(trace, Trace):
+        return trace.sorted()
+    for col in ("arrival_s", "input_tokens", "output_tokens"):
+        if col not in getattr(trace, "columns", ()):
+            raise InvalidInput(f"trace: no {col!r} column; load traces with load_trace()")
+    return Trace.of_frame(trace).sorted()
 
 
-def trace_source(trace: str | Path | pd.DataFrame, duration_s: float | None, rate_scale: float,
+def trace_source(trace: str | Path | pd.DataFrame | Trace, duration_s: float | None, rate_scale: float,
                  rng: np.random.Generator) -> Source:
     """A trace's requests arriving before ``duration_s`` (all: None), timestamps divided by ``rate_scale``."""
-    frame = as_trace(trace)
-    t = frame["arrival_s"].to_numpy(dtype=float)
+    tr = as_trace(trace)
+    t = tr.arrival_s
     t = (t - (t.min() if len(t) else 0.0)) / rate_scale
     keep = np.ones(len(t), bool) if duration_s is None else t < duration_s
     if not keep.any():
         raise InvalidInput("--duration: no trace request arrives within it; lengthen it")
     # block ids as lists: a list is taken as it is (the engine only reads them; copying 10^4 costs 20 ms)
-    hashes = ([h if type(h) is list else list(h) for h in frame["hash_ids"][keep].tolist()]
-              if "hash_ids" in frame.columns else None)
+    hashes = None if tr.hash_ids is None else [h for h, k in zip(tr.hash_ids, keep.tolist()) if k]
     horizon = float(duration_s) if duration_s is not None else float(t[keep].max())
-    arr = Arrivals(t[keep], frame["input_tokens"].to_numpy(dtype=np.int64)[keep],
-                   frame["output_tokens"].to_numpy(dtype=np.int64)[keep], hashes)
+    arr = Arrivals(t[keep], tr.input_tokens[keep], tr.output_tokens[keep], hashes)
     return chunked(arr, horizon, rng, CHUNK_REQUESTS)
 
 
 def source_for(setup: Setup, sc: Scenario, res: PlanResult, rate_rps: float | None, load: float | None,
-               duration_s: float | None, trace: str | Path | pd.DataFrame | None, rate_scale: float,
+               duration_s: float | None, trace: str | Path | pd.DataFrame | Trace | None, rate_scale: float,
                arrivals: str | Bursty | None, rng: np.random.Generator) -> Source:
     """The arrivals :func:`sim.simulate` asks for: a trace (given, or the scenario's own), a
     :class:`Bursty` process, or Poisson at ``rate_rps`` or ``load`` x Lambda_max."""

@@ -32,7 +32,9 @@ and writes its static records, a chunk at a time (numpy), and runs in its own lo
 (:meth:`Engine._loop_plain`) with the arrival, the decode admission and the usual end of a PrfaaS
 prefill written out; prefill times and KV bits come from per-length tables (:mod:`sim.tables`),
 decode slots are one heap unless the rebalancer moves instances, a tick records the link's running
-counters (the rates per period are differences taken a chunk of rows at a time). None of this
+counters (the rates per period are differences taken a chunk of rows at a time) and, in the plain
+loop, the lengths of logs of the waiting and decoding requests' times in place of heaps popped at
+every tick (the queue lengths are counted from them a chunk of rows at a time, :mod:`sim.tallies`). None of this
 changes an operation that produces an output: the same floating-point operations run in the same
 order, so every record is bit for bit the same.
 
@@ -59,13 +61,13 @@ from prfaas_plan.sim.outputs import TIMESERIES_CHUNK_ROWS, TIMESERIES_COLUMNS, S
 from prfaas_plan.sim.policies import scheduler_for
 from prfaas_plan.sim.ring import Ring
 from prfaas_plan.sim.tables import TokenTable, cached_lengths
+from prfaas_plan.sim.tallies import Tallies
 from prfaas_plan.units import BITS_PER_BYTE, GBPS_BITS_PER_S, GIB_BYTES
 from prfaas_plan.workload import LRUPrefixCache
 
 if TYPE_CHECKING:
-    import pandas as pd
-
     from prfaas_plan.sim.arrivals import Arrivals, Source
+    from prfaas_plan.sim.outputs import Records
     from prfaas_plan.sim.params import Setup
     from prfaas_plan.sim.policies import Policy
 
@@ -100,7 +102,7 @@ class Engine:
         self.caching = self.hash_ids is not None and (self.local_cache.enabled or self.remote_cache.enabled)
         self.events = 0
         self.scheduled = 0  # heap events a plain run schedules (_loop_plain)
-        self.frames: tuple[pd.DataFrame, pd.DataFrame] | None = None  # (requests, timeseries) when kept in memory
+        self.frames: Records | None = None  # (requests, timeseries) when kept in memory
         self._init_pools()
         self._init_link()
         self._init_memory()
@@ -141,6 +143,9 @@ class Engine:
         # time-series rows not yet handed on, _TICK_FIELDS numbers each (_on_sampling_tick); a list, since
         # list.extend of a row costs ~0.1 us against array.extend's ~1 us, and one np.array a chunk ~0.4 us a row
         self.ticks: list[float] = []
+        self.tick_blocks: list[np.ndarray] = []  # plain runs: rows whose queue lengths are counted (_settle_ticks)
+        self.tick_limit = _TICK_FIELDS * TIMESERIES_CHUNK_ROWS  # numbers in self.ticks at which the rows go on
+        self.tallies = Tallies(4)  # plain runs: the queues' logs (remote, local, decode waiting; decode ends)
         self.last_counters = np.zeros(3)  # bits sent, bit-capacity offered, bits routed at the last row handed on
         self.last_capacity_time = self.last_bits_routed = 0.0  # ... at the last tick (adaptive policies)
 
@@ -174,6 +179,7 @@ class Engine:
         self.next_arrival_s = float(self.pending.arrival_s[0]) if self.pending is not None else _INF
         self.next_rid = self.base_rid = self.chunk_len = 0
         self.progress_every = max(self.n // 100, 1)
+        self.progress_rid = -1  # plain runs: the request after whose arrival progress is reported next (_stretch)
         s = self.setup
         self.table = TokenTable(s.t_remote, s.t_local, lambda tokens: BITS_PER_BYTE * np.asarray(s.kv_bytes(tokens), float))
         if self.caching:  # the length a cluster prefills is known only at arrival: tables by uncached tokens
@@ -269,16 +275,16 @@ class Engine:
         return handled
 
     def _loop_plain(self) -> int:
-        """:meth:`_loop` of a plain run with the arrival, :meth:`_admit_decode` and the usual case of
-        :meth:`_on_remote_prefill_end` (the transfer done first) written out (issue #18: a call per event
-        saved, the state in locals; the same operations in the same order). Returns the heap events handled."""
+        """:meth:`_loop` of a plain run, the arrival, :meth:`_admit_decode`, :meth:`_join_link` and the usual
+        :meth:`_on_remote_prefill_end` (transfer done first) written out, the queues as logs (:mod:`sim.tallies`):
+        a call or heap push per event saved, the same operations in the same order. Returns the heap events handled."""
         heap, link, slots, job_bits, transfer_done = self.heap, self.link, self.slots, self.job_bits, self.transfer_done
-        waiting, servers, decode_waiting, decode_ends = self.queues, (self.local_servers, self.remote_servers), *self.queues[2:]
-        link_finish, on_tick, step_s, n_layers, rtt_s = self._on_link_done, self._on_sampling_tick, self.step_s, self.n_layers, self.rtt_s
-        handlers = (self._on_link_capacity, None, self._join_link, self._on_remote_prefill_end)  # by kind
+        waiting, servers, decode_waiting, decode_ends = self.tallies.logs, (self.local_servers, self.remote_servers), *self.tallies.logs[2:]
+        link_finish, on_tick, step_s, n_layers, rtt_s = self._on_link_done, self._on_plain_tick, self.step_s, self.n_layers, self.rtt_s
+        handlers = (self._on_link_capacity, None, None, self._on_remote_prefill_end)  # by kind
         link_done_s, t_arrival, t_tick, rid = self.link_done_s, self.next_arrival_s, self.next_tick_s, self.next_rid
-        k = chunk_len = 0  # place of the next arrival in the loaded chunk (none loaded yet)
-        progress_rid, self.scheduled = self._progress_rid(rid), len(heap)  # heap events: capacity steps, then each chunk's
+        k = stop = linked = 0  # place of the next arrival in the loaded chunk (none loaded yet), of the next stretch's end
+        self.progress_rid, self.scheduled = self._progress_rid(rid), len(heap)  # heap events: capacity steps, then each chunk's
         self._bind_ring()  # the ring's arrays in locals (again at each chunk load: the ring may grow)
         transfer, decode_wait, ttft, end_s, ring_arrival, ring_output, mask, ring_left, ring_shift = self._ring_locals()
         heappush(heap, (_INF, LINK_CAPACITY, -1))  # never due: the heap is never empty (one test less per event)
@@ -290,32 +296,33 @@ class Engine:
                 if link_done_s < now or (link_done_s == now and top[1] != LINK_CAPACITY):
                     if link_done_s >= t_bound:
                         break
-                    link_finish(link_done_s)
-                    link_done_s = self.link_done_s
+                    link_done_s = link_finish(link_done_s)
                     continue
                 if now >= t_bound:
                     break
-                heappop(heap)
-                _, kind, req = top
+                _, kind, req = heappop(heap)  # (it is top)
                 if kind >= LOCAL_PREFILL_END:  # (_admit_decode, written out)
                     start = slots[0] if slots[0] > now else now
                     j = req & mask
                     end = start + (ring_output[j] or 1) * step_s
                     heapreplace(slots, end)
-                    heappush(decode_ends, end)
+                    decode_ends.append(end)  # (the queues are logs)
                     if start > now:
-                        heappush(decode_waiting, start)
+                        decode_waiting.append(start)
                     decode_wait[j] = start - now
                     ttft[j] = start + step_s - ring_arrival[j]
                     end_s[j] = end
                     ring_left[req >> ring_shift] -= 1
+                elif kind == TRANSFER_JOIN:  # (_join_link, written out)
+                    self.link_done_s = link_done_s = link.join(now, job_bits[req], req)
+                    linked += link_done_s < _INF
                 elif kind == REMOTE_PREFILL_END and req in transfer_done:  # (_on_remote_prefill_end, usual case)
                     transfer_done.discard(req)
                     last_s = last_layer_s(job_bits.pop(req), n_layers, link.capacity_bps / (link.n + 1))
                     ready = kv_ready_s(now, now + last_s, now, rtt_s)
                     transfer[req & mask] = ready - now
                     heappush(heap, (ready, KV_READY, req))
-                else:  # the link's capacity changes, a transfer joins it, or a prefill ends before its transfer
+                else:  # the link's capacity changes, or a prefill ends before its transfer
                     handlers[kind](now, req)
                     link_done_s = self.link_done_s
             if t_bound == _INF:
@@ -324,18 +331,16 @@ class Engine:
                 t_tick = on_tick(t_tick)
                 continue
             now = t_arrival  # an arrival: its path and prefill time were decided with its chunk
-            if k == chunk_len:
-                k, (chunk_len, next_arrivals, planned, prefill, bits, join_after_s, wait) = 0, self._load_plain(rid)
+            if k == stop:  # the loaded chunk's end, or a 1% step of progress
+                k, stop, next_arrivals, planned, prefill, bits, join_after_s, wait = self._stretch(rid, k)
                 transfer, decode_wait, ttft, end_s, ring_arrival, ring_output, mask, ring_left, ring_shift = self._ring_locals()
             t_arrival = next_arrivals[k]
-            if rid == progress_rid:
-                progress_rid = self._progress_rid(rid + 1)
             prefill_s, remote = prefill[k], planned[k]
             pool = servers[remote]  # the server of its pool that frees first (a bool as index: PD-P 0, PrfaaS 1)
             start = pool[0] if pool[0] > now else now
             heapreplace(pool, start + prefill_s)
             if start > now:
-                heappush(waiting[not remote], start)  # (queues: remote, local, ...)
+                waiting[not remote].append(start)  # (logs: remote, local, ...)
             if remote:
                 self.bits_routed += (b := bits[k])
                 job_bits[rid] = b
@@ -347,15 +352,27 @@ class Engine:
             rid, k = rid + 1, k + 1
         heap.remove((_INF, LINK_CAPACITY, -1))
         self.link_done_s, self.next_rid, self.next_arrival_s = link_done_s, rid, t_arrival
+        self.events += linked
         return self.scheduled
 
-    def _load_plain(self, rid: int) -> tuple:
-        """:meth:`_load_chunk` for :meth:`_loop_plain`: the chunk's lists it keeps in locals; counts
-        the heap events the chunk's requests schedule (one prefill end each, a transfer join and a KV
-        ready more for a remote one), which all get handled: a count per event saved."""
-        self._load_chunk(rid)
-        self.scheduled += self.chunk_len + 2 * sum(self.planned)
-        return self.chunk_len, self.next_arrivals, self.planned, self.prefill_s, self.bits, self.join_after_s, self.wait
+    def _stretch(self, rid: int, k: int) -> tuple:
+        """The next stretch of a plain run's arrivals, from request ``rid`` (place ``k`` in the loaded
+        chunk) to the chunk's end or the next 1% step of progress, whichever comes first: at a
+        chunk's end the next one is loaded (:meth:`_load_chunk`; the queues' logs are settled when
+        long), at a step the progress is reported. Counts the heap events a loaded chunk's requests
+        schedule (one prefill end each, a transfer join and a KV ready more for a remote one), which
+        all get handled: a count per event saved. Returns ``k``, the stretch's end and the chunk's
+        lists that :meth:`_loop_plain` keeps in locals."""
+        if k == self.chunk_len:
+            if self.tallies.size() > 4 * self.source.chunk:  # the queues' logs kept short (a busy run)
+                self._settle_ticks(float(self.pending.arrival_s[0]))
+            self._load_chunk(rid)
+            self.scheduled += self.chunk_len + 2 * sum(self.planned)
+            k = 0
+        if rid == self.progress_rid:
+            self.progress_rid = self._progress_rid(rid + 1)
+        stop = self.chunk_len if self.progress_rid < rid else min(self.chunk_len, k + self.progress_rid - rid)
+        return k, stop, self.next_arrivals, self.planned, self.prefill_s, self.bits, self.join_after_s, self.wait
 
     def _ring_locals(self) -> tuple:
         """The ring's arrays that :meth:`_loop_plain` keeps in locals (replaced when the ring grows, at a chunk load)."""
@@ -552,9 +569,9 @@ class Engine:
         if done < _INF:
             self.events += 1
 
-    def _on_link_done(self, now: float) -> None:
+    def _on_link_done(self, now: float) -> float:
         """The earliest transfer finishes (with any due at the same virtual time): the KV of a
-        request whose prefill has ended is ready."""
+        request whose prefill has ended is ready. Returns the link's next completion."""
         prefill_ended = self.prefill_ended
         due, self.link_done_s = self.link.pop_due(now)
         for rid in due:
@@ -569,6 +586,7 @@ class Engine:
                 heappush(self.heap, (ready, KV_READY, rid))
         if self.link_done_s < _INF:  # (_reschedule_link, done by pop_due)
             self.events += 1
+        return self.link_done_s
 
     def _on_link_capacity(self, now: float, index: int) -> None:
         """The link's usable capacity steps to the schedule's ``index``-th value."""
@@ -761,14 +779,47 @@ class Engine:
         scheduler.adapt(demand, remote_queue, local_queue, n_pd_p)
         return scheduler.threshold_tokens()
 
-    def _flush_ticks(self) -> None:
-        """Hand the rows gathered so far to the sink as :data:`outputs.TIMESERIES_COLUMNS`: each
+    def _on_plain_tick(self, now: float) -> float:
+        """:meth:`_on_sampling_tick` of a plain run (no rule's turn, no memory): the row records the
+        lengths of the queues' logs, which :meth:`_settle_ticks` turns into queue lengths."""
+        link = self.link
+        link.advance(now)
+        ticks = self.ticks
+        remote, local, decode, ends = self.tallies.logs
+        ticks.extend((now, link.bits_sent, link.capacity_time, self.bits_routed, link.n, len(remote), len(local),
+                      len(decode), len(ends), self.fixed_threshold, len(self.local_servers), self.setup.n_pd_d))
+        if len(ticks) >= self.tick_limit:
+            self._flush_ticks(now)
+        next_tick_s = now + self.period_s
+        self.next_tick_s = next_tick_s = next_tick_s if next_tick_s <= self.horizon_s else _INF
+        return next_tick_s
+
+    def _settle_ticks(self, now: float) -> None:
+        """Plain runs: the rows ticked so far (none after ``now``) get their queue lengths from the
+        logs (:class:`sim.tallies.Tallies`), which keep only the times after ``now``."""
+        rows = np.array(self.ticks, dtype=np.float64).reshape(-1, _TICK_FIELDS)
+        self.ticks = []
+        rows[:, 5:9] = self.tallies.settle(rows[:, 5:9], rows[:, 0], now)
+        if len(rows):
+            self.tick_blocks.append(rows)
+            self.tick_limit -= rows.size
+
+    def _flush_ticks(self, now: float = _INF) -> None:
+        """Hand the rows gathered so far (up to ``now``) to the sink as :data:`outputs.TIMESERIES_COLUMNS`: each
         period's bits sent, bit-capacity offered and bits routed are differences of the running
         counters (the same subtractions and divisions, elementwise, as one row at a time)."""
-        if not self.ticks:
-            return
-        raw = np.array(self.ticks, dtype=np.float64).reshape(-1, _TICK_FIELDS)
-        self.ticks = []
+        if self.plain:
+            self._settle_ticks(now)
+            blocks, self.tick_blocks = self.tick_blocks, []
+            self.tick_limit = _TICK_FIELDS * TIMESERIES_CHUNK_ROWS
+            if not blocks:
+                return
+            raw = blocks[0] if len(blocks) == 1 else np.vstack(blocks)
+        else:
+            if not self.ticks:
+                return
+            raw = np.array(self.ticks, dtype=np.float64).reshape(-1, _TICK_FIELDS)
+            self.ticks = []
         counters = np.vstack([self.last_counters, raw[:, 1:4]])
         self.last_counters = counters[-1]
         sent, offered, routed = np.diff(counters, axis=0).T
@@ -791,7 +842,7 @@ def run_engine(setup: Setup, arr: Arrivals | Source, policy: Policy, link_events
                horizon_s: float, rng: np.random.Generator | None, progress: Callable[[float], None] | None = None,
                sink: Sink | None = None) -> Engine:
     """Run the engine on in-memory arrivals (route_u drawn from ``rng``) or a source; with no sink,
-    every record is kept in memory (``engine.frames``: requests, timeseries)."""
+    every record is kept in memory (``engine.frames``: requests, timeseries, frames built on first access)."""
     if isinstance(arr, arrivals_module.Source):
         source = arr
     else:

@@ -1,9 +1,10 @@
 """Where a run's records go: the sink (in memory, running totals, parquet streams) and the output folder.
 
-The :class:`Sink` takes request records and time-series rows a chunk at a time, keeps them, or
-folds them into :class:`result.Totals` (runs beyond ``MAX_ROWS_IN_MEMORY``), and appends them to
-parquet files; :func:`write_outputs` and ``--out`` write requests.parquet, timeseries.parquet,
-summary.json and manifest.json all or none.
+The :class:`Sink` takes request records and time-series rows a chunk at a time (numpy columns),
+keeps them (:class:`Records`: frames built on first access), or folds them into
+:class:`result.Totals` (runs beyond ``MAX_ROWS_IN_MEMORY``), and appends them to parquet files;
+:func:`write_outputs` and ``--out`` write requests.parquet, timeseries.parquet, summary.json and
+manifest.json all or none.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ import numpy as np
 from prfaas_plan.data import staged_files
 from prfaas_plan.errors import InvalidInput, shown
 from prfaas_plan.sim.ring import PATH_NAMES
+from prfaas_plan.tabular import Columns
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -38,38 +40,98 @@ TIMESERIES_CHUNK_ROWS = 1 << 14  # time-series rows handed on at a time
 MAX_ROWS_IN_MEMORY = 1_000_000  # longer runs keep running totals instead of their records (simulate)
 
 
+def requests_frame(columns: Columns) -> pd.DataFrame:
+    """Request records (:data:`ring.REQUEST_COLUMNS`) as the frame of :attr:`SimResult.requests`
+    (``path`` categorical: pd_p, prfaas)."""
+    import pandas as pd
+
+    frame = dict(columns)
+    frame["path"] = pd.Categorical.from_codes(columns["path"].astype(np.int64), PATH_NAMES)
+    return pd.DataFrame(frame)
+
+
+def timeseries_frame(columns: Columns | None) -> pd.DataFrame:
+    """Time-series rows (:data:`TIMESERIES_COLUMNS`) as the frame of :attr:`SimResult.timeseries`
+    (None: no rows, an empty frame of those columns)."""
+    import pandas as pd
+
+    if columns is None:
+        return pd.DataFrame.from_records([], columns=TIMESERIES_COLUMNS)
+    return pd.DataFrame(columns)
+
+
+def frame_of(kind: str, columns: Columns | None) -> pd.DataFrame:
+    return requests_frame(columns) if kind == "requests" else timeseries_frame(columns)
+
+
+def columns_of(kind: str, frame: pd.DataFrame) -> Columns:
+    """A frame of ``kind`` (requests, timeseries; as read back from parquet) as numpy columns."""
+    columns = {name: frame[name].to_numpy() for name in frame.columns}
+    if kind == "requests":
+        import pandas as pd
+
+        columns["path"] = pd.Categorical(frame["path"], categories=PATH_NAMES).codes.astype(np.int8)
+    return columns
+
+
+class Records:
+    """A run's records kept in memory as numpy column chunks, (requests, timeseries) by index: each
+    a pandas DataFrame built on first access (``records[0]``: requests), so a run that only
+    summarises needs no pandas."""
+
+    def __init__(self, chunks: dict[str, list[Columns]]) -> None:
+        self.chunks = chunks
+        self._columns: dict[str, Columns | None] = {}
+        self._frames: dict[int, pd.DataFrame] = {}
+
+    def columns(self, kind: str) -> Columns | None:
+        """The whole run's columns of ``kind`` (requests, timeseries), chunks joined (None: no rows)."""
+        if kind not in self._columns:
+            chunks = self.chunks[kind]
+            self._columns[kind] = (None if not chunks else chunks[0] if len(chunks) == 1
+                                   else {name: np.concatenate([c[name] for c in chunks]) for name in chunks[0]})
+            self.chunks[kind] = []
+        return self._columns[kind]
+
+    def __getitem__(self, index: int) -> pd.DataFrame:
+        if index not in self._frames:
+            kind = ("requests", "timeseries")[index]
+            self._frames[index] = frame_of(kind, self.columns(kind))
+        return self._frames[index]
+
+    def __len__(self) -> int:
+        return 2
+
+
 class Sink:
-    """Where a run's records go, in order, a chunk at a time: requests (in arrival order) and
-    time-series rows. Kept in memory, or (``totals`` given) only folded into those running totals;
-    appended to a parquet file per kind where ``paths`` name one."""
+    """Where a run's records go, in order, a chunk at a time (numpy columns): requests (in arrival
+    order) and time-series rows. Kept in memory, or (``totals`` given) only folded into those
+    running totals; appended to a parquet file per kind where ``paths`` name one."""
 
     def __init__(self, totals: Totals | None = None, paths: dict[str, Path] | None = None) -> None:
         self.totals, self.paths = totals, paths or {}
-        self.kept: dict[str, list[pd.DataFrame]] | None = {"requests": [], "timeseries": []} if totals is None else None
+        self.kept: dict[str, list[Columns]] | None = {"requests": [], "timeseries": []} if totals is None else None
         self.writers: dict = {}
         self.tokens = np.zeros((len(PATH_NAMES), 2), dtype=np.int64)  # per path: hit, input tokens
 
-    def add(self, kind: str, frame: pd.DataFrame) -> None:
+    def add(self, kind: str, columns: Columns) -> None:
         if kind in self.paths:
-            self.write_file(kind, frame)
+            self.write_file(kind, frame_of(kind, columns))
         if kind == "requests":
-            codes = frame.path.cat.codes.to_numpy()
+            codes = columns["path"]
             for code in range(len(PATH_NAMES)):
                 on = codes == code
-                self.tokens[code] += (frame.hit_tokens.to_numpy()[on].sum(), frame.input_tokens.to_numpy()[on].sum())
+                self.tokens[code] += (columns["hit_tokens"][on].sum(), columns["input_tokens"][on].sum())
         if self.kept is not None:
-            self.kept[kind].append(frame)
+            self.kept[kind].append(columns)
         else:
-            self.totals.add(kind, frame)
+            self.totals.add(kind, columns)
 
-    def add_timeseries(self, columns: dict[str, np.ndarray]) -> None:
+    def add_timeseries(self, columns: Columns) -> None:
         """Take time-series rows as float64 columns (:data:`TIMESERIES_COLUMNS`); the counts are cast
-        to int64 (whole numbers, exact as floats)."""
-        import pandas as pd
-
-        self.add("timeseries", pd.DataFrame({
-            name: columns[name].astype(np.int64) if name in _TIMESERIES_INTEGERS else columns[name]
-            for name in TIMESERIES_COLUMNS}))
+        to int64 (whole numbers, exact as floats); each column is kept as a contiguous copy."""
+        self.add("timeseries", {name: columns[name].astype(np.int64) if name in _TIMESERIES_INTEGERS
+                                else np.array(columns[name], dtype=np.float64) for name in TIMESERIES_COLUMNS})
 
     def write_file(self, kind: str, frame: pd.DataFrame) -> None:
         """Append a frame of ``kind`` (requests, timeseries) to its parquet file."""
@@ -83,19 +145,13 @@ class Sink:
                                                            use_dictionary=[c for c in table.schema.names if c == "path"])
         writer.write_table(table)
 
-    def close(self) -> tuple[pd.DataFrame, pd.DataFrame] | None:
-        """Finish the files; the (requests, timeseries) frames when kept in memory, else None."""
-        import pandas as pd
-
-        frames = None
-        if self.kept is not None:
-            ts = self.kept["timeseries"]
-            frames = (pd.concat(self.kept["requests"], ignore_index=True),
-                      pd.concat(ts, ignore_index=True) if ts else pd.DataFrame.from_records([], columns=TIMESERIES_COLUMNS))
+    def close(self) -> Records | None:
+        """Finish the files; the records when kept in memory, else None."""
+        records = None if self.kept is None else Records(self.kept)
         if "timeseries" in self.paths and "timeseries" not in self.writers:  # a run shorter than one period
-            pd.DataFrame.from_records([], columns=TIMESERIES_COLUMNS).to_parquet(self.paths["timeseries"], index=False)
+            timeseries_frame(None).to_parquet(self.paths["timeseries"], index=False)
         self.abort()
-        return frames
+        return records
 
     def abort(self) -> None:
         """Close the files (a failed run's staged files are removed by their folder)."""

@@ -16,9 +16,13 @@ import numpy as np
 from prfaas_plan.errors import InvalidInput
 from prfaas_plan.sim.arrivals import CHUNK_REQUESTS
 from prfaas_plan.sim.policies import Policy
+from prfaas_plan.sim.ring import PATH_NAMES
 
 if TYPE_CHECKING:
     import pandas as pd
+
+    from prfaas_plan.sim.outputs import Records
+    from prfaas_plan.tabular import Columns
 
 
 class Quantiles:
@@ -71,49 +75,51 @@ class Totals:
         self.ts_rows, self.egress_gbps, self.utilisation = 0, 0.0, 0.0
         self.remote_queue_max = self.local_queue_max = 0
 
-    def add(self, kind: str, frame: pd.DataFrame) -> None:
-        (self._requests if kind == "requests" else self._timeseries)(frame)
+    def add(self, kind: str, columns: Columns) -> None:
+        """Fold a chunk of records of ``kind`` (requests, timeseries; numpy columns) in."""
+        (self._requests if kind == "requests" else self._timeseries)(columns)
 
-    def _requests(self, r: pd.DataFrame) -> None:
-        arrival, end = r.arrival_s.to_numpy(), r.end_s.to_numpy()
+    def _requests(self, r: Columns) -> None:
+        arrival, end = r["arrival_s"], r["end_s"]
         self.completed += int(((end >= self.lo_s) & (end < self.hi_s)).sum())
         self.offered += int(((arrival >= self.lo_s) & (arrival < self.hi_s)).sum())
-        keep = np.ones(len(r), dtype=bool)
+        keep = np.ones(len(arrival), dtype=bool)
         if self.start_s is not None:
             keep &= arrival >= self.start_s
         if self.end_s is not None:
             keep &= arrival < self.end_s
-        w = r if keep.all() else r[keep]
-        ttft, tpot = w.ttft_s.to_numpy(), w.tpot_s.to_numpy()
-        remote = (w.path == "prfaas").to_numpy()
-        wait = w.wait_s.to_numpy()
-        self.n += len(w)
+        w = r if keep.all() else {name: values[keep] for name, values in r.items()}
+        ttft, tpot = w["ttft_s"], w["tpot_s"]
+        remote = w["path"] == PATH_NAMES.index("prfaas")
+        wait = w["wait_s"]
+        self.n += len(ttft)
         self.remote += int(remote.sum())
         self.ttft.add(ttft)
         self.tpot.add(tpot)
         self.wait_s += float(np.sum(wait[np.isfinite(wait)]))
         self.wait_count += int(np.isfinite(wait).sum())
-        self.transfer_s += float(np.sum(w.transfer_s.to_numpy()[remote]))
+        self.transfer_s += float(np.sum(w["transfer_s"][remote]))
         if self.ttft_slo_s is not None:
             ok = ttft <= self.ttft_slo_s
             if self.tpot_slo_s is not None:
                 ok &= tpot <= self.tpot_slo_s + 1e-12
             self.slo_ok += int(ok.sum())
-        hit = w.hit_tokens.to_numpy()
+        hit = w["hit_tokens"]
         self.hit_tokens += int(hit.sum())
-        self.input_tokens += int(w.input_tokens.to_numpy().sum())
+        self.input_tokens += int(w["input_tokens"].sum())
         self.hit_requests += int((hit > 0).sum())
 
-    def _timeseries(self, ts: pd.DataFrame) -> None:
-        if not len(ts):
+    def _timeseries(self, ts: Columns | None) -> None:
+        if ts is None:
             return
-        tw = ts[(ts.time_s > self.lo_s) & (ts.time_s <= self.hi_s)]
-        if len(tw):
-            self.ts_rows += len(tw)
-            self.egress_gbps += float(np.sum(tw.egress_gbps.to_numpy()))
-            self.utilisation += float(np.sum(tw.link_utilisation.to_numpy()))
-            self.remote_queue_max = max(self.remote_queue_max, int(tw.remote_queue.max()))
-            self.local_queue_max = max(self.local_queue_max, int(tw.local_queue.max()))
+        time_s = ts["time_s"]
+        on = (time_s > self.lo_s) & (time_s <= self.hi_s)
+        if on.any():
+            self.ts_rows += int(on.sum())
+            self.egress_gbps += float(np.sum(ts["egress_gbps"][on]))
+            self.utilisation += float(np.sum(ts["link_utilisation"][on]))
+            self.remote_queue_max = max(self.remote_queue_max, int(ts["remote_queue"][on].max()))
+            self.local_queue_max = max(self.local_queue_max, int(ts["local_queue"][on].max()))
 
     def figures(self) -> dict:
         n, span = self.n, self.hi_s - self.lo_s
@@ -172,7 +178,7 @@ class SimResult:
     tpot_slo_s: float | None = None
     cache: dict = field(default_factory=dict)
     info: dict = field(default_factory=dict)
-    frames: tuple[pd.DataFrame, pd.DataFrame] | None = None  # (requests, timeseries), kept in memory
+    frames: Records | None = None  # (requests, timeseries) kept in memory: frames built on first access
     totals: dict | None = None  # whole-run summary figures of a run that did not keep its records
     out_dir: Path | None = None  # where the run wrote requests.parquet and timeseries.parquet
     staging: dict = field(default_factory=dict)  # held decode memory figures (staging memory on), in the summary
@@ -192,22 +198,41 @@ class SimResult:
 
         return pd.read_parquet(self._file(kind))
 
+    def columns(self, kind: str) -> dict[str, np.ndarray]:
+        """The records of ``kind`` (``requests``, ``timeseries``) as numpy columns, the values
+        ``self.requests[name].to_numpy()`` gives (``path`` as names in an object array; no rows:
+        empty object columns), without building a frame (nor importing pandas) for a run that kept
+        them in memory."""
+        if self.frames is None:
+            frame = self._frame(0 if kind == "requests" else 1, kind)
+            return {name: frame[name].to_numpy() for name in frame.columns}
+        columns = self.frames.columns(kind)
+        if columns is None:
+            from prfaas_plan.sim.outputs import TIMESERIES_COLUMNS
+
+            return {name: np.empty(0, dtype=object) for name in TIMESERIES_COLUMNS}
+        if kind == "requests":
+            columns = {**columns, "path": np.array(PATH_NAMES, dtype=object)[columns["path"]]}
+        return dict(columns)
+
     def _file(self, kind: str) -> Path:
         if self.out_dir is None:
             raise InvalidInput(f"simulate: this run ({(self.totals or {}).get('requests', 0):,} requests) kept only its "
                             f"totals; pass out_dir= (CLI: --out) to keep its {kind} on disk, or raise max_rows_in_memory")
         return self.out_dir / f"{kind}.parquet"
 
-    def _chunks(self, kind: str) -> Iterator[pd.DataFrame]:
-        """The records of ``kind`` (requests, timeseries): the frame in memory, or the file read
-        back a chunk at a time."""
+    def _chunks(self, kind: str) -> Iterator[Columns | None]:
+        """The records of ``kind`` (requests, timeseries) as numpy columns: all those in memory at
+        once, or the file read back a chunk at a time."""
         if self.frames is not None:
-            yield self.frames[0 if kind == "requests" else 1]
+            yield self.frames.columns(kind)
             return
         import pyarrow.parquet as pq
 
+        from prfaas_plan.sim.outputs import columns_of
+
         for batch in pq.ParquetFile(self._file(kind)).iter_batches(batch_size=CHUNK_REQUESTS):
-            yield batch.to_pandas()
+            yield columns_of(kind, batch.to_pandas())
 
     def window(self, start_s: float | None = None, end_s: float | None = None) -> pd.DataFrame:
         """Requests that arrived in [start_s, end_s) (no bound where None)."""

@@ -1,7 +1,7 @@
 """The ring of requests in flight: per-request results kept until their chunk's records go on.
 
 The engine writes each request's results (path, cache hit, waits, TTFT, ...) into arrays indexed
-by ``rid & (cap - 1)``; a chunk of requests becomes a frame of :attr:`SimResult.requests` rows
+by ``rid & (cap - 1)``; a chunk of requests becomes numpy columns of :attr:`SimResult.requests`
 (:func:`records`) once every request of it holds a decode slot.
 """
 
@@ -14,8 +14,6 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 if TYPE_CHECKING:
-    import pandas as pd
-
     from prfaas_plan.sim.arrivals import Arrivals
     from prfaas_plan.sim.outputs import Sink
 
@@ -40,19 +38,21 @@ def _as_numpy(values: array) -> np.ndarray:
     return np.frombuffer(values, dtype=_DTYPES[values.typecode])
 
 
-def records(a: Arrivals, r: dict[str, np.ndarray], decode_step_s: float) -> pd.DataFrame:
-    """One chunk of per-request records (the columns of :attr:`SimResult.requests`)."""
-    import pandas as pd
+REQUEST_COLUMNS = (
+    "arrival_s", "path", "input_tokens", "hit_tokens", "uncached_tokens", "route_tokens", "output_tokens", "wait_s",
+    "prefill_s", "transfer_s", "decode_wait_s", "ttft_s", "tpot_s", "end_s",
+)  # the columns of SimResult.requests, in order; "path" holds codes into PATH_NAMES (int8)
 
+
+def records(a: Arrivals, r: dict[str, np.ndarray], decode_step_s: float) -> dict[str, np.ndarray]:
+    """One chunk of per-request records: :data:`REQUEST_COLUMNS` -> numpy arrays (copies), the path as
+    codes into :data:`PATH_NAMES` (:func:`outputs.requests_frame` makes them a frame)."""
     path = r["path"]
-    return pd.DataFrame({
-        "arrival_s": a.arrival_s, "path": pd.Categorical.from_codes(path.astype(np.int64), PATH_NAMES),
-        "input_tokens": a.input_tokens, "hit_tokens": r["hit_tokens"], "uncached_tokens": r["uncached"],
-        "route_tokens": r["route_tokens"], "output_tokens": a.output_tokens, "wait_s": r["wait"],
-        "prefill_s": r["prefill"], "transfer_s": np.where(path == 1, r["transfer"], 0.0),
-        "decode_wait_s": r["decode_wait"], "ttft_s": r["ttft"],
-        "tpot_s": np.where(np.isfinite(r["end"]), decode_step_s, np.nan), "end_s": r["end"],
-    }, copy=True)
+    return dict(zip(REQUEST_COLUMNS, (
+        np.array(a.arrival_s), np.array(path), np.array(a.input_tokens), np.array(r["hit_tokens"]),
+        np.array(r["uncached"]), np.array(r["route_tokens"]), np.array(a.output_tokens), np.array(r["wait"]),
+        np.array(r["prefill"]), np.where(path == 1, r["transfer"], 0.0), np.array(r["decode_wait"]),
+        np.array(r["ttft"]), np.where(np.isfinite(r["end"]), decode_step_s, np.nan), np.array(r["end"]))))
 
 
 class Ring:

@@ -92,6 +92,8 @@ def workload_from_trace(
     name: defaults to the trace file's stem (``trace.attrs['path']``), else ``"trace"``.
     ``trace`` may be a :class:`TraceBlocks` of it, prepared once for this and later replays.
     """
+    import numpy as np
+
     frame = trace.trace if isinstance(trace, TraceBlocks) else trace
     if len(frame) == 0:
         raise InvalidInput("trace: no requests; give a trace with at least one request")
@@ -99,14 +101,14 @@ def workload_from_trace(
         if column not in frame.columns:
             raise InvalidInput(f"trace: no {column!r} column; load traces with load_trace()")
     replay = prefix_cache_replay(trace, capacity_blocks, block_tokens)
-    arrival_s = frame["arrival_s"].to_numpy(dtype=float)
+    arrival_s = np.asarray(frame["arrival_s"], dtype=float)
     span_s = float(arrival_s.max() - arrival_s.min())
     rate_rps = len(frame) / span_s if span_s > 0 else None
     if name is None:
         name = Path(frame.attrs["path"]).stem if "path" in frame.attrs else "trace"
     return Workload(
         lengths=EmpiricalLengths(replay.uncached_tokens),
-        output_tokens=float(frame["output_tokens"].to_numpy(dtype=float).mean()),
+        output_tokens=float(np.asarray(frame["output_tokens"], dtype=float).mean()),
         rate_rps=rate_rps,
         name=name,
     )

@@ -28,6 +28,8 @@ from prfaas_plan.errors import InvalidInput
 if TYPE_CHECKING:
     import pandas as pd
 
+    from prfaas_plan.workload.traces import Trace
+
 
 class LRUPrefixCache:
     """An incremental LRU cache of prefix blocks, keyed by Mooncake ``hash_ids``.
@@ -116,20 +118,20 @@ class SplitReplay:
     remote: np.ndarray
 
 
-def _hash_ids(trace: pd.DataFrame) -> list[list[int]]:
+def _hash_ids(trace: pd.DataFrame | Trace) -> list[list[int]]:
     if "hash_ids" not in trace.columns:
         source = trace.attrs.get("path", "trace")
         raise InvalidInput(
             f"{source}: no 'hash_ids' column, so prefix caching cannot be replayed; "
             "use a Mooncake trace or pass capacity_blocks=0 (no caching)"
         )
-    return trace["hash_ids"].to_list()
+    return list(trace["hash_ids"])
 
 
-def _arrival_order(trace: pd.DataFrame) -> list[int]:
+def _arrival_order(trace: pd.DataFrame | Trace) -> list[int]:
     """Row indices in arrival order (ties keep row order)."""
     if "arrival_s" in trace.columns:
-        return np.argsort(trace["arrival_s"].to_numpy(dtype=float), kind="stable").tolist()
+        return np.argsort(np.asarray(trace["arrival_s"], dtype=float), kind="stable").tolist()
     return list(range(len(trace)))
 
 
@@ -147,12 +149,12 @@ class TraceBlocks:
     integers, as Mooncake's are, else its index among the distinct ids), the arrival index of
     its request, its index in the prompt, and per code the first arrival whose prompt holds it."""
 
-    trace: pd.DataFrame
+    trace: pd.DataFrame | Trace
 
     @cached_property
     def input_tokens(self) -> np.ndarray:
         """Prompt tokens per row (int64, row order)."""
-        return self.trace["input_tokens"].to_numpy(dtype=np.int64)
+        return np.asarray(self.trace["input_tokens"], dtype=np.int64)
 
     @cached_property
     def order(self) -> list[int]:
@@ -259,7 +261,7 @@ def _routed_local_hits(blocks: TraceBlocks, capacity_blocks: int | None, thresho
     return local_hits, remote_hits, remote
 
 
-def split_cache_replay(trace: pd.DataFrame | TraceBlocks, capacity_blocks: int | None, threshold_tokens: float,
+def split_cache_replay(trace: pd.DataFrame | Trace | TraceBlocks, capacity_blocks: int | None, threshold_tokens: float,
                        block_tokens: int = PREFIX_BLOCK_TOKENS) -> SplitReplay:
     """Replay ``trace`` through two LRU caches of ``capacity_blocks`` each, one per cluster: a
     request whose local uncached length exceeds ``threshold_tokens`` is prefilled (and its blocks
@@ -279,7 +281,7 @@ def split_cache_replay(trace: pd.DataFrame | TraceBlocks, capacity_blocks: int |
     return SplitReplay(uncached[0], uncached[1], blocks.to_rows(routed, bool))
 
 
-def _check_replay_args(trace: pd.DataFrame, capacity_blocks: int | None, block_tokens: int) -> None:
+def _check_replay_args(trace: pd.DataFrame | Trace, capacity_blocks: int | None, block_tokens: int) -> None:
     if capacity_blocks is not None and (
         isinstance(capacity_blocks, bool) or not isinstance(capacity_blocks, (int, np.integer)) or capacity_blocks < 0
     ):
@@ -293,7 +295,7 @@ def _check_replay_args(trace: pd.DataFrame, capacity_blocks: int | None, block_t
 
 
 def prefix_cache_replay(
-    trace: pd.DataFrame | TraceBlocks, capacity_blocks: int | None, block_tokens: int = PREFIX_BLOCK_TOKENS
+    trace: pd.DataFrame | Trace | TraceBlocks, capacity_blocks: int | None, block_tokens: int = PREFIX_BLOCK_TOKENS
 ) -> PrefixReplay:
     """Replay ``trace`` in arrival order through one LRU cache of ``capacity_blocks`` blocks.
 
@@ -319,7 +321,7 @@ def prefix_cache_replay(
     blocks = trace if isinstance(trace, TraceBlocks) else None
     trace = trace.trace if isinstance(trace, TraceBlocks) else trace
     _check_replay_args(trace, capacity_blocks, block_tokens)
-    input_tokens = trace["input_tokens"].to_numpy(dtype=np.int64)
+    input_tokens = np.asarray(trace["input_tokens"], dtype=np.int64)
     if input_tokens.size and input_tokens.min() < 1:
         raise InvalidInput("trace: input_tokens must be at least 1 token per request")
     hit_blocks = np.zeros(input_tokens.size, dtype=np.int64)
@@ -345,7 +347,7 @@ def prefix_cache_replay(
 
 
 def uncached_lengths(
-    trace: pd.DataFrame, capacity_blocks: int | None, block_tokens: int = PREFIX_BLOCK_TOKENS
+    trace: pd.DataFrame | Trace, capacity_blocks: int | None, block_tokens: int = PREFIX_BLOCK_TOKENS
 ) -> np.ndarray:
     """Uncached prompt tokens per request (int64, row order); see :func:`prefix_cache_replay`."""
     return prefix_cache_replay(trace, capacity_blocks, block_tokens).uncached_tokens

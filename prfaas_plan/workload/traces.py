@@ -1,15 +1,18 @@
-"""Request traces: Mooncake JSONL, Azure LLM 2023 CSV and generic CSV files, read into one frame.
+"""Request traces: Mooncake JSONL, Azure LLM 2023 CSV and generic CSV files, read into one table.
 
 :func:`load_trace` reads a file once into a DataFrame sorted by arrival: ``arrival_s`` (seconds
 since the first request), ``input_tokens`` and ``output_tokens`` (int64 tokens), and for Mooncake
-traces ``hash_ids`` (each request's prefix block hashes, one per 512-token block). Every problem
-with a file is one line naming the file, the column and the line, and the fix.
+traces ``hash_ids`` (each request's prefix block hashes, one per 512-token block);
+:func:`read_trace` gives the same columns as a :class:`Trace` of numpy arrays (a Mooncake file
+without importing pandas). Every problem with a file is one line naming the file, the column and
+the line, and the fix.
 """
 
 from __future__ import annotations
 
 import json
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 from itertools import chain
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -31,6 +34,62 @@ _INT_ONLY = frozenset({int})  # json.loads gives int for a JSON integer (bool fo
 _JSON_WHITESPACE = " \t\n\r"  # what json.loads skips around a value (str.strip() strips more)
 _JSON_NUMBERS = frozenset({int, float})
 _EXACT_INT_FLOAT = 2.0**53  # every integer of smaller magnitude is exactly a double
+
+
+@dataclass(frozen=True, eq=False)
+class Trace:
+    """A request trace as numpy columns, sorted by arrival (ties keep file order): the columns of
+    :func:`load_trace`'s frame (:meth:`frame`) without pandas. It reads like that frame where the
+    planner and the simulator read it: ``trace[name]`` (a column: an array, ``hash_ids`` a list of
+    lists), ``trace.columns``, ``trace.attrs`` (``path``, ``format``) and ``len(trace)``.
+
+    arrival_s: seconds since the first request (float64); input_tokens, output_tokens: int64
+    tokens; hash_ids: each request's prefix block hashes (Mooncake), or None."""
+
+    arrival_s: np.ndarray
+    input_tokens: np.ndarray
+    output_tokens: np.ndarray
+    hash_ids: list[list[int]] | None = None
+    attrs: dict = field(default_factory=dict)
+
+    @property
+    def columns(self) -> tuple[str, ...]:
+        return TRACE_COLUMNS + (() if self.hash_ids is None else ("hash_ids",))
+
+    def __len__(self) -> int:
+        return len(self.arrival_s)
+
+    def __getitem__(self, name: str) -> np.ndarray | list[list[int]]:
+        if name not in self.columns:
+            raise KeyError(name)
+        return getattr(self, name)
+
+    def sorted(self) -> Trace:
+        """This trace in arrival order (itself when it is; a stable sort: ties keep their order)."""
+        if np.all(self.arrival_s[1:] >= self.arrival_s[:-1]):
+            return self
+        order = np.argsort(self.arrival_s, kind="stable")
+        hash_ids = None if self.hash_ids is None else [self.hash_ids[i] for i in order.tolist()]
+        return Trace(self.arrival_s[order], self.input_tokens[order], self.output_tokens[order], hash_ids, self.attrs)
+
+    def frame(self) -> pd.DataFrame:
+        """The trace as :func:`load_trace`'s DataFrame (``attrs`` included)."""
+        import pandas as pd
+
+        data = {"arrival_s": self.arrival_s, "input_tokens": self.input_tokens, "output_tokens": self.output_tokens}
+        if self.hash_ids is not None:
+            data["hash_ids"] = pd.Series(self.hash_ids, dtype=object)
+        frame = pd.DataFrame(data)
+        frame.attrs = dict(self.attrs)
+        return frame
+
+    @classmethod
+    def of_frame(cls, frame: pd.DataFrame) -> Trace:
+        """A DataFrame of trace columns (:data:`TRACE_COLUMNS`, optionally ``hash_ids``) as a Trace, rows as they are."""
+        hash_ids = ([h if type(h) is list else list(h) for h in frame["hash_ids"].tolist()]
+                    if "hash_ids" in frame.columns else None)
+        return cls(frame["arrival_s"].to_numpy(dtype=float), frame["input_tokens"].to_numpy(dtype=np.int64),
+                   frame["output_tokens"].to_numpy(dtype=np.int64), hash_ids, dict(frame.attrs))
 
 
 def _numbers(raw: Sequence[object] | pd.Series) -> tuple[np.ndarray, Sequence[object]]:
@@ -145,21 +204,17 @@ def _hash_id_lists(records: list[dict], path: Path, line_numbers: list[int]) -> 
     return hash_ids
 
 
-def _read_mooncake(path: Path) -> pd.DataFrame:
+def _read_mooncake(path: Path) -> Trace:
     """Mooncake JSONL: one object per line with timestamp (ms), input_length, output_length, hash_ids."""
-    import pandas as pd
-
     records, line_numbers = _mooncake_records(path)
     lines = np.asarray(line_numbers)
     timestamps_ms = _seconds_column([r["timestamp"] for r in records], path, "timestamp", lines, 1.0)
     hash_ids = _hash_id_lists(records, path, line_numbers)
-    return pd.DataFrame(
-        {
-            "arrival_s": (timestamps_ms - timestamps_ms.min()) / MS_PER_S,
-            "input_tokens": _token_column([r["input_length"] for r in records], path, "input_length", lines, 1),
-            "output_tokens": _token_column([r["output_length"] for r in records], path, "output_length", lines, 0),
-            "hash_ids": pd.Series(hash_ids, dtype=object),
-        }
+    return Trace(
+        (timestamps_ms - timestamps_ms.min()) / MS_PER_S,
+        _token_column([r["input_length"] for r in records], path, "input_length", lines, 1),
+        _token_column([r["output_length"] for r in records], path, "output_length", lines, 0),
+        hash_ids,
     )
 
 
@@ -278,7 +333,8 @@ def _detect_format(path: Path, columns: Mapping[str, str] | None) -> TraceFormat
 def load_trace(
     path: str | Path, fmt: TraceFormat = "auto", columns: Mapping[str, str] | None = None
 ) -> pd.DataFrame:
-    """Read a request trace into a DataFrame sorted by arrival (ties keep file order).
+    """Read a request trace into a DataFrame sorted by arrival (ties keep file order): :func:`read_trace`'s
+    :class:`Trace` as a frame.
 
     Columns: ``arrival_s`` (float, seconds since the first request), ``input_tokens`` and
     ``output_tokens`` (int64 tokens; input >= 1, output >= 0), and for Mooncake traces
@@ -296,6 +352,11 @@ def load_trace(
     Raises :class:`InvalidInput` (one line naming the file, column and line, and the fix) for a
     missing file, unknown format, missing column, or a non-numeric, fractional or negative value.
     """
+    return read_trace(path, fmt, columns).frame()
+
+
+def read_trace(path: str | Path, fmt: TraceFormat = "auto", columns: Mapping[str, str] | None = None) -> Trace:
+    """:func:`load_trace`'s columns as a :class:`Trace` (numpy; a Mooncake file read without pandas)."""
     file_path = Path(path)
     if fmt not in TRACE_FORMATS:
         raise InvalidInput(
@@ -309,12 +370,8 @@ def load_trace(
     if columns is not None and fmt != "csv":
         raise InvalidInput(f"columns: only applies to fmt='csv'; {file_path} is read as {fmt!r}, drop columns=")
     if fmt == "mooncake":
-        frame = _read_mooncake(file_path)
-    elif fmt == "azure":
-        frame = _read_azure(file_path)
+        trace = _read_mooncake(file_path)
     else:
-        frame = _read_generic_csv(file_path, columns)
-    if not frame["arrival_s"].is_monotonic_increasing:
-        frame = frame.sort_values("arrival_s", kind="stable").reset_index(drop=True)
-    frame.attrs = {"path": str(file_path), "format": fmt}
-    return frame
+        trace = Trace.of_frame(_read_azure(file_path) if fmt == "azure" else _read_generic_csv(file_path, columns))
+    return Trace(trace.arrival_s, trace.input_tokens, trace.output_tokens, trace.hash_ids,
+                 {"path": str(file_path), "format": fmt}).sorted()
