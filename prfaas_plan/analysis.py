@@ -323,19 +323,10 @@ def _stages(res: PlanResult) -> Rows:
 
 def _sweeps(inp: PlanInputs, n_p: int, t_ref: float) -> tuple[Columns, Columns]:
     """Lambda_max and each stage's rate (requests/s; paper model, +-inf as NaN) against t at N_p =
-    ``n_p`` (120 thresholds) and against N_p at t = ``t_ref``: the columns of
-    ``planner.sweep_threshold`` and ``planner.sweep_np``."""
-    from prfaas_plan.planner import paper_stage_rates, threshold_grid
+    ``n_p`` (120 thresholds) and against N_p at t = ``t_ref``."""
+    from prfaas_plan.planner.paper import sweep_np_columns, sweep_threshold_columns
 
-    t = threshold_grid(inp, 120)
-    g = paper_stage_rates(inp, t, np.array([n_p]))
-    by_t = {"threshold_tokens": t, "offload_fraction": g["p"][:, 0], "prfaas_rps": g["prfaas"][:, 0],
-            "pd_p_rps": g["pd_p"][:, 0], "pd_d_rps": g["pd_d"][:, 0], "lambda_max_rps": g["lambda"][:, 0]}
-    n = np.arange(0, inp.n_local)
-    g = paper_stage_rates(inp, np.array([t_ref]), n)
-    by_n = {"n_pd_p": n, "n_pd_d": inp.n_local - n, "prfaas_rps": g["prfaas"][0], "pd_p_rps": g["pd_p"][0],
-            "pd_d_rps": g["pd_d"][0], "lambda_max_rps": g["lambda"][0]}
-    return finite(by_t), finite(by_n)
+    return finite(sweep_threshold_columns(inp, n_p, 120)), finite(sweep_np_columns(inp, t_ref))
 
 
 def _ttft_cdf(res: PlanResult, basis: str) -> Rows:

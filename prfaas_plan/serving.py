@@ -349,31 +349,29 @@ def _solve(t: StepTable, isl: int, osl: int, clients: float | None, rate: float 
     """The fixed point (TTFT, TPOT) for ``clients`` in a closed loop, or Poisson ``rate`` (:func:`_solve_open`)."""
     if clients is None:
         return _solve_open(t, isl, osl, rate)
+    # closed loop: the others' prompts arrive to an idle prefill server (probability 1 - rho) and
+    # take their own chunk steps, or to a busy one and share full-budget steps
     accepted = t.accepted
     ttft, tpot = t.request_s + t.at(0.0)[1], t.at(1.0)[0] / accepted
     converged, out = False, {}
     for _ in range(MAX_ROUNDS):
         d = (osl - 1) * tpot
         r = ttft + d
-        x = clients / r if clients is not None else rate
-        others = (clients - 1) * d / r if clients is not None else rate * d
-        x_o = x * (clients - 1) / clients if clients is not None else rate
-        busy = (1.0 if clients > 1 else 0.0) if clients is not None else 1.0 - math.exp(-rate * r)
+        x = clients / r
+        others = (clients - 1) * d / r
+        x_o = x * (clients - 1) / clients
+        busy = 1.0 if clients > 1 else 0.0  # another client's step is in progress
         _, sp_pre, _, full_pre = t.at(others)
         avail = max(t.budget - others * (t.k + 1), 1.0)
         own = isl / avail * full_pre  # a prompt's share of full-budget steps: the prefill server's time
         rho = x_o * own
-        # others' prompts: one arriving to an idle prefill server (probability 1 - rho) takes its
-        # own chunk steps; one arriving to a busy server shares full-budget steps
         s0, sp, n, full = t.at(1.0 + others)
         share = min(rho, 1.0)
         chunk_time = x_o * ((1.0 - share) * sp + share * own)  # fraction of engine time in chunk steps
         n_eff = (1.0 - share) * n + share * isl / avail
         # saturated: prompts queue, every step carries the whole prefill budget
         step = full if chunk_time >= 1.0 else 1.0 / (x_o * n_eff + (1.0 - chunk_time) / s0)
-        queue = rho / (1.0 - rho) * own / 2.0 if rho < 1.0 else math.inf
-        if clients is not None:
-            queue = min(queue, (clients - 1) * sp_pre)
+        queue = min(rho / (1.0 - rho) * own / 2.0 if rho < 1.0 else math.inf, (clients - 1) * sp_pre)
         new_ttft = t.request_s + busy * step / 2.0 + queue + sp_pre
         new_tpot = step / accepted
         if not math.isfinite(new_ttft):

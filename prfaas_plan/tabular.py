@@ -4,7 +4,7 @@ The report pages build their tables and charts from :data:`Rows` (records) and :
 (numpy columns) so that ``prfaas-plan report`` and ``compare`` never import pandas (0.3-0.5 s of
 their start-up). What pandas would add is reproduced here to the last bit, so every page is
 byte-identical to one built from DataFrames: the value types of ``DataFrame.to_dict("records")``
-(:func:`frame_rows`, :func:`columns_rows`), a groupby mean (:func:`group_means`, behind
+(:func:`frame_rows`, :func:`columns_rows`), a melt to long form (:func:`melt`), a groupby mean (:func:`group_means`, behind
 :func:`downsample`) and a centred rolling mean (:func:`centred_mean`). Tests compare each with
 pandas itself.
 """
@@ -171,4 +171,20 @@ def centred_mean(v: np.ndarray, window: int) -> np.ndarray:
     return np.array(out, dtype=float)
 
 
-__all__ = ["Columns", "Rows", "centred_mean", "columns_rows", "downsample", "finite", "frame_rows", "group_means"]
+def melt(cols: Columns, x: str, var: str, value: str, names: dict[str, str], label: str | None = None) -> Rows:
+    """``pd.DataFrame(cols).melt(id_vars=[x], value_vars=list(names), var_name=var, value_name=value)``
+    as records (the value columns one after another, their numbers promoted together), each
+    column's name under ``var`` given as ``names[column]``, or, with ``label``, kept and its
+    ``names`` entry added as ``label``."""
+    if not names:
+        return []
+    n = len(cols[x])
+    xs = np.asarray(cols[x]).tolist() * len(names)
+    values = np.concatenate([np.asarray(cols[k]) for k in names]).tolist()
+    keys = [k for k in names for _ in range(n)]
+    if label is None:
+        return [{x: a, var: names[k], value: v} for a, k, v in zip(xs, keys, values)]
+    return [{x: a, var: k, value: v, label: names[k]} for a, k, v in zip(xs, keys, values)]
+
+
+__all__ = ["Columns", "Rows", "centred_mean", "columns_rows", "downsample", "finite", "frame_rows", "group_means", "melt"]

@@ -206,13 +206,13 @@ def test_tallies_count_what_a_heap_popped_at_each_tick_holds(seed):
 
 def test_skipping_lognormal_lengths_draws_only_their_uniforms():
     """The synthetic source's first pass skips a truncated lognormal's lengths by drawing their
-    uniforms only: sample(m) leaves the generator where rng.random(m) does (the next draws agree)."""
+    uniforms only: sample(m) leaves the generator where skip(m) does (the next draws agree)."""
     sc = pp.load_scenario("paper-case-study")
     lengths = Setup.from_plan(pp.plan(sc), sc).lengths  # what the synthetic source samples
     assert type(lengths) is TruncatedLogNormal
     sampled, skipped = np.random.default_rng(9), np.random.default_rng(9)
     for m in (1, 1000, 70_000):
         drawn = lengths.sample(m, sampled)
-        skipped.random(m)
+        lengths.skip(m, skipped)
         assert drawn.size == m and len(set(drawn[:50].tolist())) > min(m, 50) // 2
     np.testing.assert_array_equal(sampled.random(5), skipped.random(5))

@@ -22,6 +22,7 @@ if TYPE_CHECKING:
     import pandas as pd
 
     from prfaas_plan.planner.inputs import PlanInputs
+    from prfaas_plan.tabular import Columns
 
 T_GRID_POINTS = 400
 """Thresholds tried by paper mode's grid search (log-spaced; about 1% apart over 128-128K tokens)."""
@@ -113,22 +114,35 @@ def baselines_paper(inp: PlanInputs) -> dict[str, Plan]:
     return out
 
 
-def sweep_threshold(inp: PlanInputs, n_p: int, points: int = T_GRID_POINTS) -> pd.DataFrame:
-    """Lambda_max and each stage's rate against t at a fixed N_p (paper model)."""
-    import pandas as pd
-
+def sweep_threshold_columns(inp: PlanInputs, n_p: int, points: int = T_GRID_POINTS) -> Columns:
+    """Lambda_max and each stage's rate (requests/s) against t at a fixed N_p (paper model), as
+    numpy columns: threshold_tokens, offload_fraction, prfaas_rps, pd_p_rps, pd_d_rps, lambda_max_rps."""
     t = threshold_grid(inp, points)
     g = paper_stage_rates(inp, t, np.array([n_p]))
-    return pd.DataFrame({"threshold_tokens": t, "offload_fraction": g["p"][:, 0],
-                         "prfaas_rps": g["prfaas"][:, 0], "pd_p_rps": g["pd_p"][:, 0],
-                         "pd_d_rps": g["pd_d"][:, 0], "lambda_max_rps": g["lambda"][:, 0]})
+    return {"threshold_tokens": t, "offload_fraction": g["p"][:, 0], "prfaas_rps": g["prfaas"][:, 0],
+            "pd_p_rps": g["pd_p"][:, 0], "pd_d_rps": g["pd_d"][:, 0], "lambda_max_rps": g["lambda"][:, 0]}
+
+
+def sweep_threshold(inp: PlanInputs, n_p: int, points: int = T_GRID_POINTS) -> pd.DataFrame:
+    """Lambda_max and each stage's rate against t at a fixed N_p (paper model):
+    :func:`sweep_threshold_columns` as a DataFrame."""
+    import pandas as pd
+
+    return pd.DataFrame(sweep_threshold_columns(inp, n_p, points))
+
+
+def sweep_np_columns(inp: PlanInputs, threshold_tokens: float) -> Columns:
+    """Lambda_max and each stage's rate (requests/s) against N_p at a fixed t (paper model), as
+    numpy columns: n_pd_p, n_pd_d, prfaas_rps, pd_p_rps, pd_d_rps, lambda_max_rps."""
+    n_p = np.arange(0, inp.n_local)
+    g = paper_stage_rates(inp, np.array([threshold_tokens]), n_p)
+    return {"n_pd_p": n_p, "n_pd_d": inp.n_local - n_p, "prfaas_rps": g["prfaas"][0],
+            "pd_p_rps": g["pd_p"][0], "pd_d_rps": g["pd_d"][0], "lambda_max_rps": g["lambda"][0]}
 
 
 def sweep_np(inp: PlanInputs, threshold_tokens: float) -> pd.DataFrame:
-    """Lambda_max and each stage's rate against N_p at a fixed t (paper model)."""
+    """Lambda_max and each stage's rate against N_p at a fixed t (paper model):
+    :func:`sweep_np_columns` as a DataFrame."""
     import pandas as pd
 
-    n_p = np.arange(0, inp.n_local)
-    g = paper_stage_rates(inp, np.array([threshold_tokens]), n_p)
-    return pd.DataFrame({"n_pd_p": n_p, "n_pd_d": inp.n_local - n_p, "prfaas_rps": g["prfaas"][0],
-                         "pd_p_rps": g["pd_p"][0], "pd_d_rps": g["pd_d"][0], "lambda_max_rps": g["lambda"][0]})
+    return pd.DataFrame(sweep_np_columns(inp, threshold_tokens))

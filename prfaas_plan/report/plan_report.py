@@ -35,10 +35,9 @@ from prfaas_plan.report.files import _check_png_dir, _write
 from prfaas_plan.report.page import Col, Columns, Figure, Report, Section, Table, _e, _fmt, _tokens
 from prfaas_plan.report.plan_sections import _assumption_blocks, _formula_blocks, _inputs_blocks
 from prfaas_plan.report.whatif import whatif_section
-from prfaas_plan.tabular import columns_rows, frame_rows
+from prfaas_plan.tabular import columns_rows, frame_rows, melt
 
 if TYPE_CHECKING:
-    from prfaas_plan import tabular
     from prfaas_plan.analysis import PlanReport
     from prfaas_plan.planner import PlanResult
     from prfaas_plan.scenario import Scenario
@@ -71,22 +70,6 @@ def write_report(sc: Scenario | str | Path, path: str | Path, mode: str = "exact
     report = build_report(sc, mode=mode, result=result, simulate=simulate, sim_duration_s=sim_duration_s,
                           seed=seed, load=load)
     return _write(report, path, png)
-
-
-def _melt(cols: tabular.Columns, x: str, var: str, value: str, names: dict[str, str], label: str | None = None) -> Rows:
-    """``pd.DataFrame(cols).melt(id_vars=[x], value_vars=list(names), var_name=var, value_name=value)``
-    as records (the value columns one after another, their numbers promoted together), each
-    column's name under ``var`` given as ``names[column]``, or, with ``label``, kept and its
-    ``names`` entry added as ``label``."""
-    if not names:
-        return []
-    n = len(cols[x])
-    xs = np.asarray(cols[x]).tolist() * len(names)
-    values = np.concatenate([np.asarray(cols[k]) for k in names]).tolist()
-    keys = [k for k in names for _ in range(n)]
-    if label is None:
-        return [{x: a, var: names[k], value: v} for a, k, v in zip(xs, keys, values)]
-    return [{x: a, var: k, value: v, label: names[k]} for a, k, v in zip(xs, keys, values)]
 
 
 def _max(values) -> float:
@@ -236,7 +219,7 @@ def plan_page(a: PlanReport) -> Report:
     ymax = max(lam_peak, best.lambda_max_rps) * 2.2
 
     def sweep_chart(df, xcol, xenc, title, subtitle, rule_x, rule_label):
-        long = [r for r in _melt(df, xcol, "key", "rps", series, label="series") if r["rps"] == r["rps"]]
+        long = [r for r in melt(df, xcol, "key", "rps", series, label="series") if r["rps"] == r["rps"]]
         lines = alt.Chart(chart_data(long)).mark_line(clip=True, interpolate="linear").encode(
             x=xenc, y=alt.Y("rps:Q", title="request rate (requests/s)", scale=alt.Scale(domain=[0, ymax])),
             color=alt.Color("series:N", title=None, scale=alt.Scale(domain=list(series.values()), range=s_colors)),
@@ -355,7 +338,7 @@ def plan_page(a: PlanReport) -> Report:
         link_df = chart_data(frame_rows([{"y": spec.link.gbps, "label": f"link {spec.link.gbps:g} Gbps"},
                                          {"y": usable, "label": f"usable {usable:g} Gbps"}]))
         eg_df = {"time_s": ts["time_s"], "raw": ts["egress_gbps"], "mean": a.timeseries.egress_mean_gbps}
-        eg_long = _melt(eg_df, "time_s", "key", "gbps", {"raw": f"per {dt:g} s", "mean": f"{win * dt:g} s moving mean"},
+        eg_long = melt(eg_df, "time_s", "key", "gbps", {"raw": f"per {dt:g} s", "mean": f"{win * dt:g} s moving mean"},
                         label="kind")
         plan_mean = a.egress_at_load_gbps
         # the planner's mean lies inside the series, so it is named in the legend, not by a label on it
@@ -375,7 +358,7 @@ def plan_page(a: PlanReport) -> Report:
         ), width=CHART_WIDTH, height=CHART_HEIGHT, title=alt.Title(
             "Inter-DC egress over time", subtitle=f"simulation at {sim_load:.0%} of Λmax, seed {seed}"))
         queues = {"remote_queue": "PrfaaS prefill queue", "local_queue": "local prefill queue"}
-        qlong = _melt(ts, "time_s", "queue", "waiting", {k: v for k, v in queues.items() if k in ts})
+        qlong = melt(ts, "time_s", "queue", "waiting", {k: v for k, v in queues.items() if k in ts})
         qc = props(alt.Chart(chart_data(qlong)).mark_line(strokeWidth=1.5).encode(
             x=alt.X("time_s:Q", title="simulated time (s)"), y=alt.Y("waiting:Q", title="requests waiting"),
             color=alt.Color("queue:N", title=None)),

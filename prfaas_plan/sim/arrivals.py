@@ -164,18 +164,14 @@ def synthetic(setup: Setup, times: Callable[[np.random.Generator, int], Iterator
     one generator gives all the arrival times, then all the lengths, then all the routing draws.
     A first pass over the times and the lengths (kept nowhere) finds where each of the three
     streams starts; then they are replayed side by side from copies of the generator."""
-    from prfaas_plan.workload import TruncatedLogNormal
-
     at_times = copy.deepcopy(rng)
     n = sum(part.size for part in times(rng, chunk))
     if n == 0:
         raise InvalidInput("no request arrives in the simulated time; raise the rate or the duration")
     at_lengths = copy.deepcopy(rng)
+    skip = getattr(setup.lengths, "skip", setup.lengths.sample)  # a distribution may advance rng without sampling
     for lo in range(0, n, chunk):  # the lengths' draws, skipped
-        if type(setup.lengths) is TruncatedLogNormal:  # its sample() is rint(quantile(rng.random(m))): the uniforms only
-            rng.random(min(chunk, n - lo))
-        else:
-            setup.lengths.sample(min(chunk, n - lo), rng)
+        skip(min(chunk, n - lo), rng)
     at_route = rng
     output_tokens = max(int(round(setup.output_tokens)), 1)
 

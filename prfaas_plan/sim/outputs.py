@@ -61,6 +61,7 @@ def timeseries_frame(columns: Columns | None) -> pd.DataFrame:
 
 
 def frame_of(kind: str, columns: Columns | None) -> pd.DataFrame:
+    """Records of ``kind`` (requests, timeseries) as the frame :class:`SimResult` gives for it."""
     return requests_frame(columns) if kind == "requests" else timeseries_frame(columns)
 
 

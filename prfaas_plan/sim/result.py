@@ -198,7 +198,7 @@ class SimResult:
 
         return pd.read_parquet(self._file(kind))
 
-    def columns(self, kind: str) -> dict[str, np.ndarray]:
+    def columns(self, kind: str) -> Columns:
         """The records of ``kind`` (``requests``, ``timeseries``) as numpy columns, the values
         ``self.requests[name].to_numpy()`` gives (``path`` as names in an object array; no rows:
         empty object columns), without building a frame (nor importing pandas) for a run that kept

@@ -283,6 +283,10 @@ class TruncatedLogNormal:
         draws = rint_quantiles(self, rng.random(_check_count(n, "sample")))
         return np.clip(draws, math.ceil(self.min_tokens), math.floor(self.max_tokens)).astype(np.int64)
 
+    def skip(self, n: int, rng: np.random.Generator) -> None:
+        """Advance ``rng`` exactly as :meth:`sample` would (its ``n`` uniforms), computing no lengths."""
+        rng.random(_check_count(n, "sample"))
+
     def _tokens(self, inverse, q_arr: np.ndarray) -> np.ndarray:
         """Inverse CDF with ``inverse`` as the inverse of :func:`ndtr`, tokens (an array)."""
         z_min, _ = self._z_bounds()
