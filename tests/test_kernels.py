@@ -205,6 +205,38 @@ def test_vllm_tables_where_imported_else_sglang_stands_in():
         kernel_tables(H200, "tgi")
 
 
+def test_vllm_int4_experts_are_the_marlin_kernel_vllm_serves_them_with():
+    # Kimi-K2's compressed-tensors int4 experts, vLLM 0.16.0 (its nearest collection is 0.19.0): the
+    # 0.19.0 "vllm_marlin_int4_moe" rows time the Triton WNA16 helper, not what vLLM serves, and were left
+    # out, so the lookup reads the 0.24.0 compressed-tensors Marlin experts, the committed row itself
+    older, newer = kernel_tables(H200, "vllm", "0.16.0"), kernel_tables(H200, "vllm", "0.24.0")
+    t = older.moe(8, 7168, 2048, 8, 384, 8, 1, "int4_w4a16")
+    assert t.source == "table h200 vllm-0.24.0 vllm_compressedtensorswna16marlinmoe_marlin_marlinexperts"
+    assert t.latency_s == newer.moe(8, 7168, 2048, 8, 384, 8, 1, "int4_w4a16").latency_s
+    with np.load(kernels_dir() / "h200" / "vllm-0.19.0" / "moe.npz") as npz:
+        names = list(npz["moe.kernel_names"])
+        assert "vllm_fused_moe" in names and "vllm_marlin_int4_moe" not in names
+        assert CODES["dtype"].index("int4_w4a16") not in set(npz["moe.dtype"].tolist())
+
+
+def test_the_importer_leaves_out_kernels_the_engine_does_not_serve(tmp_path):
+    import pandas as pd
+
+    base = tmp_path / "aiconfigurator_core" / "systems" / "data" / "h200_sxm" / "moe" / "vllm" / "0.19.0"
+    base.mkdir(parents=True)
+    shape = dict(hidden_size=7168, inter_size=2048, topk=8, num_experts=384, moe_tp_size=8, moe_ep_size=1,
+                 distribution="balanced", framework="VLLM", version="0.19.0", device="h200", op_name="moe")
+    rows = [dict(shape, kernel_source=k, moe_dtype=d, num_tokens=n, latency=lat)
+            for k, d, lat in (("vllm_fused_moe", "bfloat16", 0.1), ("vllm_marlin_int4_moe", "int4_wo", 0.2))
+            for n in (1, 8)]
+    pd.DataFrame(rows).to_parquet(base / "moe_perf.parquet")
+    out = tmp_path / "out"
+    kernels_import.import_kernels(["h200"], out, folder=tmp_path, echo=lambda line: None)
+    prov = yaml.safe_load((out / "h200" / "vllm-0.19.0" / "provenance.yaml").read_text())
+    moe = prov["families"]["moe"]["tables"]["moe"]
+    assert moe["kernel_source"] == {"bf16": ["vllm_fused_moe"]} and moe["rows"] == 2
+
+
 @pytest.mark.parametrize("args, field", [
     (("--dir", "{tmp}/missing"), "--dir"),
     (("--wheel", "{tmp}/missing.whl"), "--wheel"),

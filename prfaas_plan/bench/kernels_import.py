@@ -72,6 +72,15 @@ shape). SGLang: torch linear for bf16, sgl-kernel fp8_scaled_mm for per-tensor F
 FP8 block; the Triton fused MoE (Marlin for int4); FA3 attention on Hopper (FlashAttention-2 on
 A100, FlashInfer on L40S). vLLM: torch linear, CUTLASS scaled_mm, DeepGEMM; Triton experts
 (FlashInfer CUTLASS for per-tensor FP8, Marlin for int4); FA3."""
+NOT_SERVED = {("vllm", "moe"): ("vllm_marlin_int4_moe",)}
+"""Kernel sources left out because the engine does not serve a checkpoint with them. vLLM's legacy
+``int4_wo`` MoE rows (0.19.0) time its ``fused_experts`` helper called with an ``int4_w4a16`` quant
+config at group size 128 (aiconfigurator collector/vllm/collect_moe.py): the Triton WNA16 kernel of
+vllm/model_executor/layers/fused_moe/fused_moe.py, whatever the label says. vLLM serves an int4
+(W4A16) MoE checkpoint in compressed-tensors format, Kimi-K2's, by CompressedTensorsWNA16MarlinMoEMethod
+(vllm/model_executor/layers/quantization/compressed_tensors/compressed_tensors_moe.py: fused_marlin_moe),
+which the 0.24.0 collection times under that name. At Kimi-K2's shape (384 experts, moe_tp 8) the two
+differ 2x (8 tokens: 230 vs 110 us)."""
 MLA_DIMS = {"kv_lora_rank": 512, "qk_rope_dim": 64, "qk_nope_dim": 128, "v_dim": 128}  # DeepSeek-V3
 LINEAR_KERNELS = {
     ("sglang", "gdn", "context"): (("causal_conv1d_fn",), ("chunk_gated_delta_rule",)),
@@ -147,8 +156,10 @@ def _meta(path: Path) -> dict:
 
 
 def _prefer(df, engine: str, family: str, by: list[str]):
-    """Per group ``by``, the rows of the engine's most preferred kernel present."""
+    """Per group ``by``, the rows of the engine's most preferred kernel present (none of
+    :data:`NOT_SERVED`)."""
     rank = {k: i for i, k in enumerate(KERNEL_PREFERENCE[(engine, family)])}
+    df = df[~df["kernel_source"].isin(NOT_SERVED.get((engine, family), ()))]
     df = df.assign(_rank=df["kernel_source"].map(lambda k: rank.get(k, len(rank))))
     best = df.groupby(by)["_rank"].transform("min")
     return df[df["_rank"] == best].drop(columns="_rank")
