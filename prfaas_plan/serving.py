@@ -77,7 +77,7 @@ from __future__ import annotations
 import math
 from bisect import bisect_left
 from dataclasses import dataclass, field, replace
-from functools import lru_cache
+from functools import lru_cache, partial
 from typing import TYPE_CHECKING, NamedTuple
 
 import numpy as np
@@ -99,6 +99,8 @@ from prfaas_plan.perf.latency import (
 from prfaas_plan.perf.ops import decode_ops, mixed_step_ops
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from prfaas_plan.engine import EngineProfile, Speculative
 
 TOLERANCE = 1e-12
@@ -393,13 +395,14 @@ def _solve_open(t: StepTable, isl: int, osl: int, rate: float) -> dict:
     ``g(TPOT) = TPOT`` in :func:`_open_bracket`'s bracket (Brent, to :data:`TOLERANCE` relative)."""
     from scipy.optimize import brentq
 
-    bracket, rho = _open_bracket(t, osl, rate)
+    chains = lru_cache(maxsize=None)(partial(_step_chain, t, rate))  # the bracket, Brent and the root ask again
+    bracket, rho = _open_bracket(chains, t, osl, rate)
     if bracket is None:
         return dict(rho=rho, ttft=math.inf, tpot=math.inf, converged=False)
     lo, hi = bracket
-    tpot = lo if _excess(t, osl, rate, lo) <= 0.0 else brentq(lambda x: _excess(t, osl, rate, x), lo, hi,
-                                                               xtol=1e-300, rtol=TOLERANCE, maxiter=MAX_ROUNDS)
-    chain, d = _step_chain(t, rate, 1.0 + rate * (osl - 1) * tpot), (osl - 1) * tpot
+    tpot = lo if _excess(chains, t, osl, rate, lo) <= 0.0 else brentq(
+        lambda x: _excess(chains, t, osl, rate, x), lo, hi, xtol=1e-300, rtol=TOLERANCE, maxiter=MAX_ROUNDS)
+    chain, d = chains(1.0 + rate * (osl - 1) * tpot), (osl - 1) * tpot
     ttft = t.request_s + chain["prefill_s"] + chain["residual_s"]
     for _ in range(MAX_ROUNDS):  # TTFT = overhead + P(engine busy | its own R) x residual + prefill
         new = t.request_s + (1.0 - math.exp(-rate * (ttft + d))) * chain["residual_s"] + chain["prefill_s"]
@@ -410,13 +413,15 @@ def _solve_open(t: StepTable, isl: int, osl: int, rate: float) -> dict:
                 saturated=chain["share"] >= 1.0, ttft=ttft, tpot=tpot, converged=True)
 
 
-def _excess(t: StepTable, osl: int, rate: float, tpot: float) -> float:
+def _excess(chains: Callable[[float], dict], t: StepTable, osl: int, rate: float, tpot: float) -> float:
     """``g(TPOT) - TPOT`` (s): the step chain's mean step per accepted token beside the decode
-    batch ``1 + rate (osl - 1) TPOT`` that a decoding request sees, less the TPOT assumed."""
-    return _step_chain(t, rate, 1.0 + rate * (osl - 1) * tpot)["step_s"] / t.accepted - tpot
+    batch ``1 + rate (osl - 1) TPOT`` that a decoding request sees, less the TPOT assumed;
+    ``chains(b)`` is :func:`_step_chain` at ``rate`` beside the decode batch ``b``."""
+    return chains(1.0 + rate * (osl - 1) * tpot)["step_s"] / t.accepted - tpot
 
 
-def _open_bracket(t: StepTable, osl: int, rate: float) -> tuple[tuple[float, float] | None, float]:
+def _open_bracket(chains: Callable[[float], dict], t: StepTable, osl: int,
+                  rate: float) -> tuple[tuple[float, float] | None, float]:
     """A bracket ``(lo, hi)`` of the open loop's TPOT (s) at ``rate`` (``_excess`` >= 0 at ``lo``,
     <= 0 at ``hi``), or None where it has none, and ``rho`` there. From the batch-1 decode step
     (``g >= TPOT``) TPOT doubles until the excess turns negative; the chain has a steady state only
@@ -427,7 +432,7 @@ def _open_bracket(t: StepTable, osl: int, rate: float) -> tuple[tuple[float, flo
     if not ok:
         return None, rho
     hi = 2.0 * lo
-    while math.isfinite(hi) and _stable(t, rate, osl, hi)[0] and _excess(t, osl, rate, hi) > 0.0:
+    while math.isfinite(hi) and _stable(t, rate, osl, hi)[0] and _excess(chains, t, osl, rate, hi) > 0.0:
         lo, hi = hi, 2.0 * hi
     if _stable(t, rate, osl, hi)[0]:
         return (lo, hi), rho
@@ -435,7 +440,7 @@ def _open_bracket(t: StepTable, osl: int, rate: float) -> tuple[tuple[float, flo
     while past - edge > TOLERANCE * edge:
         mid = 0.5 * (edge + past)
         edge, past = (mid, past) if _stable(t, rate, osl, mid)[0] else (edge, mid)
-    if _excess(t, osl, rate, edge) > 0.0:
+    if _excess(chains, t, osl, rate, edge) > 0.0:
         return None, max(_stable(t, rate, osl, past)[1], 1.0)
     return (lo, edge), rho
 
