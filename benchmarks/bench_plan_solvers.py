@@ -5,8 +5,9 @@
 
 For each cell (benchmarks/bench_sweep.py's 200-cell plan grid, the bundled grid
 scenarios/grids/paper-link-threshold.yaml, and the case study itself) it solves the three models
-of a plan (PrfaaS-PD, homogeneous PD, naive heterogeneous) with :func:`planner.solve_exact` (HiGHS,
-verified, CBC only as the fallback) and with CBC alone, and prints the largest |Lambda difference|
+of a plan (PrfaaS-PD, homogeneous PD, naive heterogeneous) with :func:`planner.solve_exact` (HiGHS's
+MILP, or for PrfaaS-PD from planner.milp.LP_PATH_MIN_BUCKETS buckets up its LP path; verified, CBC
+only as the fallback) and with CBC alone, and prints the largest |Lambda difference|
 (req/s, absolute and relative), and how many models differ in P:D split, threshold t,
 routing kind or binding constraint, or fell back to CBC. Exit status 1 when a Lambda differs beyond 1e-6 (relative) or a
 P:D split differs; a different t at the same Lambda and split is a tie the two solvers break differently (CBC
@@ -27,7 +28,8 @@ from prfaas_plan.sweeps import expand_grid
 
 HERE = Path(__file__).resolve().parent
 GRID_FILE = Path(pp.__file__).parent / "data" / "scenarios" / "grids" / "paper-link-threshold.yaml"
-AGREE_REL = 1e-6  # the agreement; CBC at 1e-10 primal/dual tolerances: 6.2e-8 measured (221 cells)
+AGREE_REL = 1e-6  # the agreement; CBC at 1e-10 primal/dual tolerances: 6.2e-8 measured (221 cells),
+# 5.1e-8 at 2,048 buckets (41 cells, the LP path)
 
 
 def _bench_sweep_grid(cells: int, n_buckets: int) -> dict:

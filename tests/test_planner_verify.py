@@ -259,3 +259,152 @@ def test_model_matrix_is_scipys_compressed_columns(sc):
         n = len(b.tokens)
         assert np.array_equal(dense[:n, 0], -np.ones(n)) and np.array_equal(dense[:n, 1:n + 1], np.eye(n))
         assert np.array_equal(dense[n + 1, 1:n + 1], k.remote)  # the PrfaaS-busy row
+
+
+# ----------------------------------------------------------------------------- the LP path (many buckets)
+MANY = 2048  # buckets: the LP path's size (M.LP_PATH_MIN_BUCKETS and up)
+
+
+@pytest.fixture(scope="module")
+def many(sc):
+    inp = P.plan_inputs(sc)
+    return inp, P.buckets(inp, MANY)
+
+
+def _no_milp(*args, **kwargs):
+    raise AssertionError("the MILP ran")
+
+
+def test_lp_path_is_cbcs_answer_at_many_buckets(many, monkeypatch):
+    # the PrfaaS-PD model at 2,048 buckets, solved as LPs only, against CBC's MILP (both stages) and
+    # the exhaustive best fixed-count LP: the same split, the same Lambda, the same least utilisation
+    inp, b = many
+    assert MANY >= M.LP_PATH_MIN_BUCKETS > P.DEFAULT_BUCKETS
+    pools = M.Pools(inp.n_prfaas, inp.n_local)
+    cbc = M.cbc_solution(inp, b, pools)
+    exhaustive = P.best_fixed_count_lp(inp, b, inp.n_prfaas, inp.n_local)
+    monkeypatch.setattr(M, "_highs_milp", _no_milp)
+    sol = P.solve_exact(inp, b, inp.n_prfaas, inp.n_local)
+    assert sol.solver == "highs" and (sol.n_p, sol.n_d) == (cbc.n_p, cbc.n_d) == (exhaustive.n_p, exhaustive.n_d)
+    assert abs(sol.lambda_rps - cbc.lambda_rps) <= CBC_AGREE_REL * cbc.lambda_rps
+    assert sol.lambda_rps == pytest.approx(exhaustive.lambda_rps * (1 - HEADROOM_REL), rel=1e-12)
+
+    def busiest(s: P.ExactSolution) -> float:  # the tie-break's objective: the busier prefill pool's utilisation
+        return max(np.dot(s.y_rps, b.t_remote_s) / inp.n_prfaas, np.dot(s.z_rps, b.t_local_s) / inp.n_local)
+
+    # CBC's solution file holds its values to ~8 significant digits (Lambda 3.2403604)
+    assert abs(busiest(sol) - busiest(cbc)) <= 1e-8 < busiest(exhaustive) - busiest(sol)
+    assert sol.y_rps.sum() == pytest.approx(cbc.y_rps.sum(), rel=1e-6)  # the offload share: CBC's
+
+
+def test_lp_path_runs_five_lps_and_only_where_both_paths_are_open(sc, many, monkeypatch):
+    # the relaxation, the LPs at its floor and both neighbours, one tie-break (then the verification's
+    # three fixed-count LPs); the baselines and the
+    # default bucket count keep the MILP
+    inp, b = many
+    runs, path = [], []
+    run, lp_path = M._highs_run, M.lp_path_solution
+    monkeypatch.setattr(M, "_highs_run", lambda *a: runs.append(a[-2].any()) or run(*a))
+    monkeypatch.setattr(M, "lp_path_solution", lambda *a: path.append(a[2]) or lp_path(*a))
+    P.solve_exact(inp, b, inp.n_prfaas, inp.n_local)
+    assert runs == [False] * 8 and len(path) == 1  # the five, the verification's at the split and both neighbours
+    P.solve_exact(inp, b, 0, inp.n_baseline, allow_remote=False)
+    P.solve_exact(inp, b, inp.n_prfaas, inp.n_local, allow_local_prefill=False, min_decode=inp.n_local)
+    inp128, b128 = _inputs(sc, {})
+    P.solve_exact(inp128, b128, inp128.n_prfaas, inp128.n_local)
+    assert len(path) == 1 and sum(runs) == 6  # three MILPs, two stages each
+
+
+@pytest.mark.parametrize("start", ["lowest", "highest"])
+def test_lp_path_climbs_to_the_best_split_from_either_end(many, monkeypatch, start):
+    inp, b = many
+    pools = M.Pools(inp.n_prfaas, inp.n_local)
+    exhaustive = P.best_fixed_count_lp(inp, b, inp.n_prfaas, inp.n_local)
+    assert 1 < exhaustive.n_p < inp.n_local - 2  # a climb of at least two steps either way
+    monkeypatch.setattr(M, "_relaxed_n_p", lambda *a: 0.0 if start == "lowest" else float(inp.n_local))
+    sol = M.lp_path_solution(inp, b, pools)
+    assert (sol.n_p, sol.n_d) == (exhaustive.n_p, exhaustive.n_d)
+    assert sol.lambda_rps == pytest.approx(exhaustive.lambda_rps * (1 - HEADROOM_REL), rel=1e-12)
+
+
+def test_lp_relaxation_brackets_the_best_split(many):
+    inp, b = many
+    relaxed = M._relaxed_n_p(M._Coefficients.of(inp, b), M.Pools(inp.n_prfaas, inp.n_local))
+    exhaustive = P.best_fixed_count_lp(inp, b, inp.n_prfaas, inp.n_local)
+    assert exhaustive.n_p in (np.floor(relaxed), np.ceil(relaxed))
+
+
+def test_lp_path_tie_break_takes_the_split_with_most_headroom(many, monkeypatch):
+    # a neighbour split said to reach the same Lambda and to leave more headroom is the answer
+    inp, b = many
+    pools = M.Pools(inp.n_prfaas, inp.n_local)
+    best = P.best_fixed_count_lp(inp, b, inp.n_prfaas, inp.n_local)
+    fixed, headroom = M.fixed_count_lp, M._headroom_lp
+
+    def tied(inp_, b_, pools_, n_p):
+        return fixed(inp_, b_, pools_, best.n_p if n_p == best.n_p + 1 else n_p)
+
+    def roomier(k, pools_, lam, n_p):
+        found = headroom(k, pools_, lam, best.n_p)
+        return (found[0], found[1] - (n_p == best.n_p + 1))
+
+    monkeypatch.setattr(M, "fixed_count_lp", tied)
+    monkeypatch.setattr(M, "_headroom_lp", roomier)
+    assert M.lp_path_solution(inp, b, pools).n_p == best.n_p + 1
+
+
+def test_lp_path_keeps_the_first_stage_when_the_tie_break_fails(many, monkeypatch):
+    inp, b = many
+    pools = M.Pools(inp.n_prfaas, inp.n_local)
+    monkeypatch.setattr(M, "_headroom_lp", lambda *a: None)
+    sol = M.lp_path_solution(inp, b, pools)
+    first = M.fixed_count_lp(inp, b, pools, sol.n_p)
+    assert sol.solver == "highs" and sol.lambda_rps == first.lambda_rps and np.array_equal(sol.y_rps, first.y_rps)
+
+
+@pytest.mark.parametrize("failure", ["relaxation", "a split serves nothing"])
+def test_lp_path_leaves_to_the_milp_where_an_lp_fails(many, monkeypatch, failure):
+    inp, b = many
+    pools = M.Pools(inp.n_prfaas, inp.n_local)
+    if failure == "relaxation":
+        monkeypatch.setattr(M, "_relaxed_n_p", lambda *a: None)
+    else:
+        fixed = M.fixed_count_lp
+        monkeypatch.setattr(M, "fixed_count_lp", lambda i, bb, p, n_p: fixed(i, bb, p, n_p) if n_p != 2 else
+                            P.ExactSolution(0.0, np.zeros(MANY), np.zeros(MANY), n_p, inp.n_local - n_p, "lp"))
+    assert M.lp_path_solution(inp, b, pools) is None
+    milp = []
+    run = M._highs_milp
+    monkeypatch.setattr(M, "_highs_milp", lambda *a: milp.append(1) or run(*a))
+    sol = M.highs_solution(inp, b, pools)
+    assert milp and sol.lambda_rps > 0
+
+
+def test_lp_path_with_no_local_prefill_instance_offloads_everything(sc):
+    # 64 PrfaaS GPUs: the best split gives every local instance to decode, so every request is
+    # offloaded, exactly, and the PrfaaS pool binds (as CBC says; HiGHS's MILP took 1 + 7 here,
+    # 1.4% lower, at this bucket count)
+    inp = P.plan_inputs(sc.with_updates(**{"link.gbps": 40, "prfaas.gpus": 64}))
+    b = P.buckets(inp, MANY)
+    exhaustive = P.best_fixed_count_lp(inp, b, inp.n_prfaas, inp.n_local)
+    sol = P.solve_exact(inp, b, inp.n_prfaas, inp.n_local)
+    assert (sol.n_p, sol.n_d) == (exhaustive.n_p, exhaustive.n_d) == (0, inp.n_local)
+    assert sol.lambda_rps == pytest.approx(exhaustive.lambda_rps * (1 - HEADROOM_REL), rel=1e-12)
+    assert not sol.z_rps.any() and np.array_equal(sol.y_rps, sol.lambda_rps * b.probs)
+    assert P.exact_plan(inp, b, "prfaas-pd", sol, inp.n_prfaas).binding == "PrfaaS prefill (compute)"
+
+
+def test_a_milp_answer_a_neighbouring_split_beats_is_not_verified(sc, monkeypatch):
+    # the sweep cell where HiGHS's MILP at 2,048 buckets stops at the split 1 + 7 (1.4% short): the LP path
+    # off, the check rejects it (the split 0 + 8 serves more) and CBC's answer, the best split, stands
+    inp = P.plan_inputs(sc.with_updates(**{"link.gbps": 40, "prfaas.gpus": 64}))
+    b = P.buckets(inp, MANY)
+    monkeypatch.setattr(M, "lp_path_solution", lambda *a: None)
+    pools = M.Pools(inp.n_prfaas, inp.n_local)
+    milp = M.highs_solution(inp, b, pools)
+    assert (milp.n_p, milp.n_d) == (1, inp.n_local - 1)
+    assert M.fixed_count_lp(inp, b, pools, 1).lambda_rps * (1 + M.CHECK_REL) >= milp.lambda_rps  # agrees at its split
+    assert not M.verified(inp, b, pools, milp)
+    sol = P.solve_exact(inp, b, inp.n_prfaas, inp.n_local)
+    exhaustive = P.best_fixed_count_lp(inp, b, inp.n_prfaas, inp.n_local)
+    assert sol.solver == "cbc" and (sol.n_p, sol.n_d) == (exhaustive.n_p, exhaustive.n_d) == (0, inp.n_local)

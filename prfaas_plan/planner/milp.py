@@ -13,7 +13,9 @@ Solvers: HiGHS in-process first, through scipy's bundled HiGHS bindings loaded o
 ``scipy.optimize``, 0.66 s of start-up). Its answer stands when it is
 feasible in the model written the plain way and the fixed-count LP (:func:`fixed_count_lp`, a
 different formulation) at its split agrees on Lambda; otherwise CBC (pulp's bundled binary,
-imported only then) solves the same model. A "no
+imported only then) solves the same model. From :data:`LP_PATH_MIN_BUCKETS` buckets up, the model
+with both prefill paths open is solved as a few LPs instead (:func:`lp_path_solution`, exact: the
+split by a hill climb on a concave function), its answer verified the same way. A "no
 rate" answer stands only when :func:`best_fixed_count_lp` agrees. Rates are requests/s, times
 seconds, link rates Gbit/s inside the models.
 """
@@ -21,7 +23,7 @@ seconds, link rates Gbit/s inside the models.
 from __future__ import annotations
 
 import contextlib
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import lru_cache
 from types import ModuleType
 from typing import TYPE_CHECKING
@@ -115,6 +117,12 @@ tests/test_planner_verify.py checks four), and it took 9-24% of their solve time
 LP_OPTIONS = {"presolve": "on", "solver": "simplex", "log_to_console": False, "output_flag": False,
               "simplex_strategy": 1}
 """HiGHS options of the fixed-count LP: as ``scipy.optimize.linprog(method="highs-ds")`` sets them (1 = dual)."""
+HEADROOM_LP_OPTIONS = {**LP_OPTIONS, "dual_feasibility_tolerance": 1e-10}
+"""HiGHS options of the LP path's tie-break (:func:`_headroom_lp`): the dual tolerance at 1e-10, not
+1e-7: its objective varies by ~1e-6 over the stage, and the reduced costs of tail buckets (weighted
+by probabilities down to 1e-9) fall under 1e-7, so at the default it stopped 2e-7 short of the
+least utilisation (case study, 2,048 buckets); at 1e-10 it is CBC's to 1e-11, with CBC's offload
+share to 6e-9."""
 LP_CHECK_TOL = 10 * 1e-9 ** 0.5
 """Residual tolerance of linprog's check of a HiGHS LP answer (``10 sqrt(tol)``, tol 1e-9)."""
 
@@ -263,13 +271,119 @@ def _highs_milp(k: _Coefficients, pools: Pools) -> tuple[np.ndarray, float, int,
 
 
 def highs_solution(inp: PlanInputs, b: Buckets, pools: Pools) -> ExactSolution | None:
-    """The MILP by HiGHS, unverified; None when HiGHS reports no optimum."""
+    """The MILP by HiGHS, unverified; None when HiGHS reports no optimum. With both prefill paths
+    open and at least :data:`LP_PATH_MIN_BUCKETS` buckets, as LPs (:func:`lp_path_solution`) where
+    those LPs all have optima."""
+    routing = pools.allow_remote and pools.allow_local_prefill
+    if routing and len(b.tokens) >= LP_PATH_MIN_BUCKETS:
+        sol = lp_path_solution(inp, b, pools)
+        if sol is not None:
+            return sol
     k = _Coefficients.of(inp, b)
     found = _highs_milp(k, pools)
     if found is None:
         return None
     off, lam, n_p, n_d = found
     return ExactSolution(lam, b.probs * off, b.probs * (lam - off), n_p, n_d, "highs")
+
+
+# ----------------------------------------------------------------------------- the LP path (many buckets)
+LP_PATH_MIN_BUCKETS = 256
+"""From this many buckets up, the MILP with both prefill paths open is solved as a few LPs
+(:func:`lp_path_solution`), whose cost grows ~n in buckets where HiGHS's MILP grows ~n^2 (its
+presolve's dominated-column search and its root LP over the n balance rows). Both stages, paper case
+study, MILP against the LP path: 256 buckets 22 vs 13 ms, 512: 53 vs 24, 2,048: 571 vs 127, 4,096:
+2,157 vs 289 ms. At the default 128 buckets the MILP stays, so that its answers stay the floats they
+were, bit for bit: the LP path finds the same optimum (there to 1.4e-16), but not the same floats."""
+
+
+def lp_path_solution(inp: PlanInputs, b: Buckets, pools: Pools) -> ExactSolution | None:
+    """The MILP's two stages as LPs, exactly. Lambda at a fixed split, :func:`fixed_count_lp`, is a
+    concave function of N_p (an LP's optimum is concave in its right-hand side, and N_p, N_d =
+    n_local - N_p enter only there; an idle instance never helps), so a hill climb from the LP
+    relaxation's N_p (:func:`_relaxed_n_p`) stops at the best split. The tie-break then runs at
+    ``Lambda = (1 - HEADROOM_REL) Lambda*`` (where, the rates scaled down, it finds no less headroom
+    than anywhere above) on every split that reaches it (:func:`_headroom_lp`). None (the MILP
+    then solves it) when the relaxation has no optimum or a split the climb visits serves nothing
+    (HiGHS found no optimum of that fixed-count LP, or there is none)."""
+    k = _Coefficients.of(inp, b)
+    start = _relaxed_n_p(k, pools)
+    if start is None:
+        return None
+    top = pools.n_local - max(pools.decode_floor, 1)
+    lp: dict[int, ExactSolution] = {}
+
+    def at(n_p: int) -> float:
+        if n_p not in lp:
+            lp[n_p] = fixed_count_lp(inp, b, pools, n_p)
+        return lp[n_p].lambda_rps
+
+    best = min(max(int(np.floor(start)), 0), top)
+    while True:
+        step = max((j for j in (best - 1, best + 1) if 0 <= j <= top), key=at, default=best)
+        if at(step) <= at(best):
+            break
+        best = step
+    if min(s.lambda_rps for s in lp.values()) <= RATE_TOL_RPS:  # a split serves nothing: leave it to the MILP
+        return None
+    lam = at(best) * (1 - HEADROOM_REL)
+    lo = hi = best
+    while lo > 0 and at(lo - 1) >= lam:
+        lo -= 1
+    while hi < top and at(hi + 1) >= lam:
+        hi += 1
+    headroom = [(found[1], n_p, found[0]) for n_p in range(lo, hi + 1)
+                if (found := _headroom_lp(k, pools, lam, n_p)) is not None]
+    if not headroom:  # numerically tiny optima: keep the first stage's
+        return replace(lp[best], solver="highs")
+    _, n_p, off = min(headroom, key=lambda h: h[:2])
+    off = np.clip(off, 0.0, lam)
+    return ExactSolution(lam, b.probs * off, b.probs * (lam - off), n_p, pools.n_local - n_p, "highs")
+
+
+def _relaxed_n_p(k: _Coefficients, pools: Pools) -> float | None:
+    """N_p of the LP relaxation (N_p continuous, ``N_d = n_local - N_p``): :func:`fixed_count_lp`'s
+    LP with ``q = N_p w`` a variable too, minimise ``w`` subject to ``sum_b p_b T_H200(l_b) f_b <=
+    n_prfaas w``, egress ``<= link w``, ``sum_b p_b T_H20(l_b) (1 - f_b) <= q``, ``(n_local w - q)
+    x decode rate >= 1``, ``q <= (n_local - decode floor) w``, ``0 <= f_b <= 1``; N_p = q / w.
+    None without an optimum."""
+    n = len(k.remote)
+    a = np.zeros((5, n + 2))  # variables f_0..f_n-1, w, q
+    a[0, :n], a[0, n] = k.remote, -pools.n_prfaas
+    a[1, :n], a[1, n] = k.egress_gbps, -k.link_gbps
+    a[2, :n], a[2, n + 1] = -k.local, -1.0
+    a[3, n], a[3, n + 1] = -k.decode_rps * pools.n_local, k.decode_rps
+    a[4, n], a[4, n + 1] = -(pools.n_local - max(pools.decode_floor, 1)), 1.0
+    row_hi = np.array([0.0, 0.0, -k.local.sum(), -1.0, 0.0])
+    cost = np.zeros(n + 2)
+    cost[n] = 1.0
+    found = _highs_run(cost, _Csc.dense(a), np.full(5, -np.inf), row_hi, np.zeros(n + 2),
+                       np.r_[np.ones(n), np.inf, np.inf], np.zeros(n + 2, dtype=np.uint8), LP_OPTIONS)
+    if found is None or not found[0][n] > 0:
+        return None
+    return float(found[0][n + 1] / found[0][n])
+
+
+def _headroom_lp(k: _Coefficients, pools: Pools, lam: float, n_p: int) -> tuple[np.ndarray, float] | None:
+    """The tie-break at ``Lambda = lam`` (req/s) and ``N_p = n_p``, where the balance rows are the
+    bounds ``0 <= off_b <= lam``: minimise ``u`` subject to PrfaaS busy ``<= n_prfaas`` and ``<= u
+    max(n_prfaas, 1)``, PD-P busy ``sum_b p_b T_H20(l_b) (lam - off_b) <= n_p`` and ``<= u n_local``,
+    egress ``<= link``; with ``n_p = 0``, ``off_b = lam``. ``(off, u)``, or None without an optimum."""
+    n = len(k.remote)
+    a = np.zeros((5, n + 1))  # variables off_0..off_n-1, u
+    a[0, :n] = k.remote
+    a[1, :n] = -k.local
+    a[2, :n] = k.egress_gbps
+    a[3, :n], a[3, n] = k.remote, -max(pools.n_prfaas, 1)
+    a[4, :n], a[4, n] = -k.local, -pools.n_local
+    busy = lam * k.local.sum()
+    row_hi = np.array([pools.n_prfaas, n_p - busy, k.link_gbps, 0.0, -busy])
+    cost = np.zeros(n + 1)
+    cost[n] = 1.0
+    col_lo = np.r_[np.full(n, lam if n_p == 0 else 0.0), 0.0]  # no PD-P instance: every bucket offloaded
+    found = _highs_run(cost, _Csc.dense(a), np.full(5, -np.inf), row_hi, col_lo, np.r_[np.full(n, lam), np.inf],
+                       np.zeros(n + 1, dtype=np.uint8), HEADROOM_LP_OPTIONS)
+    return None if found is None else (found[0][:n], found[1])
 
 
 # ----------------------------------------------------------------------------- CBC (the fallback)
@@ -405,12 +519,19 @@ def _feasible(inp: PlanInputs, b: Buckets, pools: Pools, sol: ExactSolution) -> 
 
 
 def verified(inp: PlanInputs, b: Buckets, pools: Pools, sol: ExactSolution) -> bool:
-    """The MILP's answer is feasible in the model written the plain way (:func:`_feasible`), and
-    the :func:`fixed_count_lp` at its split agrees on Lambda (up to the tie-break's headroom)."""
+    """The MILP's answer is feasible in the model written the plain way (:func:`_feasible`), the
+    :func:`fixed_count_lp` at its split agrees on Lambda (up to the tie-break's headroom), and
+    neither neighbouring split serves more: Lambda at a fixed split is concave in N_p
+    (:func:`lp_path_solution`), so a split no neighbour beats is the best one (HiGHS's MILP took
+    a split 1.4% short at 2,048 buckets in one sweep cell; tests/test_planner_verify.py)."""
     if not _feasible(inp, b, pools, sol):
         return False
     lp_rps = fixed_count_lp(inp, b, pools, sol.n_p).lambda_rps
-    return lp_rps * (1 - HEADROOM_REL) * (1 - CHECK_REL) <= sol.lambda_rps <= lp_rps * (1 + CHECK_REL)
+    if not lp_rps * (1 - HEADROOM_REL) * (1 - CHECK_REL) <= sol.lambda_rps <= lp_rps * (1 + CHECK_REL):
+        return False
+    top = pools.n_local - max(pools.decode_floor, 1)
+    return all(fixed_count_lp(inp, b, pools, n_p).lambda_rps <= lp_rps * (1 + CHECK_REL)
+               for n_p in (sol.n_p - 1, sol.n_p + 1) if 0 <= n_p <= top)
 
 
 def solve_exact(inp: PlanInputs, b: Buckets, n_pf: int, n_local: int, allow_remote: bool = True,
