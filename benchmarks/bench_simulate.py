@@ -1,4 +1,4 @@
-"""Benchmark: the simulator's speed, this checkout beside the previous implementation (commit 8cdb510).
+"""Benchmark: the simulator's speed, this checkout beside the previous implementation (commit 846aa07).
 
 1. One million Poisson requests at 80% of the paper case study's Lambda_max (issue #18: target
    <= 2 us per event, never slower than before): events, events per request, and us per event
@@ -30,7 +30,8 @@ from pathlib import Path
 
 from _baseline import ROOT, baseline_root, stats  # benchmarks/ is on sys.path: it holds this script
 
-SIM_BASELINE_REV = os.environ.get("PRFAAS_SIM_BASELINE_REV", "8cdb510")  # before this round's work (numpy records, queue logs)
+# before this round's work (arrivals as events; PRFAAS_SIM_BASELINE_REV=8cdb510: before numpy records and queue logs)
+SIM_BASELINE_REV = os.environ.get("PRFAAS_SIM_BASELINE_REV", "846aa07")
 
 TRACE = ROOT.parent / "shared" / "traces" / "mooncake_conversation.jsonl"
 POISSON = """

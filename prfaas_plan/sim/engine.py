@@ -28,15 +28,18 @@ started by events (a server frees, memory frees), which gives the same starts wh
 
 Speed (issue #18): the handlers are chosen once per run for the features it uses. A plain run (no
 prefix caches, no memory limits, the fixed policy) decides each request's path and prefill time,
-and writes its static records, a chunk at a time (numpy), and runs in its own loop
-(:meth:`Engine._loop_plain`) with the arrival, the decode admission and the usual end of a PrfaaS
-prefill written out; prefill times and KV bits come from per-length tables (:mod:`sim.tables`),
-decode slots are one heap unless the rebalancer moves instances, a tick records the link's running
-counters (the rates per period are differences taken a chunk of rows at a time) and, in the plain
-loop, the lengths of logs of the waiting and decoding requests' times in place of heaps popped at
-every tick (the queue lengths are counted from them a chunk of rows at a time, :mod:`sim.tallies`). None of this
-changes an operation that produces an output: the same floating-point operations run in the same
-order, so every record is bit for bit the same.
+and writes its static records, a chunk at a time (numpy). Nothing but arrivals takes its prefill
+servers, so it also starts each chunk's prefills at once, in arrival order (:meth:`Engine._start_prefills`),
+and runs in its own loop (:meth:`Engine._loop_plain`) in which an arrival is no event: the prefill
+ends and transfer joins are a sorted stream beside the heap, the decode admission and the usual
+end of a PrfaaS prefill are written out. Prefill times and KV bits come from per-length tables
+(:mod:`sim.tables`), decode slots are one heap unless the rebalancer moves instances, a tick
+records the link's running counters (the rates per period are differences taken a chunk of rows
+at a time) and, in the plain loop, the lengths of logs of the decoding requests' times in place of
+heaps popped at every tick; the queue lengths and the bits routed at the ticks are counted from
+those logs and from the chunks' prefill starts a chunk of rows at a time (:mod:`sim.tallies`). None
+of this changes an operation that produces an output: the same floating-point operations run in
+the same order, so every record is bit for bit the same.
 
 Times are seconds, transfer sizes bits, memory bytes (per GPU of a decode instance).
 """
@@ -61,7 +64,7 @@ from prfaas_plan.sim.outputs import TIMESERIES_CHUNK_ROWS, TIMESERIES_COLUMNS, S
 from prfaas_plan.sim.policies import scheduler_for
 from prfaas_plan.sim.ring import Ring
 from prfaas_plan.sim.tables import TokenTable, cached_lengths
-from prfaas_plan.sim.tallies import Tallies
+from prfaas_plan.sim.tallies import Running, Spans, Tallies
 from prfaas_plan.units import BITS_PER_BYTE, GBPS_BITS_PER_S, GIB_BYTES
 from prfaas_plan.workload import LRUPrefixCache
 
@@ -77,7 +80,20 @@ if TYPE_CHECKING:
 LINK_CAPACITY, LINK_DONE, TRANSFER_JOIN, REMOTE_PREFILL_END, LOCAL_PREFILL_END, KV_READY, DECODE_END = range(7)
 _INF = math.inf
 _TICK_FIELDS = 12  # numbers per time-series row as the ticks record them (_on_sampling_tick)
+_PLAIN_TICK_FIELDS = 6  # ... and as a plain run's ticks do (_on_plain_tick; _settle_ticks fills in the rest)
 _earliest_slot = itemgetter(0)
+
+
+def _fcfs_starts(servers: list[float], arrival_s: list[float], prefill_s: list[float]) -> list[float]:
+    """When each of a pool's arrivals (in order) starts on the server that frees first
+    (``servers``: the heap of their free times, updated); each holds it for its prefill time."""
+    starts = []
+    for now, busy_s in zip(arrival_s, prefill_s):
+        free = servers[0]
+        start = free if free > now else now
+        heapreplace(servers, start + busy_s)
+        starts.append(start)
+    return starts
 
 
 class Engine:
@@ -139,13 +155,18 @@ class Engine:
         self.transfer_done: set[int] = set()  # rids whose transfer finished while their prefill runs
         self.period_s = self.policy.period_s
         self.next_tick_s = self.period_s if self.period_s <= self.horizon_s else _INF
-        self.bits_routed = 0.0  # KV bits routed to PrfaaS so far (egress demand)
-        # time-series rows not yet handed on, _TICK_FIELDS numbers each (_on_sampling_tick); a list, since
+        self.bits_routed = 0.0  # KV bits routed to PrfaaS so far (egress demand; plain runs: by the loaded chunks)
+        # time-series rows not yet handed on, _TICK_FIELDS numbers each (_on_sampling_tick; plain runs:
+        # _PLAIN_TICK_FIELDS, _on_plain_tick); a list, since
         # list.extend of a row costs ~0.1 us against array.extend's ~1 us, and one np.array a chunk ~0.4 us a row
         self.ticks: list[float] = []
         self.tick_blocks: list[np.ndarray] = []  # plain runs: rows whose queue lengths are counted (_settle_ticks)
-        self.tick_limit = _TICK_FIELDS * TIMESERIES_CHUNK_ROWS  # numbers in self.ticks at which the rows go on
-        self.tallies = Tallies(4)  # plain runs: the queues' logs (remote, local, decode waiting; decode ends)
+        self.tick_limit = _PLAIN_TICK_FIELDS * TIMESERIES_CHUNK_ROWS  # plain runs: numbers in self.ticks at which the rows go on
+        # plain runs: the decode queues' logs (waiting, ends), the prefill queues (remote, local) and the bits
+        # routed, known a chunk ahead (sim.tallies)
+        self.tallies = Tallies(2)
+        self.prefill_spans = (Spans(), Spans())
+        self.routed_bits = Running()
         self.last_counters = np.zeros(3)  # bits sent, bit-capacity offered, bits routed at the last row handed on
         self.last_capacity_time = self.last_bits_routed = 0.0  # ... at the last tick (adaptive policies)
 
@@ -179,7 +200,12 @@ class Engine:
         self.next_arrival_s = float(self.pending.arrival_s[0]) if self.pending is not None else _INF
         self.next_rid = self.base_rid = self.chunk_len = 0
         self.progress_every = max(self.n // 100, 1)
-        self.progress_rid = -1  # plain runs: the request after whose arrival progress is reported next (_stretch)
+        self.progress_rid = -1  # plain runs: the request after whose arrival progress is reported next (_mark)
+        self.next_load_s = self.next_arrival_s  # when the pending chunk's first request arrives
+        # plain runs: the prefill ends and transfer joins ahead (times, kinds, rids; a sentinel at inf last), in
+        # the heap's order, and the place of the next one (_start_prefills)
+        self.stream: tuple[list[float], list[int], list[int]] = ([_INF], [LINK_CAPACITY], [-1])
+        self.stream_i = 0
         s = self.setup
         self.table = TokenTable(s.t_remote, s.t_local, lambda tokens: BITS_PER_BYTE * np.asarray(s.kv_bytes(tokens), float))
         if self.caching:  # the length a cluster prefills is known only at arrival: tables by uncached tokens
@@ -188,15 +214,24 @@ class Engine:
 
     def _load_chunk(self, rid: int) -> None:
         """Make the pending chunk, whose first request ``rid`` arrives now, the loaded one (its
-        columns as lists: the handlers index them by the request's place ``k`` in the chunk)."""
+        columns as lists: the handlers index them by the request's place ``k`` in the chunk; a
+        plain run's prefills start here, :meth:`_start_prefills`)."""
         a = self.pending
         self.pending = next(self.chunks, None)
-        self.arrival_s, self.output_tokens = a.arrival_s.tolist(), a.output_tokens.tolist()
-        # when the next request arrives, after each of this chunk's
-        self.next_arrivals = [*self.arrival_s[1:], float(self.pending.arrival_s[0]) if self.pending is not None else _INF]
+        self.next_load_s = float(self.pending.arrival_s[0]) if self.pending is not None else _INF
+        self.arrival_s = a.arrival_s.tolist()
         self.base_rid, self.chunk_len = rid, len(self.arrival_s)
-        self.ring.add(a, self.arrival_s, self.output_tokens, self.sink)
+        self.ring.add(a, self.arrival_s, self.sink)
         self._bind_ring()
+        if self.plain:  # (lengths known, the fixed policy) what the arrival handler would write, written at once
+            t_remote, t_local, bits = self.table.at(a.input_tokens)
+            planned = self.scheduler.planned_offloads(a.input_tokens, a.route_u)
+            prefill = np.where(planned, t_remote, t_local)
+            self.ring.put(rid, path=planned, uncached=a.input_tokens, route_tokens=a.input_tokens, prefill=prefill)
+            self._start_prefills(rid, a.arrival_s, planned, prefill, transfer_join_s(t_remote, self.n_layers), bits)
+            return
+        self.output_tokens = a.output_tokens.tolist()
+        self.next_arrivals = [*self.arrival_s[1:], self.next_load_s]  # when the next request arrives, after each
         if self.staging is not None:
             self.staged_bytes = np.asarray(self.staging.staged_bytes(a.input_tokens), float).tolist()
         self.planned = None
@@ -207,13 +242,56 @@ class Engine:
         t_remote, t_local, bits = self.table.at(a.input_tokens)
         planned = self.scheduler.planned_offloads(a.input_tokens, a.route_u)
         self.bits, self.planned = bits.tolist(), None if planned is None else planned.tolist()
-        if self.plain:  # what the arrival handler would write for each request, written here at once
-            prefill = np.where(planned, t_remote, t_local)
-            self.prefill_s, self.join_after_s = prefill.tolist(), transfer_join_s(t_remote, self.n_layers).tolist()
-            self.ring.put(rid, path=planned, uncached=a.input_tokens, route_tokens=a.input_tokens, prefill=prefill)
-        else:
-            self.input_tokens, self.route_u = a.input_tokens.tolist(), a.route_u.tolist()
-            self.t_remote, self.t_local = t_remote.tolist(), t_local.tolist()
+        self.input_tokens, self.route_u = a.input_tokens.tolist(), a.route_u.tolist()
+        self.t_remote, self.t_local = t_remote.tolist(), t_local.tolist()
+
+    def _start_prefills(self, rid: int, arrival_s: np.ndarray, remote: np.ndarray, prefill_s: np.ndarray,
+                        join_after_s: np.ndarray, bits: np.ndarray) -> None:
+        """A plain run's chunk of arrivals from request ``rid`` on: nothing but arrivals takes a prefill
+        server, so each pool's starts follow from the arrivals alone (FCFS, in arrival order: the
+        arrival handler's operations, one request after the other); the prefill ends and transfer
+        joins they set become the chunk's events (:attr:`stream`, merged with those still ahead), its
+        waiting requests entries of the prefill queues and its KV bits steps of the bits routed.
+        Counts the heap events these requests schedule (one prefill end each, a transfer join and a
+        KV ready more for a remote one), which all get handled: a count per event saved."""
+        starts = np.empty(len(arrival_s))
+        for on, servers, spans in ((remote, self.remote_servers, self.prefill_spans[0]),
+                                   (~remote, self.local_servers, self.prefill_spans[1])):
+            arrived = arrival_s[on]
+            starts[on] = start = np.array(_fcfs_starts(servers, arrived.tolist(), prefill_s[on].tolist()))
+            waits = start > arrived
+            spans.add(arrived[waits], start[waits])
+        self.ring.put(rid, wait=starts - arrival_s)
+        ends, ids = starts + prefill_s, np.arange(rid, rid + len(arrival_s))
+        remote_ids, local_ids = ids[remote], ids[~remote]
+        remote_bits = bits[remote]
+        self.job_bits.update(zip(remote_ids.tolist(), remote_bits.tolist()))
+        routed = np.cumsum(np.concatenate(([self.bits_routed], remote_bits)))  # the arrival handler's sum, in order
+        self.routed_bits.add(arrival_s[remote], routed[1:])
+        self.bits_routed = float(routed[-1])
+        times = (starts[remote] + join_after_s[remote], ends[remote], ends[~remote])
+        self.scheduled += len(ids) + 2 * len(remote_ids)
+        self._merge_events(times, (TRANSFER_JOIN, REMOTE_PREFILL_END, LOCAL_PREFILL_END), (remote_ids, remote_ids, local_ids))
+
+    def _merge_events(self, times: tuple[np.ndarray, ...], kinds: tuple[int, ...], rids: tuple[np.ndarray, ...]) -> None:
+        """Add events of each of ``kinds`` (ascending) at ``times`` for requests ``rids`` (ascending, after
+        any the events still ahead name) to those still ahead: :attr:`stream` (times, kinds, rids;
+        a sentinel at inf last) in the heap's order, by time, then kind, then request."""
+        t_left, kind_left, rid_left = (np.array(column[self.stream_i:-1], dtype) for column, dtype
+                                       in zip(self.stream, (np.float64, np.int64, np.int64)))
+        order = np.lexsort((rid_left, kind_left))  # the events of the requests in (or queued for) prefill
+        t_left, kind_left, rid_left = t_left[order], kind_left[order], rid_left[order]
+        t_parts, kind_parts, rid_parts = [], [], []
+        for t, kind, ids in zip(times, kinds, rids):  # by kind, then request: a stable sort by time gives the order
+            old = kind_left == kind
+            t_parts += [t_left[old], t]
+            rid_parts += [rid_left[old], ids]
+            kind_parts.append(np.full(old.sum() + len(ids), kind))
+        t_all = np.concatenate(t_parts)
+        order = np.argsort(t_all, kind="stable")
+        self.stream = tuple(np.append(column[order], end).tolist() for column, end in
+                            ((t_all, _INF), (np.concatenate(kind_parts), LINK_CAPACITY), (np.concatenate(rid_parts), -1)))
+        self.stream_i = 0
 
     def _bind_ring(self) -> None:
         """The ring's arrays as attributes (they are replaced when the ring grows)."""
@@ -221,8 +299,7 @@ class Engine:
         self.path, self.hit_tokens, self.uncached, self.routed = r["path"], r["hit_tokens"], r["uncached"], r["route_tokens"]
         self.wait, self.prefill, self.transfer = r["wait"], r["prefill"], r["transfer"]
         self.decode_wait, self.ttft, self.end = r["decode_wait"], r["ttft"], r["end"]
-        self.ring_arrival, self.ring_output, self.mask = ring.arrival, ring.output, ring.cap - 1
-        self.ring_left, self.ring_shift = ring.left, ring.shift
+        self.ring_arrival, self.ring_decode_s, self.mask = ring.arrival, ring.decode_s, ring.cap - 1
 
     # -- the loop -----------------------------------------------------------------------------
     def run(self) -> None:
@@ -275,36 +352,47 @@ class Engine:
         return handled
 
     def _loop_plain(self) -> int:
-        """:meth:`_loop` of a plain run, the arrival, :meth:`_admit_decode`, :meth:`_join_link` and the usual
-        :meth:`_on_remote_prefill_end` (transfer done first) written out, the queues as logs (:mod:`sim.tallies`):
-        a call or heap push per event saved, the same operations in the same order. Returns the heap events handled."""
+        """:meth:`_loop` of a plain run: the arrivals' prefills planned a chunk at a time
+        (:meth:`_start_prefills`), so that an arrival is no event, and the prefill ends and transfer joins
+        they set a sorted stream beside the heap (which keeps the link's capacity steps and the KV
+        ready events); :meth:`_admit_decode`, :meth:`_join_link` and the usual :meth:`_on_remote_prefill_end`
+        (transfer done first) written out, the decode queues as logs (:mod:`sim.tallies`): the same
+        operations in the same order. Returns the heap events handled."""
         heap, link, slots, job_bits, transfer_done = self.heap, self.link, self.slots, self.job_bits, self.transfer_done
-        waiting, servers, decode_waiting, decode_ends = self.tallies.logs, (self.local_servers, self.remote_servers), *self.tallies.logs[2:]
+        decode_waiting, decode_ends = self.tallies.logs
         link_finish, on_tick, step_s, n_layers, rtt_s = self._on_link_done, self._on_plain_tick, self.step_s, self.n_layers, self.rtt_s
         handlers = (self._on_link_capacity, None, None, self._on_remote_prefill_end)  # by kind
-        link_done_s, t_arrival, t_tick, rid = self.link_done_s, self.next_arrival_s, self.next_tick_s, self.next_rid
-        k = stop = linked = 0  # place of the next arrival in the loaded chunk (none loaded yet), of the next stretch's end
-        self.progress_rid, self.scheduled = self._progress_rid(rid), len(heap)  # heap events: capacity steps, then each chunk's
+        link_done_s, t_tick, t_mark = self.link_done_s, self.next_tick_s, self.next_load_s
+        linked = 0
+        self.progress_rid, self.scheduled = self._progress_rid(0), len(heap)  # heap events: capacity steps, then each chunk's
+        event_t, event_kind, event_rid = self.stream
+        i = self.stream_i
         self._bind_ring()  # the ring's arrays in locals (again at each chunk load: the ring may grow)
-        transfer, decode_wait, ttft, end_s, ring_arrival, ring_output, mask, ring_left, ring_shift = self._ring_locals()
+        transfer, decode_wait, ttft, end_s, ring_arrival, ring_decode_s, mask = self._ring_locals()
         heappush(heap, (_INF, LINK_CAPACITY, -1))  # never due: the heap is never empty (one test less per event)
         while True:
-            t_bound = t_tick if t_tick <= t_arrival else t_arrival
-            while True:  # the heap's and the link's events before the next tick or arrival
+            t_bound = t_tick if t_tick <= t_mark else t_mark
+            while True:  # the events before the next tick, chunk load or progress step
+                # equal times: a capacity change (heap), the link's completion, the stream's kinds, KV ready (heap)
                 now = (top := heap[0])[0]
-                # the link's completion goes after a capacity change at the same time, before the rest
-                if link_done_s < now or (link_done_s == now and top[1] != LINK_CAPACITY):
+                if not (heap_next := now < (t_event := event_t[i]) or (now == t_event and top[1] == LINK_CAPACITY)):
+                    now = t_event
+                if link_done_s < now or (link_done_s == now and not (heap_next and top[1] == LINK_CAPACITY)):
                     if link_done_s >= t_bound:
                         break
                     link_done_s = link_finish(link_done_s)
                     continue
                 if now >= t_bound:
                     break
-                _, kind, req = heappop(heap)  # (it is top)
+                if heap_next:
+                    _, kind, req = heappop(heap)  # (it is top)
+                else:
+                    kind, req = event_kind[i], event_rid[i]
+                    i += 1
                 if kind >= LOCAL_PREFILL_END:  # (_admit_decode, written out)
                     start = slots[0] if slots[0] > now else now
                     j = req & mask
-                    end = start + (ring_output[j] or 1) * step_s
+                    end = start + ring_decode_s[j]
                     heapreplace(slots, end)
                     decode_ends.append(end)  # (the queues are logs)
                     if start > now:
@@ -312,7 +400,6 @@ class Engine:
                     decode_wait[j] = start - now
                     ttft[j] = start + step_s - ring_arrival[j]
                     end_s[j] = end
-                    ring_left[req >> ring_shift] -= 1
                 elif kind == TRANSFER_JOIN:  # (_join_link, written out)
                     self.link_done_s = link_done_s = link.join(now, job_bits[req], req)
                     linked += link_done_s < _INF
@@ -326,58 +413,39 @@ class Engine:
                     handlers[kind](now, req)
                     link_done_s = self.link_done_s
             if t_bound == _INF:
-                break  # no tick, arrival or event left
-            if t_tick <= t_arrival:
+                break  # no tick, chunk or event left
+            if t_tick <= t_mark:
                 t_tick = on_tick(t_tick)
                 continue
-            now = t_arrival  # an arrival: its path and prefill time were decided with its chunk
-            if k == stop:  # the loaded chunk's end, or a 1% step of progress
-                k, stop, next_arrivals, planned, prefill, bits, join_after_s, wait = self._stretch(rid, k)
-                transfer, decode_wait, ttft, end_s, ring_arrival, ring_output, mask, ring_left, ring_shift = self._ring_locals()
-            t_arrival = next_arrivals[k]
-            prefill_s, remote = prefill[k], planned[k]
-            pool = servers[remote]  # the server of its pool that frees first (a bool as index: PD-P 0, PrfaaS 1)
-            start = pool[0] if pool[0] > now else now
-            heapreplace(pool, start + prefill_s)
-            if start > now:
-                waiting[not remote].append(start)  # (logs: remote, local, ...)
-            if remote:
-                self.bits_routed += (b := bits[k])
-                job_bits[rid] = b
-                heappush(heap, (start + join_after_s[k], TRANSFER_JOIN, rid))
-                heappush(heap, (start + prefill_s, REMOTE_PREFILL_END, rid))
-            else:
-                heappush(heap, (start + prefill_s, LOCAL_PREFILL_END, rid))
-            wait[rid & mask] = start - now
-            rid, k = rid + 1, k + 1
+            self.stream_i = i
+            t_mark = self._mark(t_mark)
+            (event_t, event_kind, event_rid), i = self.stream, self.stream_i
+            transfer, decode_wait, ttft, end_s, ring_arrival, ring_decode_s, mask = self._ring_locals()
         heap.remove((_INF, LINK_CAPACITY, -1))
-        self.link_done_s, self.next_rid, self.next_arrival_s = link_done_s, rid, t_arrival
+        self.link_done_s, self.stream_i = link_done_s, i
         self.events += linked
         return self.scheduled
 
-    def _stretch(self, rid: int, k: int) -> tuple:
-        """The next stretch of a plain run's arrivals, from request ``rid`` (place ``k`` in the loaded
-        chunk) to the chunk's end or the next 1% step of progress, whichever comes first: at a
-        chunk's end the next one is loaded (:meth:`_load_chunk`; the queues' logs are settled when
-        long), at a step the progress is reported. Counts the heap events a loaded chunk's requests
-        schedule (one prefill end each, a transfer join and a KV ready more for a remote one), which
-        all get handled: a count per event saved. Returns ``k``, the stretch's end and the chunk's
-        lists that :meth:`_loop_plain` keeps in locals."""
-        if k == self.chunk_len:
-            if self.tallies.size() > 4 * self.source.chunk:  # the queues' logs kept short (a busy run)
-                self._settle_ticks(float(self.pending.arrival_s[0]))
-            self._load_chunk(rid)
-            self.scheduled += self.chunk_len + 2 * sum(self.planned)
-            k = 0
-        if rid == self.progress_rid:
-            self.progress_rid = self._progress_rid(rid + 1)
-        stop = self.chunk_len if self.progress_rid < rid else min(self.chunk_len, k + self.progress_rid - rid)
-        return k, stop, self.next_arrivals, self.planned, self.prefill_s, self.bits, self.join_after_s, self.wait
+    def _mark(self, now: float) -> float:
+        """A plain run's arrivals at ``now``: the pending chunk's first request arrives (it is loaded,
+        :meth:`_load_chunk`; the queues' logs are settled when long), or one after a 1% step of progress
+        (reported). Returns when the next such arrival is."""
+        while True:
+            loaded = self.base_rid + self.chunk_len
+            while 0 <= self.progress_rid < loaded and self.arrival_s[self.progress_rid - self.base_rid] <= now:
+                self.progress_rid = self._progress_rid(self.progress_rid + 1)
+            if now != self.next_load_s:
+                break
+            logged = self.tallies.size() + self.routed_bits.size() + sum(spans.size() for spans in self.prefill_spans)
+            if logged > 4 * self.source.chunk:
+                self._settle_ticks(now)  # the logs kept short (a busy run)
+            self._load_chunk(loaded)
+        step_s = self.arrival_s[self.progress_rid - self.base_rid] if 0 <= self.progress_rid < loaded else _INF
+        return step_s if step_s < self.next_load_s else self.next_load_s
 
     def _ring_locals(self) -> tuple:
         """The ring's arrays that :meth:`_loop_plain` keeps in locals (replaced when the ring grows, at a chunk load)."""
-        return (self.transfer, self.decode_wait, self.ttft, self.end, self.ring_arrival, self.ring_output, self.mask,
-                self.ring_left, self.ring_shift)
+        return self.transfer, self.decode_wait, self.ttft, self.end, self.ring_arrival, self.ring_decode_s, self.mask
 
     def _progress_rid(self, rid: int) -> int:
         """Report progress when request ``rid`` - 1 has arrived at a 1% step; the next request id
@@ -610,7 +678,7 @@ class Engine:
         start = free if free > now else now
         j = rid & self.mask
         step_s = self.step_s
-        end = start + (self.ring_output[j] or 1) * step_s
+        end = start + self.ring_decode_s[j]
         heapreplace(slots, end)
         heappush(self.decode_ends, end)
         if start > now:
@@ -618,7 +686,6 @@ class Engine:
         self.decode_wait[j] = start - now
         self.ttft[j] = start + step_s - self.ring_arrival[j]
         self.end[j] = end
-        self.ring_left[rid >> self.ring_shift] -= 1
 
     # -- staging memory and the transfer buffer ------------------------------------------------
     def _try_reserve(self, now: float, rid: int) -> bool:
@@ -696,13 +763,12 @@ class Engine:
             if staged:
                 self._held_change(now, -staged)
             j = rid & self.mask
-            end = now + (self.ring_output[j] or 1) * self.step_s
+            end = now + self.ring_decode_s[j]
             heappush(self.heap, (end, DECODE_END, rid))
             heappush(self.decode_ends, end)
             self.decode_wait[j] = now - self.ready_at.pop(rid)
             self.ttft[j] = now + self.step_s - self.ring_arrival[j]
             self.end[j] = end
-            self.ring.left[rid >> self.ring.shift] -= 1
 
     def _on_decode_end(self, now: float, rid: int) -> None:
         """Staging mode: ``rid``'s last token: its slot and memory are free."""
@@ -781,13 +847,12 @@ class Engine:
 
     def _on_plain_tick(self, now: float) -> float:
         """:meth:`_on_sampling_tick` of a plain run (no rule's turn, no memory): the row records the
-        lengths of the queues' logs, which :meth:`_settle_ticks` turns into queue lengths."""
+        link's counters and the lengths of the decode queues' logs; :meth:`_settle_ticks` adds the rest."""
         link = self.link
         link.advance(now)
         ticks = self.ticks
-        remote, local, decode, ends = self.tallies.logs
-        ticks.extend((now, link.bits_sent, link.capacity_time, self.bits_routed, link.n, len(remote), len(local),
-                      len(decode), len(ends), self.fixed_threshold, len(self.local_servers), self.setup.n_pd_d))
+        decode, ends = self.tallies.logs
+        ticks.extend((now, link.bits_sent, link.capacity_time, link.n, len(decode), len(ends)))
         if len(ticks) >= self.tick_limit:
             self._flush_ticks(now)
         next_tick_s = now + self.period_s
@@ -795,14 +860,22 @@ class Engine:
         return next_tick_s
 
     def _settle_ticks(self, now: float) -> None:
-        """Plain runs: the rows ticked so far (none after ``now``) get their queue lengths from the
-        logs (:class:`sim.tallies.Tallies`), which keep only the times after ``now``."""
-        rows = np.array(self.ticks, dtype=np.float64).reshape(-1, _TICK_FIELDS)
+        """Plain runs: the rows ticked so far (none after ``now``) as :meth:`_on_sampling_tick` records
+        them, the bits routed and queue lengths counted from the logs (:mod:`sim.tallies`), which
+        keep only the times after ``now``."""
+        ticked = np.array(self.ticks, dtype=np.float64).reshape(-1, _PLAIN_TICK_FIELDS)
         self.ticks = []
-        rows[:, 5:9] = self.tallies.settle(rows[:, 5:9], rows[:, 0], now)
+        times_s = ticked[:, 0]
+        rows = np.empty((len(ticked), _TICK_FIELDS))
+        rows[:, 0:3], rows[:, 4] = ticked[:, 0:3], ticked[:, 3]
+        rows[:, 3] = self.routed_bits.at(times_s, now)
+        for q, spans in enumerate(self.prefill_spans):
+            rows[:, 5 + q] = spans.counts(times_s, now)
+        rows[:, 7:9] = self.tallies.settle(ticked[:, 4:6], times_s, now)
+        rows[:, 9:12] = self.fixed_threshold, len(self.local_servers), self.setup.n_pd_d
         if len(rows):
             self.tick_blocks.append(rows)
-            self.tick_limit -= rows.size
+            self.tick_limit -= ticked.size
 
     def _flush_ticks(self, now: float = _INF) -> None:
         """Hand the rows gathered so far (up to ``now``) to the sink as :data:`outputs.TIMESERIES_COLUMNS`: each
@@ -811,7 +884,7 @@ class Engine:
         if self.plain:
             self._settle_ticks(now)
             blocks, self.tick_blocks = self.tick_blocks, []
-            self.tick_limit = _TICK_FIELDS * TIMESERIES_CHUNK_ROWS
+            self.tick_limit = _PLAIN_TICK_FIELDS * TIMESERIES_CHUNK_ROWS
             if not blocks:
                 return
             raw = blocks[0] if len(blocks) == 1 else np.vstack(blocks)

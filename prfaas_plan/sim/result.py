@@ -27,15 +27,18 @@ if TYPE_CHECKING:
 
 class Quantiles:
     """Count, sum and quantiles of a stream of values (NaN skipped): exact (every value kept), or
-    a t-digest (``fastdigest``, 1000 centroids, clamped to the observed range) in constant memory."""
+    a t-digest (``fastdigest``, 1000 centroids, clamped to the observed range) in constant memory.
+
+    A t-digest is built only once a value differs from the first (bit for bit): until then the
+    stream is that value ``sizes`` times over (every quantile is it), and building the digest
+    feeds it the very batches it would have had (TPOT is one value in most runs)."""
 
     def __init__(self, exact: bool) -> None:
         self.count, self.total = 0, 0.0
         self.kept: list[np.ndarray] | None = [] if exact else None
-        if not exact:
-            from fastdigest import TDigest
-
-            self.digest = TDigest()
+        self.digest = None
+        self.first: np.ndarray | None = None  # the one value so far, as an array of one (no digest yet)
+        self.sizes: list[int] = []  # the batches of it so far
 
     def add(self, values: np.ndarray) -> None:
         v = values[np.isfinite(values)]
@@ -44,7 +47,22 @@ class Quantiles:
         if self.kept is not None:
             self.kept.append(v)
         elif v.size:
+            if self.digest is None:
+                first = v[:1].copy() if self.first is None else self.first
+                if (v.view(np.int64) == first.view(np.int64)).all():
+                    self.first = first
+                    self.sizes.append(v.size)
+                    return
+                self._build_digest()
             self.digest.batch_update(v)
+
+    def _build_digest(self) -> None:
+        """The digest of the batches so far (all of the one value)."""
+        from fastdigest import TDigest
+
+        self.digest = TDigest()
+        for size in self.sizes:
+            self.digest.batch_update(np.repeat(self.first, size))
 
     def quantile(self, q: float) -> float:
         if not self.count:
@@ -52,6 +70,8 @@ class Quantiles:
         if self.kept is not None:
             self.kept = [np.concatenate(self.kept)]
             return float(np.quantile(self.kept[0], q))
+        if self.digest is None:  # (a digest of one value, clamped to the observed range, gives it)
+            return float(self.first[0])
         d = self.digest
         return float(min(max(d.quantile(q), d.min()), d.max()))
 

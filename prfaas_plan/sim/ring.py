@@ -66,28 +66,30 @@ class Ring:
     def __init__(self, chunk: int, n: int, decode_step_s: float) -> None:
         if chunk < 1 or chunk & (chunk - 1):
             raise ValueError(f"chunk {chunk} must be a power of two")
-        self.chunk, self.shift, self.step = chunk, chunk.bit_length() - 1, decode_step_s
+        self.chunk, self.step = chunk, decode_step_s
         self.cap = 1 << max(min(n, 2 * chunk) - 1, 0).bit_length()
         self.arrays = {name: _filled(code, fill, self.cap) for name, code, fill in RING_FIELDS}
-        self.arrival: list[float] = [0.0] * self.cap  # what the engine reads back: arrival time, output tokens
-        self.output: list[int] = [0] * self.cap
+        # what the engine reads back: arrival time, decode time (output tokens, at least one, x the decode step)
+        self.arrival: list[float] = [0.0] * self.cap
+        self.decode_s: list[float] = [0.0] * self.cap
         self.inputs: dict[int, Arrivals] = {}  # chunk number -> its arrivals, until it goes to the sink
-        self.left: list[int] = []  # per chunk: requests still waiting for a decode slot
+        self.added = 0  # chunks taken
         self.done = 0  # chunks handed to the sink
 
-    def add(self, a: Arrivals, arrival: list[float], output: list[int], sink: Sink) -> None:
+    def add(self, a: Arrivals, arrival: list[float], sink: Sink) -> None:
         """Take the next chunk of arrivals, after handing finished chunks to the sink (freeing slots)."""
         self.flush(sink)
-        lo, m = len(self.left) * self.chunk, len(arrival)
+        lo, m = self.added * self.chunk, len(arrival)
         while lo + m - self.done * self.chunk > self.cap:
             self._grow(lo)
         j = lo & (self.cap - 1)
         for name, code, fill in RING_FIELDS:
             self.arrays[name][j:j + m] = _filled(code, fill, m)
         self.arrival[j:j + m] = arrival
-        self.output[j:j + m] = output
-        self.inputs[len(self.left)] = a
-        self.left.append(m)
+        output = a.output_tokens
+        self.decode_s[j:j + m] = (np.where(output == 0, 1, output) * self.step).tolist()  # (output or 1) * step
+        self.inputs[self.added] = a
+        self.added += 1
 
     def put(self, rid: int, **values: np.ndarray) -> None:
         """Write results of consecutive requests from ``rid`` on (field name -> their values)."""
@@ -104,7 +106,7 @@ class Ring:
             grown = _filled(code, fill, cap)
             _as_numpy(grown)[ids & (cap - 1)] = _as_numpy(self.arrays[name])[ids & old]
             self.arrays[name] = grown
-        for attr, fill in (("arrival", 0.0), ("output", 0)):
+        for attr, fill in (("arrival", 0.0), ("decode_s", 0.0)):
             was, grown = getattr(self, attr), [fill] * cap
             for rid in ids.tolist():
                 grown[rid & (cap - 1)] = was[rid & old]
@@ -112,10 +114,13 @@ class Ring:
         self.cap = cap
 
     def flush(self, sink: Sink, everything: bool = False) -> None:
-        """Hand the leading finished chunks (all chunks: ``everything``) to the sink, in order."""
-        while self.done < len(self.left) and (everything or self.left[self.done] == 0):
-            a = self.inputs.pop(self.done)
-            j, m = (self.done * self.chunk) & (self.cap - 1), len(a.arrival_s)
-            sink.add("requests", records(a, {name: _as_numpy(v)[j:j + m] for name, v in self.arrays.items()}, self.step))
+        """Hand the leading finished chunks (each request holds a decode slot: its end is set; all
+        chunks: ``everything``) to the sink, in order."""
+        while self.done < self.added:
+            j, m = (self.done * self.chunk) & (self.cap - 1), len(self.inputs[self.done].arrival_s)
+            r = {name: _as_numpy(v)[j:j + m] for name, v in self.arrays.items()}
+            if not (everything or np.isfinite(r["end"]).all()):
+                return
+            sink.add("requests", records(self.inputs.pop(self.done), r, self.step))
             self.done += 1
 
