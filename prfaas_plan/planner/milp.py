@@ -68,6 +68,11 @@ class Pools:
     def decode_floor(self) -> int:
         return min(self.min_decode, self.n_local)
 
+    @property
+    def max_n_p(self) -> int:
+        """The most local instances that may prefill: at least one (and the floor) decodes."""
+        return self.n_local - max(self.decode_floor, 1)
+
 
 @dataclass(frozen=True)
 class ExactSolution:
@@ -310,7 +315,7 @@ def lp_path_solution(inp: PlanInputs, b: Buckets, pools: Pools) -> ExactSolution
     start = _relaxed_n_p(k, pools)
     if start is None:
         return None
-    top = pools.n_local - max(pools.decode_floor, 1)
+    top = pools.max_n_p
     lp: dict[int, ExactSolution] = {}
 
     def at(n_p: int) -> float:
@@ -353,7 +358,7 @@ def _relaxed_n_p(k: _Coefficients, pools: Pools) -> float | None:
     a[1, :n], a[1, n] = k.egress_gbps, -k.link_gbps
     a[2, :n], a[2, n + 1] = -k.local, -1.0
     a[3, n], a[3, n + 1] = -k.decode_rps * pools.n_local, k.decode_rps
-    a[4, n], a[4, n + 1] = -(pools.n_local - max(pools.decode_floor, 1)), 1.0
+    a[4, n], a[4, n + 1] = -pools.max_n_p, 1.0
     row_hi = np.array([0.0, 0.0, -k.local.sum(), -1.0, 0.0])
     cost = np.zeros(n + 2)
     cost[n] = 1.0
@@ -529,7 +534,7 @@ def verified(inp: PlanInputs, b: Buckets, pools: Pools, sol: ExactSolution) -> b
     lp_rps = fixed_count_lp(inp, b, pools, sol.n_p).lambda_rps
     if not lp_rps * (1 - HEADROOM_REL) * (1 - CHECK_REL) <= sol.lambda_rps <= lp_rps * (1 + CHECK_REL):
         return False
-    top = pools.n_local - max(pools.decode_floor, 1)
+    top = pools.max_n_p
     return all(fixed_count_lp(inp, b, pools, n_p).lambda_rps <= lp_rps * (1 + CHECK_REL)
                for n_p in (sol.n_p - 1, sol.n_p + 1) if 0 <= n_p <= top)
 

@@ -440,8 +440,8 @@ class Engine:
             if logged > 4 * self.source.chunk:
                 self._settle_ticks(now)  # the logs kept short (a busy run)
             self._load_chunk(loaded)
-        step_s = self.arrival_s[self.progress_rid - self.base_rid] if 0 <= self.progress_rid < loaded else _INF
-        return step_s if step_s < self.next_load_s else self.next_load_s
+        progress_s = self.arrival_s[self.progress_rid - self.base_rid] if 0 <= self.progress_rid < loaded else _INF
+        return progress_s if progress_s < self.next_load_s else self.next_load_s
 
     def _ring_locals(self) -> tuple:
         """The ring's arrays that :meth:`_loop_plain` keeps in locals (replaced when the ring grows, at a chunk load)."""
