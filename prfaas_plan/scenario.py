@@ -12,7 +12,16 @@ from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
 
-from pydantic import BaseModel, ConfigDict, Field, NonNegativeFloat, PositiveFloat, PositiveInt, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    NonNegativeFloat,
+    PositiveFloat,
+    PositiveInt,
+    model_serializer,
+    model_validator,
+)
 
 from prfaas_plan.data import builtin_dir, find_entry, is_dir, is_file, read_yaml, validate
 from prfaas_plan.defaults import (
@@ -35,7 +44,7 @@ from prfaas_plan.model import ModelSpec, load_model
 from prfaas_plan.perf.latency import ENGINE_RESERVE_GIB_PER_GPU
 from prfaas_plan.perf.roofline import MeasuredProfile
 from prfaas_plan.units import MIB_BYTES
-from prfaas_plan.vocab import AttentionLayout, ExpertLayout, LengthKind, TraceFormat
+from prfaas_plan.vocab import AttentionLayout, ExpertLayout, LengthKind, MoeRouting, TraceFormat
 
 QUICK_ORIGIN = "command-line flags"
 """The origin of a :meth:`Scenario.quick` (a model and two pools given on the command line, no file)."""
@@ -163,6 +172,9 @@ class ScenarioSpec(_Strict):
                                 "(an engine_db id or a YAML path): kernel tables, host overheads, chunked prefill")
     gemm_dtypes: dict[str, str | int] = Field(default_factory=dict, description="GEMM dtypes overriding the "
                                               "checkpoint's, e.g. {experts: bf16} (ModelSpec.with_gemm_dtypes)")
+    moe_routing: MoeRouting | None = Field(default=None, description="token routing the fused-MoE kernel times are "
+                                           "read at, e.g. power_law_1.01 (null: the model's, balanced; "
+                                           "ModelSpec.with_moe_routing)")
     cache: CacheSettings = CacheSettings()
     prfaas: PoolSpec
     local: PoolSpec
@@ -173,6 +185,14 @@ class ScenarioSpec(_Strict):
     decode: DecodeSpec = DecodeSpec()
     load: float = Field(default=0.8, gt=0, lt=1, description="fraction of the maximum rate at which TTFT is reported")
     assumptions: list[str] = []
+
+    @model_serializer(mode="wrap")
+    def _dump(self, handler):
+        # an unset moe_routing is left out, so a scenario that does not set it dumps as before the field
+        data = handler(self)
+        if self.moe_routing is None and isinstance(data, dict):
+            data.pop("moe_routing", None)
+        return data
 
     @model_validator(mode="after")
     def _buffer_remote_only(self) -> ScenarioSpec:
@@ -192,7 +212,8 @@ class Scenario:
     @cached_property
     def model(self) -> ModelSpec:
         model = load_model(self.spec.model, self.extra_model_dirs)
-        return model.with_gemm_dtypes(**self.spec.gemm_dtypes) if self.spec.gemm_dtypes else model
+        model = model.with_gemm_dtypes(**self.spec.gemm_dtypes) if self.spec.gemm_dtypes else model
+        return model.with_moe_routing(self.spec.moe_routing) if self.spec.moe_routing else model
 
     @cached_property
     def engine(self) -> EngineProfile:
@@ -248,7 +269,7 @@ class Scenario:
                 if not isinstance(node.get(part), dict):
                     raise InvalidInput(f"{key}: no such scenario field")
                 node = node[part]
-            if parts[-1] not in node:
+            if parts[-1] not in node and key not in ScenarioSpec.model_fields:  # (unset fields are not dumped)
                 raise InvalidInput(f"{key}: no such scenario field")
             node[parts[-1]] = value
         return Scenario(validate(ScenarioSpec, data, f"{self.origin} (with {', '.join(changes)})"),

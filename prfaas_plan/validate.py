@@ -47,6 +47,7 @@ from typing import TYPE_CHECKING, Any
 from prfaas_plan.errors import InvalidInput, PlanError
 from prfaas_plan.layout import Layout, check_layout
 from prfaas_plan.serving import BenchmarkRun
+from prfaas_plan.vocab import MOE_ROUTINGS
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -150,6 +151,7 @@ class Case:
     prefill_workers: int | None = None  # workers of a disaggregated row, where the row gives them
     decode_workers: int | None = None
     run: BenchmarkRun | None = None  # the finite run an aggregated row measured; None: steady state
+    moe_routing: str = "balanced"  # the MoE kernel tables' routing (vocab.MoeRouting), a calibration choice
 
 
 @dataclass(frozen=True)
@@ -258,8 +260,9 @@ def protocol_name(run: BenchmarkRun | None) -> str:
     return PROTOCOLS[2] if run is None else PROTOCOLS[0] if run == INFERENCEX_RUN else PROTOCOLS[1]
 
 
-def _map_row(row: dict, models: dict, strict: bool = False) -> Case | str:
-    """One CSV row as a :class:`Case`, or the status (a rule of this module) that leaves it out."""
+def _map_row(row: dict, models: dict, strict: bool = False, moe_routing: str = "balanced") -> Case | str:
+    """One CSV row as a :class:`Case` (its model's MoE timed at ``moe_routing``), or the status (a
+    rule of this module) that leaves it out."""
     model_id = MODEL_IDS.get(row["model_path"])
     dtypes = _dtypes(row)
     if model_id is None:  # NVIDIA's own NVFP4 checkpoints are named by their precision
@@ -277,7 +280,7 @@ def _map_row(row: dict, models: dict, strict: bool = False) -> Case | str:
     concurrency = _concurrency(row, strict)
     if isinstance(concurrency, str):
         return concurrency
-    model = _model(models, model_id, dtypes)
+    model = _model(models, model_id, dtypes, moe_routing)
     disagg = row["mode"] == "disagg"
     layout = _layout(model, row, "prefill_" if disagg else "")
     decode = _layout(model, row, "decode_") if disagg else None
@@ -289,7 +292,8 @@ def _map_row(row: dict, models: dict, strict: bool = False) -> Case | str:
         return INVALID_CONCURRENCY
     workers = [_num(row, f"{role}_num_workers") for role in ("prefill", "decode")]
     return Case(model_id, dtypes, gpu_id, engine, version, layout, decode, int(row["isl"]), int(row["osl"]),
-                concurrency, batch, *(int(w) if w else None for w in workers), run=_protocol(row))
+                concurrency, batch, *(int(w) if w else None for w in workers), run=_protocol(row),
+                moe_routing=moe_routing)
 
 
 def _decode_batch(row: dict, decode: Layout, concurrency: int) -> int:
@@ -303,16 +307,19 @@ def _decode_batch(row: dict, decode: Layout, concurrency: int) -> int:
 
 
 # ----------------------------------------------------------------------------- prediction
-def _model(models: dict, model_id: str, dtypes: tuple[tuple[str, str], ...]) -> ModelSpec:
-    """The model in the row's dtypes (memoised in ``models``, one validation's cache)."""
-    key = (model_id, dtypes)
+def _model(models: dict, model_id: str, dtypes: tuple[tuple[str, str], ...],
+           moe_routing: str = "balanced") -> ModelSpec:
+    """The model in the row's dtypes, its MoE timed at ``moe_routing`` (memoised in ``models``,
+    one validation's cache)."""
+    key = (model_id, dtypes, moe_routing)
     if key not in models:
         from prfaas_plan.model import load_model
 
         over: dict[str, Any] = dict(dtypes)
         if "int4_w4a16" in over.values():
             over["group_size"] = INT4_GROUP_SIZE
-        models[key] = load_model(model_id).with_gemm_dtypes(**over) if over else load_model(model_id)
+        model = load_model(model_id).with_gemm_dtypes(**over) if over else load_model(model_id)
+        models[key] = model.with_moe_routing(moe_routing) if moe_routing != model.moe_routing else model
     return models[key]
 
 
@@ -360,7 +367,7 @@ def _predict_disagg(model: ModelSpec, prefill: Instance, decode: Instance, case:
 
 def predict(case: Case, models: dict) -> tuple[float, float] | str:
     """(TTFT ms, TPOT ms) of one case, or the status of a prediction the model refuses."""
-    model = _model(models, case.model_id, case.dtypes)
+    model = _model(models, case.model_id, case.dtypes, case.moe_routing)
     try:
         if case.decode_layout is not None:
             return _predict_disagg(model, _instance(case, case.layout), _instance(case, case.decode_layout), case)
@@ -398,8 +405,8 @@ def _concurrency_or_nan(row: dict) -> float:
     return math.nan if c is None else float(c)
 
 
-def _frame(rows: list[dict], strict: bool) -> pd.DataFrame:
-    """Map, predict (once per identical case) and tabulate ``rows``."""
+def _frame(rows: list[dict], strict: bool, moe_routing: str = "balanced") -> pd.DataFrame:
+    """Map, predict (once per identical case) and tabulate ``rows``, MoE timed at ``moe_routing``."""
     import pandas as pd
 
     models: dict = {}
@@ -407,7 +414,7 @@ def _frame(rows: list[dict], strict: bool) -> pd.DataFrame:
     protocols: Counter = Counter()
     out = []
     for row in rows:
-        case = _map_row(row, models, strict)
+        case = _map_row(row, models, strict, moe_routing)
         got: tuple[float, float] | str | None = None
         if isinstance(case, Case):
             protocols[protocol_name(case.run)] += 1
@@ -442,12 +449,15 @@ def system_names(systems) -> set[str] | None:
     return {ours.get(s, s) for s in names}
 
 
-def validate_silicon(csv_path: str | Path | None = None, systems=None) -> pd.DataFrame:
+def validate_silicon(csv_path: str | Path | None = None, systems=None, moe_routing: str = "balanced") -> pd.DataFrame:
     """Every row of the silicon CSV (default: the installed aiconfigurator-core's) with our TTFT and
     TPOT predictions beside the measured ones, in :data:`COLUMNS`; ``systems`` keeps only those
-    (CSV names like ``h200_sxm`` or our ids like ``h200``)."""
+    (CSV names like ``h200_sxm`` or our ids like ``h200``); ``moe_routing`` the routing the MoE
+    kernel tables are read at (:data:`prfaas_plan.vocab.MOE_ROUTINGS`; unknown: InvalidInput)."""
     import pandas as pd
 
+    if moe_routing not in MOE_ROUTINGS:
+        raise InvalidInput(f"moe_routing: unknown {moe_routing!r}; use one of {', '.join(MOE_ROUTINGS)}")
     path = Path(csv_path) if csv_path is not None else default_csv()
     if not path.is_file():
         raise InvalidInput(f"csv: {path} is not a file; give the path of silicon_sample.csv")
@@ -462,7 +472,7 @@ def validate_silicon(csv_path: str | Path | None = None, systems=None) -> pd.Dat
     keep = system_names(systems)
     if keep is not None:
         df = df[df["system"].isin(keep)]
-    out = _frame(df.to_dict("records"), strict=csv_path is not None)
+    out = _frame(df.to_dict("records"), strict=csv_path is not None, moe_routing=moe_routing)
     out.attrs["source"] = str(path)
     return out
 
@@ -540,19 +550,33 @@ def errors_pct(df: pd.DataFrame) -> pd.DataFrame:
     return ok
 
 
+def off_factor(predicted, measured):
+    """How many times off a prediction is, either way: ``max(p / m, m / p)`` (1 = exact). An
+    |error| in percent cannot tell a 3x under-prediction (|error| 67%) from a 1.7x over-prediction
+    (70%); this can."""
+    import numpy as np
+
+    r = np.asarray(predicted, dtype=float) / np.asarray(measured, dtype=float)
+    return np.maximum(r, 1.0 / r)
+
+
 def summary(df: pd.DataFrame) -> pd.DataFrame:
     """Per system, mode and model (and each system's and mode's ``all``): n, median and max |error|
-    of TTFT and TPOT in percent, over the predicted rows."""
+    of TTFT and TPOT in percent, and the rows predicted more than 2x off either way
+    (:func:`off_factor` > 2), over the predicted rows."""
     import pandas as pd
 
     ok = errors_pct(df)
     ok["ttft_abs"], ok["tpot_abs"] = ok["ttft_error_pct"].abs(), ok["tpot_error_pct"].abs()
+    for m in ("ttft", "tpot"):
+        ok[f"{m}_2x"] = off_factor(ok[f"{m}_ms_predicted"], ok[f"{m}_ms_measured"]) > 2.0
     parts = [ok, ok.assign(model="all")]
     both = pd.concat(parts, ignore_index=True)
     g = both.groupby(["system", "mode", "model"], sort=True)
     out = g.agg(n=("status", "size"), ttft_median_abs_error_pct=("ttft_abs", "median"),
-                ttft_max_abs_error_pct=("ttft_abs", "max"), tpot_median_abs_error_pct=("tpot_abs", "median"),
-                tpot_max_abs_error_pct=("tpot_abs", "max")).reset_index()
+                ttft_max_abs_error_pct=("ttft_abs", "max"), ttft_rows_beyond_2x=("ttft_2x", "sum"),
+                tpot_median_abs_error_pct=("tpot_abs", "median"), tpot_max_abs_error_pct=("tpot_abs", "max"),
+                tpot_rows_beyond_2x=("tpot_2x", "sum")).reset_index()
     return out
 
 
@@ -564,11 +588,15 @@ def status_counts(df: pd.DataFrame) -> pd.DataFrame:
 
 
 def worst_rows(df: pd.DataFrame, n: int = 20) -> pd.DataFrame:
-    """The ``n`` predicted rows farthest from their measurement (the larger of TTFT and TPOT |error|)."""
+    """The ``n`` predicted rows farthest from their measurement (the larger of TTFT's and TPOT's
+    :func:`off_factor`, so an under-prediction ranks as far as an over-prediction by the same factor)."""
+    import pandas as pd
+
     ok = errors_pct(df)
-    key = ok[["ttft_error_pct", "tpot_error_pct"]].abs().max(axis=1)
+    key = pd.concat([pd.Series(off_factor(ok[f"{m}_ms_predicted"], ok[f"{m}_ms_measured"]), index=ok.index)
+                     for m in ("ttft", "tpot")], axis=1).max(axis=1)
     return ok.loc[key.sort_values(ascending=False).index[:n]].reset_index(drop=True)
 
 
 __all__ = ["COLUMNS", "Case", "INFERENCEX_RUN", "INFERENCEX_SOURCE", "MODEL_IDS", "PROTOCOLS", "REQUIRED_COLUMNS",
-           "SYSTEM_GPUS", "default_csv", "errors_pct", "predict", "protocol_name", "status_counts", "summary", "system_names", "validate_runs", "validate_silicon", "worst_rows"]
+           "SYSTEM_GPUS", "default_csv", "errors_pct", "off_factor", "predict", "protocol_name", "status_counts", "summary", "system_names", "validate_runs", "validate_silicon", "worst_rows"]

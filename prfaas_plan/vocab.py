@@ -69,3 +69,12 @@ GEMM_CLASSES: tuple[str, ...] = get_args(GemmClass)
 ATTENTION_LAYOUTS: tuple[str, ...] = get_args(AttentionLayout)
 EXPERT_LAYOUTS: tuple[str, ...] = get_args(ExpertLayout)
 KERNEL_FAMILIES: tuple[str, ...] = get_args(KernelFamily)
+
+MoeRouting = Literal["balanced", "power_law_1.01"]
+"""Token-to-expert routing a fused-MoE kernel time is read at (the ``distribution`` column of the
+aiconfigurator-core 0.12.0 MoE tables, https://pypi.org/project/aiconfigurator-core/):
+``balanced`` spreads tokens evenly over the experts; ``power_law_1.01`` draws expert loads from a
+power law of exponent 1.01, NVIDIA AIConfigurator's default for serving (``sdk/config.py``:
+``workload_distribution = "power_law"``; alpha 1.01 in ``sdk/models/deepseek.py``,
+``hybrid_moe.py``, ``nemotron_h.py``; 1.2, not kept, in ``sdk/models/moe.py``, ``qwen35.py``)."""
+MOE_ROUTINGS: tuple[str, ...] = get_args(MoeRouting)

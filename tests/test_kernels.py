@@ -53,7 +53,7 @@ def test_gemm_and_moe_grid_points_reproduce_the_committed_rows(h200):
     m = _rows("moe", "moe")
     for i in _sample(m):
         t = h200.moe(m["tokens"][i], m["hidden"][i], m["inter"][i], m["topk"][i], m["experts"][i], m["moe_tp"][i],
-                     m["moe_ep"][i], CODES["dtype"][m["dtype"][i]])
+                     m["moe_ep"][i], CODES["dtype"][m["dtype"][i]], CODES["routing"][m["routing"][i]])
         assert t.latency_s == pytest.approx(float(m["latency_s"][i]), rel=1e-6)
 
 

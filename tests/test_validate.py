@@ -31,6 +31,7 @@ from prfaas_plan.validate import (
     summary,
     validate_runs,
     validate_silicon,
+    worst_rows,
 )
 
 FIX = Path(__file__).parent / "fixtures" / "validate"
@@ -198,6 +199,20 @@ def test_summary_counts_and_errors(frame):
     assert got["ttft_max_abs_error_pct"] == pytest.approx(err.max())
     assert s.loc[("h200_sxm", "agg", "all"), "n"] == 9
     assert s.loc[("b200_sxm", "agg", "all"), "n"] == 1
+
+
+def test_beyond_2x_counts_both_ways():
+    """A 3x under-prediction has |error| 67%, less than a 1.8x over-prediction's 80%; the 2x count
+    and the worst-row order go by how many times off a row is, either way."""
+    ratios = {"a": 1 / 3, "b": 1.8, "c": 2.5, "d": 1.0}
+    df = pd.DataFrame([{c: math.nan for c in COLUMNS} | {
+        "system": "h200_sxm", "mode": "agg", "model": name, "status": "ok",
+        "ttft_ms_measured": 100.0, "ttft_ms_predicted": 100.0,
+        "tpot_ms_measured": 10.0, "tpot_ms_predicted": 10.0 * r} for name, r in ratios.items()])
+    s = summary(df).set_index("model")
+    assert s.loc["all", "tpot_rows_beyond_2x"] == 2 and s.loc["all", "ttft_rows_beyond_2x"] == 0
+    assert s.loc["b", "tpot_max_abs_error_pct"] > s.loc["a", "tpot_max_abs_error_pct"]  # why |error| cannot say
+    assert list(worst_rows(df)["model"]) == ["a", "c", "b", "d"]
 
 
 def test_runs_json(frame):

@@ -6,15 +6,17 @@ with latencies in **milliseconds** (``latency``) or **microseconds** (DeepEP ``*
 GPU, engine (SGLang; vLLM too for H200) and collected engine version (every version for
 :data:`ALL_VERSION_GPUS`, else the newest of each source) we take, per dtype, the kernel that
 engine runs by default, keep the shape grid the lookup interpolates on (GEMM m at powers of two;
-MoE balanced routing), and store per row the shape, ``latency_s`` and ``efficiency = roofline_s /
-latency_s`` (the FLOP and byte counts of :mod:`prfaas_plan.perf.kernels`, this repository's GPU
-peaks) as ``<gpu>/<engine>-<version>/<family>.npz`` plus a ``provenance.yaml`` naming every source
+MoE at each routing of :data:`prfaas_plan.vocab.MOE_ROUTINGS`), and store per row the shape,
+``latency_s`` and ``efficiency = roofline_s / latency_s`` (the FLOP and byte counts of
+:mod:`prfaas_plan.perf.kernels`, this repository's GPU peaks) as
+``<gpu>/<engine>-<version>/<family>.npz`` plus a ``provenance.yaml`` naming every source
 file. SGLang's WideEP MLA tables (0.5.6.post2, 0.5.10) time the whole MLA module; only the
 attention part is stored (:func:`reduce_mla_module`). Column meanings (from the wheel's SDK and collectors):
 
 * gemm: ``m, n, k`` of [m x k] @ [k x n]; ``gemm_dtype`` bfloat16 / fp8 (per-tensor) / fp8_block.
 * moe: ``num_tokens`` entering the layer, ``hidden_size``, ``inter_size``, ``topk``, ``num_experts``,
-  ``moe_tp_size``, ``moe_ep_size``; latency per rank; ``distribution`` balanced kept.
+  ``moe_tp_size``, ``moe_ep_size``; latency per rank; ``distribution`` balanced and power_law_1.01
+  kept (the ``routing`` code; power_law_1.2 left out, the 7 MB budget of committed tables).
 * attention: ``batch_size``, ``isl`` (context) or ``step`` (generation: tokens already cached, so
   the step attends over ``step + 1``), per-rank ``num_heads`` / ``num_key_value_heads``,
   ``head_dim``, ``window_size`` (0 = full), ``kv_cache_dtype``.
@@ -41,6 +43,7 @@ from prfaas_plan.data import staged_files
 from prfaas_plan.errors import InvalidInput
 from prfaas_plan.hardware import GPU, load_gpu
 from prfaas_plan.perf import kernels as K
+from prfaas_plan.vocab import MOE_ROUTINGS
 
 PACKAGE = "aiconfigurator-core"
 INSTALL_HINT = "pip install 'prfaas-plan[kernels]'"
@@ -221,15 +224,19 @@ def reduce_gemm(engine: str, df):
 
 
 def reduce_moe(engine: str, df):
-    """Fused-MoE rows of the balanced routing, one kernel per dtype."""
-    df = df[(df["distribution"] == "balanced") & df["moe_dtype"].isin(DTYPES)].copy()
+    """Fused-MoE rows of every routing of :data:`MOE_ROUTINGS` (the wheel's ``distribution``), one
+    kernel per dtype and routing; the routings kept go to the provenance (``df.attrs``)."""
+    df = df[df["distribution"].isin(MOE_ROUTINGS) & df["moe_dtype"].isin(DTYPES)].copy()
     df["dtype"] = df["moe_dtype"].map(DTYPES)
-    df = _prefer(df, engine, "moe", ["dtype"])
+    df["routing"] = df["distribution"]
+    df = _prefer(df, engine, "moe", ["dtype", "routing"])
     df = df.rename(columns={"num_tokens": "tokens", "hidden_size": "hidden", "inter_size": "inter",
                             "num_experts": "experts", "moe_tp_size": "moe_tp", "moe_ep_size": "moe_ep"})
     df["latency_s"] = df["latency"] * MS
-    return {"moe": df[["dtype", "tokens", "hidden", "inter", "topk", "experts", "moe_tp", "moe_ep",
-                       "kernel_source", "latency_s"]]}
+    out = df[["dtype", "routing", "tokens", "hidden", "inter", "topk", "experts", "moe_tp", "moe_ep",
+              "kernel_source", "latency_s"]]
+    out.attrs["distributions"] = [r for r in MOE_ROUTINGS if (out["routing"] == r).any()]
+    return {"moe": out}
 
 
 def _attention(engine: str, df, length: str, table: str):
@@ -395,7 +402,8 @@ COLUMN_UNITS = {
     "linear attention: per sequence)", "batch": "sequences", "isl": "tokens per sequence",
     "context": "KV tokens a decode step attends over (wheel step + 1)", "message_bytes": "bytes of bf16",
     "heads, kv_heads, v_heads, k_heads": "per rank", "window": "tokens (0: full attention)",
-    "dtype, kv_dtype, windowed": "codes: index into perf.kernels.CODES", "kernel": "index into <table>.kernel_names",
+    "dtype, kv_dtype, windowed, routing": "codes: index into perf.kernels.CODES (routing: the wheel's MoE "
+    "distribution)", "kernel": "index into <table>.kernel_names",
 }
 
 
@@ -464,6 +472,8 @@ def import_family(root: Path, gpu: GPU, family: str, engine: str, version: str, 
             }
             if kt is not None:
                 provenance[table].update(measures="module minus projection GEMMs", note=MODULE_NOTE, **attrs)
+            else:
+                provenance[table].update(attrs)  # MoE: the wheel distributions kept
     if provenance:
         provenance = {"package": PACKAGE, "package_version": package_version(root), "tables": provenance}
     return arrays, provenance

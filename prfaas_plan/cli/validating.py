@@ -9,6 +9,7 @@ import typer
 
 from prfaas_plan.cli.output import FormatOpt, emit
 from prfaas_plan.errors import InvalidInput
+from prfaas_plan.vocab import MoeRouting
 
 Source = Literal["silicon", "runs"]
 
@@ -20,6 +21,7 @@ def validate(
     system: Annotated[Optional[list[str]], typer.Option("--system", help="only this system (h200 or h200_sxm; repeatable)")] = None,
     rows: Annotated[bool, typer.Option("--rows", help="print every row instead of the summary")] = False,
     html: Annotated[Optional[Path], typer.Option("--html", help="also write an offline HTML page: scatter plots and the worst rows")] = None,
+    moe_routing: Annotated[MoeRouting, typer.Option("--moe-routing", help="with silicon: token routing the MoE kernel tables are read at (balanced, power_law_1.01: AIConfigurator's default)")] = "balanced",
     fmt: FormatOpt = "table",
 ) -> None:
     """How far the performance model lands from measured serving runs it was never fitted to:
@@ -34,7 +36,7 @@ def validate(
         raise InvalidInput("--csv: only with silicon")
     if html is not None and html.exists() and html.is_dir():
         raise InvalidInput(f"--html: {html} is a folder; give a file name such as validate.html")
-    df = validate_silicon(csv, system) if source == "silicon" else validate_runs(path)
+    df = validate_silicon(csv, system, moe_routing) if source == "silicon" else validate_runs(path)
     if source == "runs" and system:
         df = df[df["system"].isin(system_names(system))]
     if html is not None:
@@ -50,8 +52,9 @@ def validate(
         emit(summ, fmt)
         return
     short = {c: c.replace("_median_abs_error_pct", " median").replace("_max_abs_error_pct", " max")
+                 .replace("_rows_beyond_2x", " >2x")
                  .replace("ttft", "TTFT").replace("tpot", "TPOT") for c in summ.columns}
-    emit(summ.rename(columns=short), fmt, title="|error|, % of the measured value, predicted rows",
+    emit(summ.rename(columns=short), fmt, title="|error|, % of the measured value, predicted rows (>2x: rows more than 2x off, either way)",
          floats="{:,.1f}")
     emit(status_counts(df), fmt, title="rows per status")
     protocols = df.attrs.get("protocols")

@@ -14,13 +14,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, PositiveInt, model_validator
+from pydantic import BaseModel, ConfigDict, Field, PositiveInt, model_serializer, model_validator
 
 from prfaas_plan.data import find_entry, list_entries, read_yaml, validate
 from prfaas_plan.errors import InvalidInput
 from prfaas_plan.model.kinds import FFN, GDN, GQA, KDA, MLA, SWA, Attention, Lightning
 from prfaas_plan.model.quant import GemmDtypes
-from prfaas_plan.vocab import GemmClass, GemmDtype
+from prfaas_plan.vocab import MOE_ROUTINGS, GemmClass, GemmDtype, MoeRouting
 
 if TYPE_CHECKING:
     from prfaas_plan.model.cache import CacheSettings
@@ -106,6 +106,17 @@ class ModelSpec(_Frozen):
                             "(counted only when an engine runs MTP speculative decoding)")
     sources: list[Source] = Field(min_length=1)
     notes: str | None = None
+    moe_routing: MoeRouting = Field(default="balanced", description="token routing the fused-MoE kernel times "
+                                    "are read at (prfaas_plan.vocab.MoeRouting); a calibration choice, not the checkpoint's")
+
+    @model_serializer(mode="wrap")
+    def _dump(self, handler):
+        # the default routing is left out of dumps, so every dump (cache keys, JSON, reports) of a
+        # model that keeps it reads as before the field existed
+        data = handler(self)
+        if self.moe_routing == "balanced" and isinstance(data, dict):
+            data.pop("moe_routing", None)
+        return data
 
     @model_validator(mode="after")
     def _check(self) -> ModelSpec:
@@ -206,6 +217,13 @@ class ModelSpec(_Frozen):
         """This model run in other dtypes, e.g. ``with_gemm_dtypes(experts="bf16")`` (a scenario's
         override). Unknown classes or dtypes: one-line InvalidInput naming the allowed values."""
         return self.model_copy(update={"gemm_dtypes": self.gemm_dtypes.replace(**overrides)})
+
+    def with_moe_routing(self, routing: str) -> ModelSpec:
+        """This model with its fused-MoE kernels timed at ``routing`` (a MoeRouting, e.g.
+        ``power_law_1.01``); an unknown value is a one-line InvalidInput naming the allowed ones."""
+        if routing not in MOE_ROUTINGS:
+            raise InvalidInput(f"moe_routing: unknown {routing!r}; use one of {', '.join(MOE_ROUTINGS)}")
+        return self.model_copy(update={"moe_routing": routing})
 
     def weight_bytes(self) -> WeightBytes:
         """Bytes of every weight by GEMM class (scales included), all layers summed."""

@@ -18,6 +18,9 @@ range: attention (and MLA) beyond its largest length scales by its FLOP law (``i
 ``isl * W`` windowed, linear in the context for decode); every other family holds the efficiency
 of the nearest grid edge (said in :attr:`OpTime.source`). A dtype or op with no table falls back
 to the roofline with :data:`FALLBACK_COMPUTE_EFFICIENCY` / :data:`FALLBACK_MEMORY_EFFICIENCY`.
+MoE tables hold every routing kept (``routing``: :data:`prfaas_plan.vocab.MOE_ROUTINGS`, the
+wheel's ``distribution``); a lookup reads its own routing's rows (the roofline fallback has no
+routing, its source says so).
 
 Engines and versions: ``<gpu>/<engine>-<engine version>/<family>.npz`` hold the tables one engine
 version was measured with (H200 keeps every collected SGLang and vLLM version; the other GPUs the
@@ -49,7 +52,7 @@ from prfaas_plan.data import builtin_dir
 from prfaas_plan.errors import InvalidInput
 from prfaas_plan.hardware import GPU, load_gpu
 from prfaas_plan.model.kinds import LINEAR_ATTN_CHUNK_TOKENS
-from prfaas_plan.vocab import GEMM_DTYPES
+from prfaas_plan.vocab import GEMM_DTYPES, MOE_ROUTINGS
 
 Array = np.ndarray
 KV_DTYPES: tuple[str, ...] = ("bf16", "fp8")
@@ -94,7 +97,8 @@ def gemm_cost(m, n, k, dtype: str):
 def moe_cost(tokens, hidden, inter, topk, experts, moe_tp, moe_ep, dtype: str):
     """Fused gated MoE on one rank, balanced routing: ``tokens * topk / ep`` (token, expert) pairs,
     each 3 GEMMs of ``hidden x inter / tp`` (gate, up, down): 6 * pairs * hidden * inter/tp FLOPs;
-    bytes = weights of the experts hit (min(local experts, pairs)) + bf16 tokens in and out."""
+    bytes = weights of the experts hit (min(local experts, pairs)) + bf16 tokens in and out. Every
+    routing is costed so: a power-law table's efficiency carries what its routing changes."""
     tokens = np.asarray(tokens, dtype=float)
     pairs = tokens * (topk / moe_ep)
     inter_rank = inter / moe_tp
@@ -216,7 +220,8 @@ _ATTN = ("heads", "kv_heads", "head_dim", "window")
 _LIN = ("v_heads", "k_heads", "head_dim_k", "head_dim_v")
 TABLES: dict[str, TableSpec] = {
     "gemm": TableSpec("gemm", ("dtype",), ("n", "k"), ("m",)),
-    "moe": TableSpec("moe", ("dtype",), ("hidden", "inter", "topk", "experts", "moe_tp", "moe_ep"), ("tokens",)),
+    "moe": TableSpec("moe", ("dtype", "routing"), ("hidden", "inter", "topk", "experts", "moe_tp", "moe_ep"),
+                     ("tokens",)),
     "context_attention": TableSpec("attention", ("kv_dtype", "windowed"), _ATTN, ("batch", "isl"), "isl"),
     "generation_attention": TableSpec("attention", ("kv_dtype", "windowed"), _ATTN, ("batch", "context"), "context"),
     "mla_context": TableSpec("mla", ("kv_dtype",), ("heads",), ("batch", "isl"), "isl"),
@@ -231,7 +236,8 @@ TABLES: dict[str, TableSpec] = {
 }
 """Every table, by name; a family file ``<family>.npz`` stores ``<table>.<column>`` arrays, plus
 ``<table>.kernel_names`` (the kernel_source of each ``kernel`` code) and ``<table>.engine``."""
-CODES: dict[str, tuple[str, ...]] = {"dtype": GEMM_DTYPES, "kv_dtype": KV_DTYPES, "windowed": ("no", "yes")}
+CODES: dict[str, tuple[str, ...]] = {"dtype": GEMM_DTYPES, "kv_dtype": KV_DTYPES, "windowed": ("no", "yes"),
+                                     "routing": MOE_ROUTINGS}
 """Code columns: the stored integer is the index of the name in this tuple."""
 
 
@@ -625,10 +631,12 @@ class KernelTables:
         else:
             latency = np.maximum(np.asarray(flops, dtype=float) / (peak_flops(self.gpu, pk) * FALLBACK_COMPUTE_EFFICIENCY),
                                  np.asarray(bytes_moved, dtype=float) / (self.gpu.memory_bytes_per_s * FALLBACK_MEMORY_EFFICIENCY))
-        what = " ".join([table, *exact.values()])
+        routing = exact.get("routing", "balanced")
+        what = " ".join([table, *(v for c, v in exact.items() if c != "routing")])
+        note = "" if routing == "balanced" else f"; {routing} routing priced as balanced: the roofline has no routing"
         return OpTime(_value(latency, scalar), f"roofline of {self.gpu.id} (no table for {what}; efficiency "
                                                f"{FALLBACK_COMPUTE_EFFICIENCY} compute / {FALLBACK_MEMORY_EFFICIENCY} "
-                                               "memory, perf.kernels.FALLBACK_*_EFFICIENCY)")
+                                               f"memory, perf.kernels.FALLBACK_*_EFFICIENCY){note}")
 
     def gemm(self, m_tokens, n: int, k: int, dtype: str) -> OpTime:
         """One GEMM [m x k] @ [k x n] in ``dtype`` (a GemmDtype)."""
@@ -637,11 +645,13 @@ class KernelTables:
                         lambda m: gemm_cost(m, n, k, dtype), lambda tr, m: tr.gemm_tiles(m, n))
 
     def moe(self, tokens, hidden: int, inter: int, topk: int, experts: int, moe_tp: int, moe_ep: int,
-            dtype: str) -> OpTime:
-        """Fused MoE on one rank, balanced routing; ``tokens`` entering the layer (before top-k)."""
+            dtype: str, routing: str = "balanced") -> OpTime:
+        """Fused MoE on one rank; ``tokens`` entering the layer (before top-k), routed as ``routing``
+        (a MoeRouting: the table measured at that token distribution)."""
         _check(dtype, GEMM_DTYPES, "dtype")
+        _check(routing, MOE_ROUTINGS, "moe_routing")
         near = {"hidden": hidden, "inter": inter, "topk": topk, "experts": experts, "moe_tp": moe_tp, "moe_ep": moe_ep}
-        return self._op("moe", {"dtype": dtype}, near, {"tokens": tokens},
+        return self._op("moe", {"dtype": dtype, "routing": routing}, near, {"tokens": tokens},
                         lambda tokens: moe_cost(tokens, hidden, inter, topk, experts, moe_tp, moe_ep, dtype),
                         lambda tr, tokens: tr.moe_tiles(tokens, inter, topk, experts, moe_tp, moe_ep))
 

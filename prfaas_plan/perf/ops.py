@@ -29,7 +29,7 @@ from prfaas_plan.layout import ACTIVATION_BYTES, Layout, collectives, projection
 from prfaas_plan.model.arch import ModelSpec
 from prfaas_plan.model.kinds import GDN, KDA, MLA, SWA, Lightning
 from prfaas_plan.perf.kernels import KernelTables, OpTime, kernel_tables
-from prfaas_plan.vocab import GemmDtype
+from prfaas_plan.vocab import GemmDtype, MoeRouting
 
 
 @dataclass(frozen=True)
@@ -77,7 +77,7 @@ class Gemm:
 
 @dataclass(frozen=True)
 class MoE:
-    """The fused routed-expert kernel of one MoE layer on one rank (balanced routing)."""
+    """The fused routed-expert kernel of one MoE layer on one rank, tokens routed as ``routing``."""
 
     name: str
     hidden: int
@@ -87,10 +87,12 @@ class MoE:
     moe_tp: int
     moe_ep: int
     dtype: GemmDtype
+    routing: MoeRouting = "balanced"
     family: str = "moe"
 
     def time(self, t: KernelTables, w: Work) -> OpTime:
-        return t.moe(w.tokens, self.hidden, self.inter, self.topk, self.experts, self.moe_tp, self.moe_ep, self.dtype)
+        return t.moe(w.tokens, self.hidden, self.inter, self.topk, self.experts, self.moe_tp, self.moe_ep, self.dtype,
+                     self.routing)
 
 
 @dataclass(frozen=True)
@@ -239,7 +241,7 @@ def ffn_ops(model: ModelSpec, layout: Layout) -> tuple[list[Gemm], list[Op]]:
             moe += [Gemm("moe.shared.gate_up", 2 * shared, h, dense_dtype),
                     Gemm("moe.shared.down", h, shared, dense_dtype)]
         moe.append(MoE("moe.experts", h, f.expert_intermediate, f.experts_per_token, f.num_experts,
-                       layout.moe_tp, layout.moe_ep, model.gemm_dtype("experts")))
+                       layout.moe_tp, layout.moe_ep, model.gemm_dtype("experts"), model.moe_routing))
     return dense, moe
 
 

@@ -77,11 +77,12 @@ def validate_report(df: pd.DataFrame, path: str | Path, title: str = "Validation
     sections = [
         Section("scatter", "Predicted against measured", blocks),
         Section("summary", "Errors per system and model",
-                [Table("summary", summ, _cols(summ), caption="|error| in percent of the measured value")]),
+                [Table("summary", summ, _cols(summ), caption="|error| in percent of the measured value; "
+                                                                     "rows beyond 2x: predicted more than 2x off, either way")]),
         Section("status", "Rows per status", [Table("status", counts, _cols(counts),
                                                     caption="ok: predicted; any other: the rule that left the row out")]),
         Section("worst", "The 20 worst rows", [Table("worst", worst, _cols(worst),
-                                                     caption="by the larger of TTFT and TPOT |error|")]),
+                                                     caption="by how many times off the farther of TTFT and TPOT is, either way")]),
     ]
     src = df.attrs.get("source", "")
     subtitle = (f"{len(df):,} rows{' from <code>' + _e(src) + '</code>' if src else ''}; {len(ok):,} predicted. "
@@ -89,7 +90,9 @@ def validate_report(df: pd.DataFrame, path: str | Path, title: str = "Validation
     cards = [("rows predicted", f"{len(ok):,}", f"of {len(df):,}")]
     if len(ok):
         cards += [("TTFT median |error|", f"{ok['ttft_error_pct'].abs().median():.0f}%", "all predicted rows"),
-                  ("TPOT median |error|", f"{ok['tpot_error_pct'].abs().median():.0f}%", "all predicted rows")]
+                  ("TPOT median |error|", f"{ok['tpot_error_pct'].abs().median():.0f}%", "all predicted rows"),
+                  ("TPOT beyond 2x", f"{int(summ.loc[summ['model'] == 'all', 'tpot_rows_beyond_2x'].sum()):,}",
+                   "rows predicted more than 2x off, either way")]
     report = Report("validate", title, subtitle, cards, _e("Predictions from the kernel tables and the engine "
                                                            "profiles' documented constants only."), sections)
     return _write(report, Path(path), None)
