@@ -1,7 +1,8 @@
 """The colocated step simulation against the closed form (issue #14): figures and run times.
 
-MiniMax-M2.5 on 8xH200 (vLLM profile, TP8), ISL 2048 / OSL 256. Prints, per load, the closed
-form's and the simulation's mean TTFT and TPOT, their gaps, and the simulation's wall time:
+MiniMax-M2.5 on 8xH200 (vLLM profile, attention TP8, experts EP8), ISL 2048 / OSL 256. Prints,
+per load, the closed form's and the simulation's mean TTFT and TPOT, their gaps, and the
+simulation's wall time:
 
 * closed loop at c = 4, 16, 64: 16 seeds x 100 s pooled (deterministic request overhead), and
   the same with exponentially distributed request overheads of the same mean (``overhead_jitter``);

@@ -50,6 +50,8 @@ class GPU(BaseModel):
     name: str
     bf16_dense_tflops: PositiveFloat
     fp8_dense_tflops: PositiveFloat | None = None
+    fp32_tflops: PositiveFloat | None = Field(
+        default=None, description="FP32 (non-tensor-core) peak, TFLOP/s: GEMMs an engine runs in fp32 (MoE routers)")
     memory_gib: PositiveFloat
     memory_tb_per_s: PositiveFloat
     scaleup_gb_per_s: PositiveFloat = Field(description="NVLink-class bandwidth per GPU per direction, GB/s")
@@ -94,8 +96,10 @@ MAX_POOL_GPUS = 100_000
 @dataclass(frozen=True)
 class Instance:
     """A serving instance: ``gpus`` GPUs of one type running one model replica, in ``layout``
-    (None: attention and experts tensor parallel over all its GPUs, no DCP), under the serving
-    engine ``engine`` (None: :data:`~prfaas_plan.engine.DEFAULT_ENGINE_PROFILE`)."""
+    (None: the model's :func:`~prfaas_plan.layout.default_layout`, tensor parallel over all its
+    GPUs unless the engines refuse the experts' split; :func:`~prfaas_plan.layout.instance_layout`
+    resolves it), under the serving engine ``engine`` (None:
+    :data:`~prfaas_plan.engine.DEFAULT_ENGINE_PROFILE`)."""
 
     gpu: GPU
     gpus: int = 8
@@ -114,7 +118,9 @@ class Instance:
 
     @property
     def parallel(self) -> Layout:
-        """The instance's layout, TP over all its GPUs when none was given."""
+        """The instance's layout, TP over all its GPUs when none was given: the model-free view, right
+        for what the experts' placement does not change (attention DP ranks); a model's ops read
+        :func:`~prfaas_plan.layout.instance_layout`."""
         return self.layout or Layout(self.gpus)
 
     @property

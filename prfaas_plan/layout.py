@@ -42,13 +42,16 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 from numbers import Integral
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 from prfaas_plan.errors import InvalidInput
 from prfaas_plan.model.arch import ModelSpec
 from prfaas_plan.model.kinds import GQA, MLA, Attention
 from prfaas_plan.units import DTYPE_BYTES
 from prfaas_plan.vocab import ATTENTION_LAYOUTS, EXPERT_LAYOUTS, AttentionLayout, ExpertLayout
+
+if TYPE_CHECKING:
+    from prfaas_plan.hardware import Instance
 
 CollectiveOp = Literal["all_reduce", "all_to_all", "all_gather", "reduce_scatter"]
 """The collectives a forward pass runs."""
@@ -195,8 +198,42 @@ def check_layout(model: ModelSpec, layout: Layout, field: str = "layout") -> Lay
     if layout.experts == "ep" and layout.moe_ep > experts:
         raise InvalidInput(f"{field}.experts: expert parallelism over {layout.moe_ep} GPUs needs at least "
                            f"{layout.moe_ep} experts and {model.id} has {experts}; use experts: tp or fewer GPUs per instance")
+    problem = expert_tp_problem(model, layout.moe_tp)
+    if problem:
+        raise InvalidInput(f"{field}.experts: {problem} (SGLang and vLLM refuse to load it); use experts: ep")
     check_tp(model, layout.attn_tp, f"{field}.attention")
     return layout
+
+
+def expert_tp_problem(model: ModelSpec, moe_tp: int) -> str | None:
+    """Why the routed experts cannot be split ``moe_tp`` ways, or None: FP8 block-quantised expert
+    weights split by intermediate channel must leave every GPU a whole number of blocks (vLLM
+    ``Fp8MoEMethod.create_weights`` and SGLang's: "The output_size of gate's and up's weight = 192
+    is not divisible by weight quantization block_n = 128", vllm/model_executor/layers/quantization/fp8.py;
+    the engines' fix is ``--enable-expert-parallel``)."""
+    if moe_tp == 1 or not model.ffn.num_experts or model.gemm_dtype("experts") != "fp8_block":
+        return None
+    block, inter = model.gemm_dtypes.block, model.ffn.expert_intermediate
+    if inter % moe_tp == 0 and (inter // moe_tp) % block == 0:
+        return None
+    return (f"{model.id}'s FP8 block-{block} experts split over {moe_tp} GPUs leave {inter / moe_tp:g} intermediate "
+            f"channels per GPU, not a whole number of {block}-channel blocks")
+
+
+def default_layout(model: ModelSpec, gpus: int) -> Layout:
+    """The layout an instance of ``gpus`` GPUs runs ``model`` in when none is given: attention and
+    experts tensor parallel, the experts expert parallel instead where the engines refuse their
+    tensor-parallel split (:func:`expert_tp_problem`: ``--enable-expert-parallel``, their fix)."""
+    layout = Layout(gpus)
+    return Layout(gpus, experts="ep") if expert_tp_problem(model, layout.moe_tp) else layout
+
+
+def instance_layout(model: ModelSpec, inst: Instance) -> Layout:
+    """The layout ``inst`` runs ``model`` in: its own (checked by :func:`check_layout`), or
+    :func:`default_layout` when it gives none."""
+    if inst.layout is None:
+        return check_layout(model, default_layout(model, inst.gpus))
+    return check_layout(model, inst.layout)
 
 
 ParallelClass = Literal["column", "row", "replicated"]

@@ -39,7 +39,7 @@ from prfaas_plan.engine import EngineProfile, load_engine
 from prfaas_plan.errors import InvalidInput, shown
 from prfaas_plan.hardware import MAX_INSTANCE_GPUS, MAX_POOL_GPUS, Instance, instance
 from prfaas_plan.kvcache import CacheSettings
-from prfaas_plan.layout import Layout, check_layout
+from prfaas_plan.layout import Layout, check_layout, default_layout
 from prfaas_plan.model import ModelSpec, load_model
 from prfaas_plan.perf.latency import ENGINE_RESERVE_GIB_PER_GPU
 from prfaas_plan.perf.roofline import MeasuredProfile
@@ -69,20 +69,24 @@ class ProfileSpec(_Strict):
 
 class LayoutSpec(_Strict):
     """How each instance of a pool runs the model (:class:`prfaas_plan.layout.Layout`): attention
-    ``tp`` or ``dp``, routed experts ``tp`` or ``ep``, decode context parallelism ``dcp``, and
-    under ``attention: dp`` the GPUs of each attention replica's TP group ``attention_tp``
-    (vLLM's ``--tensor-parallel-size`` beside ``--data-parallel-size``; default 1)."""
+    ``tp`` or ``dp``, routed experts ``tp`` or ``ep`` (unset: tensor parallel unless the engines
+    refuse the model's split, then expert parallel, :func:`prfaas_plan.layout.default_layout`),
+    decode context parallelism ``dcp``, and under ``attention: dp`` the GPUs of each attention
+    replica's TP group ``attention_tp`` (vLLM's ``--tensor-parallel-size`` beside
+    ``--data-parallel-size``; default 1)."""
 
     attention: AttentionLayout = "tp"
-    experts: ExpertLayout = "tp"
+    experts: ExpertLayout | None = None
     dcp: PositiveInt = 1
     attention_tp: PositiveInt | None = None
 
-    def to_layout(self, gpus: int) -> Layout | None:
-        """The layout over ``gpus`` GPUs; None for the default (TP everywhere, the instance's own default)."""
+    def to_layout(self, gpus: int, model: ModelSpec) -> Layout | None:
+        """The layout over ``gpus`` GPUs for ``model``; None for the default (the instance's own:
+        :func:`prfaas_plan.layout.default_layout`)."""
         if self == LayoutSpec():
             return None
-        return Layout(gpus, self.attention, self.experts, self.dcp, self.attention_tp)
+        experts = self.experts or default_layout(model, gpus).experts
+        return Layout(gpus, self.attention, experts, self.dcp, self.attention_tp)
 
 
 class PoolSpec(_Strict):
@@ -223,7 +227,7 @@ class Scenario:
     def _instance(self, pool: PoolSpec, name: str) -> Instance:
         """A pool's instance; a layout the model cannot take is an InvalidInput naming ``name.layout``."""
         try:
-            layout = pool.layout.to_layout(pool.gpus_per_instance)
+            layout = pool.layout.to_layout(pool.gpus_per_instance, self.model)
         except InvalidInput as exc:
             raise InvalidInput(f"{name}.{exc}") from None
         if layout is not None:

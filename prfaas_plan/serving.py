@@ -86,6 +86,7 @@ from prfaas_plan.engine import mean_accepted_tokens
 from prfaas_plan.errors import InvalidInput
 from prfaas_plan.hardware import Instance
 from prfaas_plan.kvcache import CacheSettings, requests_per_instance_memory
+from prfaas_plan.layout import instance_layout
 from prfaas_plan.model.arch import ModelSpec
 from prfaas_plan.perf.latency import (
     decode_step_s,
@@ -877,9 +878,9 @@ class _DisaggLoop:
         k = max(budget // isl, 1)
         t_full = float(prefill_time_s(model, prefill_inst, budget, settings=settings)) if k > 1 else t_p
         nic = min(prefill_inst.gpu.nic_gbps, decode_inst.gpu.nic_gbps) * 1e9 / 8.0
-        transfer = per_gpu_kv_bytes(model, isl, prefill_inst.parallel, settings) / nic
+        transfer = per_gpu_kv_bytes(model, isl, instance_layout(model, prefill_inst), settings) / nic
         free = free_cache_bytes_per_gpu(model, decode_inst)
-        fit = requests_per_instance_memory(model, decode_inst.parallel, isl + osl, free, settings)
+        fit = requests_per_instance_memory(model, instance_layout(model, decode_inst), isl + osl, free, settings)
         if fit < 1:
             raise InvalidInput(f"isl_tokens: one {isl + osl}-token request does not fit beside the weights on "
                                f"{decode_inst.name}")

@@ -14,6 +14,12 @@ and the engine profiles' documented constants are inputs. A row that is not pred
 Predictions are cached per identical case (model, dtypes, GPU, engine, layout, ISL, OSL,
 concurrency, benchmark protocol), so the CSV's repeated configurations cost one prediction each.
 
+What a row ran is what its engine can load (counted in the frame's ``attrs["remapped"]``,
+:data:`REMAPS`): a checkpoint that ships a GEMM class quantised runs it in its own scheme (the
+CSV's per-tensor ``fp8`` label on the FP8 block-128 MiniMax-M2.5 and Qwen3-235B-A22B-FP8
+checkpoints is not what vLLM loads), and an expert split the engines refuse (FP8 block experts
+left a fraction of a block per GPU: MiniMax-M2.5 over 8 GPUs) ran expert parallel, their fix.
+
 The benchmark protocol of a row (:func:`_protocol`, counted in the frame's
 ``attrs["protocols"]``): the measured numbers are means over a finite run, not a steady state.
 
@@ -45,7 +51,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from prfaas_plan.errors import InvalidInput, PlanError
-from prfaas_plan.layout import Layout, check_layout
+from prfaas_plan.layout import Layout, check_layout, expert_tp_problem
 from prfaas_plan.serving import BenchmarkRun
 from prfaas_plan.vocab import MOE_ROUTINGS
 
@@ -54,6 +60,7 @@ if TYPE_CHECKING:
 
     from prfaas_plan.hardware import Instance
     from prfaas_plan.model.arch import ModelSpec
+    from prfaas_plan.model.quant import GemmDtypes
 
 COLUMNS = ("system", "model", "engine", "engine_version", "precision", "mode", "isl", "osl", "concurrency", "tp",
            "attention_dp", "moe_tp", "moe_ep", "ttft_ms_measured", "ttft_ms_predicted", "tpot_ms_measured",
@@ -110,6 +117,11 @@ INFERENCEX_RUN = BenchmarkRun(prompts_per_client=10, range_ratio=0.8)
 """InferenceX's protocol: ``--num-prompts $((CONC * 10))``, ``--request-rate inf``,
 ``RANDOM_RANGE_RATIO: 0.8`` (https://github.com/SemiAnalysisAI/InferenceX: benchmarks/benchmark_lib.sh,
 .github/workflows/benchmark-tmpl.yml)."""
+
+REMAPS = ("checkpoint dtypes over the label", "experts ep: tp split refused")
+"""Rules that predict a row otherwise than its labels say, as counted in a frame's ``attrs["remapped"]``:
+a quantised checkpoint runs in its own scheme (:func:`_online`); an expert split the engines
+refuse ran expert parallel (:func:`_layout`)."""
 
 PROTOCOLS = ("inferencex run", "vllm bench serve run", "steady state")
 """The names :func:`_protocol` gives, as counted in a frame's ``attrs["protocols"]``."""
@@ -179,7 +191,8 @@ def _dtypes(row: dict) -> tuple[tuple[str, str], ...] | str:
     """GEMM dtype overrides from gemm_quant_mode (attention, dense FFN) and moe_quant_mode (experts),
     or the status leaving the row out. Empty modes keep the checkpoint's dtypes; ``int4_wo`` as the
     gemm mode keeps them too (the Kimi checkpoints leave attention, shared experts and the dense MLP
-    in bf16: quantization_config ``ignore``)."""
+    in bf16: quantization_config ``ignore``). :func:`_online` then keeps only the overrides of
+    classes the checkpoint ships in bf16."""
     out = []
     for col, classes in (("gemm_quant_mode", ("attention", "dense_ffn")), ("moe_quant_mode", ("experts",))):
         mode = row.get(col)
@@ -191,6 +204,16 @@ def _dtypes(row: dict) -> tuple[tuple[str, str], ...] | str:
             continue
         out += [(c, QUANT_DTYPES[mode]) for c in classes]
     return tuple(out)
+
+
+def _online(dtypes: tuple[tuple[str, str], ...], stored: GemmDtypes) -> tuple[tuple[str, str], ...]:
+    """The overrides an engine can apply to ``model_id``'s checkpoint: online quantisation of the
+    classes it ships in bf16 (vLLM ``--quantization fp8`` on Llama-3.1-70B). A class the checkpoint
+    ships quantised runs in the checkpoint's own scheme whatever the row's label says: the engine
+    loads those weights as stored (MiniMax-M2.5 and Qwen3-235B-A22B-FP8 are FP8 block-128 in their
+    quantization_config; the CSV labels their vLLM rows per-tensor ``fp8``). ``stored``: the
+    checkpoint's dtypes."""
+    return tuple((c, d) for c, d in dtypes if getattr(stored, c) == "bf16")
 
 
 def _layout(model: ModelSpec, row: dict, prefix: str = "") -> Layout | str:
@@ -224,6 +247,8 @@ def _layout(model: ModelSpec, row: dict, prefix: str = "") -> Layout | str:
     if moe_tp * moe_ep != gpus or (moe_tp > 1 and moe_ep > 1):
         return f"{UNSUPPORTED_LAYOUT}: experts tp {moe_tp} x ep {moe_ep} on {gpus} GPUs"
     experts = "ep" if moe_ep > 1 and moe else "tp"  # a dense model's "MoE" sizes are the TP group's
+    if experts == "tp" and moe and expert_tp_problem(model, moe_tp):
+        experts = "ep"  # the engines refuse the labelled expert split; their fix, and so the run's: EP
     try:
         layout = Layout(gpus, "dp" if dp > 1 else "tp", experts, attention_tp=tp if dp > 1 else None)
         return check_layout(model, layout)
@@ -280,6 +305,7 @@ def _map_row(row: dict, models: dict, strict: bool = False, moe_routing: str = "
     concurrency = _concurrency(row, strict)
     if isinstance(concurrency, str):
         return concurrency
+    dtypes = _online(dtypes, _model(models, model_id, ()).gemm_dtypes)
     model = _model(models, model_id, dtypes, moe_routing)
     disagg = row["mode"] == "disagg"
     layout = _layout(model, row, "prefill_" if disagg else "")
@@ -412,12 +438,14 @@ def _frame(rows: list[dict], strict: bool, moe_routing: str = "balanced") -> pd.
     models: dict = {}
     predictions: dict[Case, tuple[float, float] | str] = {}
     protocols: Counter = Counter()
+    remapped: Counter = Counter()
     out = []
     for row in rows:
         case = _map_row(row, models, strict, moe_routing)
         got: tuple[float, float] | str | None = None
         if isinstance(case, Case):
             protocols[protocol_name(case.run)] += 1
+            remapped.update(_remapped(row, case, _model(models, case.model_id, ()).gemm_dtypes))
             if case not in predictions:
                 predictions[case] = predict(case, models)
             got = predictions[case]
@@ -425,7 +453,20 @@ def _frame(rows: list[dict], strict: bool, moe_routing: str = "balanced") -> pd.
     df = pd.DataFrame(out, columns=list(COLUMNS))
     df.attrs["unique_predictions"] = len(predictions)
     df.attrs["protocols"] = {name: protocols[name] for name in PROTOCOLS}  # mapped rows per protocol
+    df.attrs["remapped"] = {name: remapped[name] for name in REMAPS}  # mapped rows per relabelling rule
     return df
+
+
+def _remapped(row: dict, case: Case, stored: GemmDtypes) -> list[str]:
+    """The :data:`REMAPS` rules that changed what ``row``'s labels say about ``case`` (``stored``: the
+    checkpoint's dtypes)."""
+    rules = []
+    if any(getattr(stored, c) not in ("bf16", d) for c, d in _dtypes(row)):
+        rules.append(REMAPS[0])
+    roles = (("prefill_", case.layout), ("decode_", case.decode_layout)) if case.decode_layout else (("", case.layout),)
+    if any(lay.experts == "ep" and (_num(row, f"{p}moe_ep_size") or 1) <= 1 for p, lay in roles):
+        rules.append(REMAPS[1])
+    return rules
 
 
 def default_csv() -> Path:
@@ -598,5 +639,5 @@ def worst_rows(df: pd.DataFrame, n: int = 20) -> pd.DataFrame:
     return ok.loc[key.sort_values(ascending=False).index[:n]].reset_index(drop=True)
 
 
-__all__ = ["COLUMNS", "Case", "INFERENCEX_RUN", "INFERENCEX_SOURCE", "MODEL_IDS", "PROTOCOLS", "REQUIRED_COLUMNS",
+__all__ = ["COLUMNS", "Case", "INFERENCEX_RUN", "INFERENCEX_SOURCE", "MODEL_IDS", "PROTOCOLS", "REMAPS", "REQUIRED_COLUMNS",
            "SYSTEM_GPUS", "default_csv", "errors_pct", "off_factor", "predict", "protocol_name", "status_counts", "summary", "system_names", "validate_runs", "validate_silicon", "worst_rows"]

@@ -236,6 +236,9 @@ CASE_STUDY = ROOT / "prfaas_plan" / "data" / "scenarios" / "paper-case-study.yam
     ({"prfaas": {"gpus": 1024, "gpus_per_instance": 512, "layout": {"experts": "ep"}}},
      ("prfaas.layout.experts", "has 384")),
     ({"local": {"layout": {"dcp": 3}}}, ("local.layout.dcp", "must divide")),
+    # MiniMax-M2.5's FP8 block-128 experts over 8 GPUs: 192 channels each, the engines refuse it
+    ({"model": "minimax-m2.5", "local": {"layout": {"experts": "tp"}}},
+     ("local.layout.experts", "192 intermediate channels", "use experts: ep")),
 ])
 def test_kernel_model_inputs_in_a_scenario_are_one_line_errors(edit, needles, tmp_path):
     import yaml

@@ -198,7 +198,11 @@ def test_a_gpu_without_tables_borrows_the_nearest_measured_one():
 
 def test_vllm_tables_where_imported_else_sglang_stands_in():
     kt = kernel_tables(H200, "vllm")
-    assert kt.gemm(4096, 8192, 8192, "fp8_block").source == "table h200 vllm-0.24.0 DeepGemmFp8BlockScaledMMKernel"
+    assert kt.gemm(4096, 8192, 8192, "fp8").source == "table h200 vllm-0.24.0 CutlassFP8ScaledMMLinearKernel"
+    # vLLM's FP8-block GEMMs were timed outside CUDA graphs (kernels_import.EAGER_TIMED): SGLang's
+    # graph-timed DeepGEMM rows of the same GPU stand in
+    assert kt.gemm(4096, 8192, 8192, "fp8_block").source == ("table h200 sglang-0.5.14 sglang_deepgemm_gemm_nt_f8f8bf16; "
+                                                              "sglang tables stand in for vllm")
     assert kt.mla_generation(64, 4096, 16, 512, 64).source.endswith("sglang tables stand in for vllm")  # no vLLM MLA
     assert "stand in" in kernel_tables(load_gpu("h100"), "vllm").gemm(4096, 8192, 8192, "bf16").source
     with pytest.raises(InvalidInput, match="engine: unknown 'tgi'"):
@@ -235,6 +239,28 @@ def test_the_importer_leaves_out_kernels_the_engine_does_not_serve(tmp_path):
     prov = yaml.safe_load((out / "h200" / "vllm-0.19.0" / "provenance.yaml").read_text())
     moe = prov["families"]["moe"]["tables"]["moe"]
     assert moe["kernel_source"] == {"bf16": ["vllm_fused_moe"]} and moe["rows"] == 2
+
+
+def test_the_importer_leaves_out_vllm_fp8_block_gemms_timed_outside_cuda_graphs(tmp_path):
+    # aiconfigurator's vLLM GEMM collector times FP8 block eagerly (kernels_import.EAGER_TIMED): those
+    # rows go, every other dtype stays; SGLang's FP8-block rows (graph-timed) are kept
+    import pandas as pd
+
+    for engine, version in (("vllm", "0.24.0"), ("sglang", "0.5.14")):
+        base = tmp_path / "aiconfigurator_core" / "systems" / "data" / "h200_sxm" / "gemm" / engine / version
+        base.mkdir(parents=True)
+        rows = [dict(framework=engine.upper(), version=version, device="h200", op_name="gemm", kernel_source=k,
+                     gemm_dtype=d, m=m, n=1024, k=3072, latency=lat)
+                for k, d, lat in (("torch.nn.functional.linear", "bfloat16", 0.0065),
+                                  ("DeepGemmFp8BlockScaledMMKernel", "fp8_block", 0.085),
+                                  ("sglang_deepgemm_gemm_nt_f8f8bf16", "fp8_block", 0.012))
+                for m in (1, 8)]
+        pd.DataFrame(rows).to_parquet(base / "gemm_perf.parquet")
+    out = tmp_path / "out"
+    kernels_import.import_kernels(["h200"], out, folder=tmp_path, echo=lambda line: None)
+    for engine, version, kept in (("vllm", "0.24.0", {"bf16"}), ("sglang", "0.5.14", {"bf16", "fp8_block"})):
+        prov = yaml.safe_load((out / "h200" / f"{engine}-{version}" / "provenance.yaml").read_text())
+        assert set(prov["families"]["gemm"]["tables"]["gemm"]["kernel_source"]) == kept
 
 
 @pytest.mark.parametrize("args, field", [

@@ -10,6 +10,7 @@ then out of sample. The README states every figure these tests compute.
 from __future__ import annotations
 
 import re
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -25,6 +26,7 @@ from prfaas_plan.bandwidth import (
 )
 from prfaas_plan.engine import load_engine
 from prfaas_plan.kvcache import per_gpu_kv_bytes
+from prfaas_plan.layout import Layout
 from prfaas_plan.perf.calibration import fit_request_overhead, load_observations
 from prfaas_plan.perf.kernels import kernel_tables
 from prfaas_plan.perf.latency import decode_capacity, decode_step_s, prefill_latency
@@ -89,18 +91,20 @@ def test_phi_kv_at_32k_vs_table3_out_of_sample(paper_h200, model_id):
 
 def test_fp8_checkpoint_prefills_faster_by_the_ratio_of_its_gemm_tables(paper_h200):
     # MiniMax-M2.5 ships FP8 (block 128); forced to bf16, only the GEMM-class ops change, each by
-    # what the H200 tables say for its shape
+    # what the H200 tables say for its shape. Both in one layout: experts EP8, the only one its FP8
+    # experts load in over 8 GPUs (the bf16 copy alone would default to TP8)
     fp8 = pp.load_model("minimax-m2.5")
     bf16 = fp8.with_gemm_dtypes(attention="bf16", dense_ffn="bf16", experts="bf16")
     l = 32768.0
-    a, b = prefill_latency(fp8, paper_h200, l), prefill_latency(bf16, paper_h200, l)
+    ep8 = replace(paper_h200, layout=Layout(8, "tp", "ep"))
+    a, b = prefill_latency(fp8, ep8, l), prefill_latency(bf16, ep8, l)
     assert float(b.total_s) > float(a.total_s)
     gemm_fams = ("gemm", "moe")
     diff = sum(float(b.families[f]) - float(a.families[f]) for f in gemm_fams)
     assert float(b.total_s) - float(a.total_s) == pytest.approx(diff, rel=1e-9)
     # the attention-projection GEMM (qkv, chunks of 8,192 tokens) by the table ratio itself
     t = kernel_tables(paper_h200.gpu, "sglang")
-    qkv = next(s.op for s in forward_ops(fp8, paper_h200.parallel) if s.op.name == "full.column")
+    qkv = next(s.op for s in forward_ops(fp8, ep8.parallel) if s.op.name == "full.column")
     ratio = float(t.gemm(8192.0, qkv.n, qkv.k, "bf16").latency_s / t.gemm(8192.0, qkv.n, qkv.k, "fp8_block").latency_s)
     assert float(b.ops["full.column"] / a.ops["full.column"]) == pytest.approx(ratio, rel=1e-9)
     assert ratio > 1.2

@@ -2,21 +2,25 @@
 closed form of :mod:`prfaas_plan.serving` (issue #14: "the same loop as a mode of the simulator,
 and the two agree").
 
-MiniMax-M2.5 on 8xH200, vLLM profile (TP8, budget 8,192 tokens), ISL 2048 / OSL 256, as
-benchmarks run (fixed lengths). Independent numbers: the kernel model's prefill latency and
+MiniMax-M2.5 on 8xH200, vLLM profile (attention TP8, experts EP8: its FP8 block-128 experts do
+not split over 8 GPUs; budget 8,192 tokens), ISL 2048 / OSL 256, as benchmarks run (fixed lengths). Independent numbers: the kernel model's prefill latency and
 decode step (one client alone), Little's law.
 
 What was measured (benchmarks/bench_sim_colocated.py; closed loop: 16 seeds x 100 s pooled):
 
     load                     closed form TTFT / TPOT (ms)   simulation TTFT / TPOT (ms)   gap TTFT / TPOT
-    closed c = 4              76.0 / 17.49                   72.2 / 17.50                  -5.0% / +0.0%
-    closed c = 16             80.7 / 23.51                   81.9 / 23.54                  +1.5% / +0.2%
-    closed c = 64             92.5 / 33.95                  107.7 / 33.81                 +16.5% / -0.4%
-    open loop at 30 / 60 / 85% of the closed form's largest sustainable rate (22.4 rps; 4 seeds x
+    closed c = 4              52.7 /  5.03                   58.2 /  5.04                 +10.5% / +0.2%
+    closed c = 16             57.1 /  9.01                   79.2 /  9.01                 +38.7% / +0.0%
+    closed c = 64             68.9 / 18.35                  147.6 / 18.20                +114.2% / -0.8%
+    open loop at 30 / 60 / 85% of the closed form's largest sustainable rate (28.3 rps; 4 seeds x
     100 s pooled, the first 40 s, more than a residence at 85%, unmeasured):
-    6.7 rps                   95.2 / 33.10                   95.5 / 34.20                  +0.3% / +3.3%
-    13.4 rps                 130.0 / 52.02                  130.5 / 51.57                  +0.3% / -0.9%
-    19.0 rps                 209.4 / 86.64                  208.4 / 86.29                  -0.5% / -0.4%
+    8.5 rps                   64.0 / 13.80                   63.7 / 13.57                  -0.4% / -1.7%
+    17.0 rps                  87.2 / 23.81                   88.0 / 23.87                  +1.0% / +0.3%
+    24.0 rps                 146.1 / 49.36                  148.7 / 50.46                  +1.8% / +2.2%
+
+(In the TP8 layout the engines refuse, with vLLM's eagerly timed FP8-block GEMM rows, the decode
+step was 3.5x slower and the closed loop's TTFT gaps -5.0 / +1.5 / +16.5%: the faster the decode
+beside a 2,048-token prefill, the more the convoys below weigh.)
 
 The open loop's closed form is a Markov chain of the engine's steps (the prompts that arrived
 during a step join the next one), solved for its stationary distribution; its earlier fluid
@@ -32,8 +36,9 @@ carrying one prompt, not a full budget, so it accepted twice the rate the loop s
 2. Convoys (closed loop). Arrivals do not see time averages: with fixed lengths, a request that
    queued behind another's prefill finishes one chunk step after it and collides with it again
    next cycle; the closed form's half-step wait and M/D/1 queue assume independent phases
-   (c = 64: +16.5%, a strict xfail below). Without jitter the deterministic loop's phases depend
-   on the seed (c = 64: 92-121 ms mean TTFT across seeds), hence the pooled seeds.
+   (+10.5 / +38.7 / +114%, a strict xfail below; exponentially jittered request overheads leave
+   +11 / +41 / +85%). Without jitter the deterministic loop's phases depend on the seed, hence the
+   pooled seeds.
 
 Finite benchmark runs (``prompts_per_client``: every client's first request at t = 0, as
 ``benchmark_serving.py --request-rate inf`` sends them) against
@@ -41,16 +46,16 @@ Finite benchmark runs (``prompts_per_client``: every client's first request at t
 
     c     first wave alone (fixed lengths)       10 per client, lengths spread (4 seeds)   10 per client, fixed
           TTFT / TPOT gap (closed form - sim)    TTFT / TPOT gap                           TTFT gap
-    4     +0.0% / +0.1%                          +2.6% / -0.3%                             -33%
-    16    +0.0% / +1.2%                          +2.9% / +0.0%                             -36%
-    64    -0.0% / +9.0%                          -2.8% / +1.4%                             -20%
+    4     +0.1% / +0.3%                          -3.7% / -1.5%                             -51%
+    16    +0.0% / +2.2%                          +3.7% / -1.1%                             -42%
+    64    -0.0% / +12.3%                         +3.3% / +0.6%                              -4%
 
-The first wave is the same step loop: exact on TTFT; its TPOT at c = 64 is 9% above the
+The first wave is the same step loop: exact on TTFT; its TPOT at c = 64 is 12% above the
 simulation's because with one request per client nobody sends a second, so the decodes after the
 first request ends run at a shrinking batch, while the closed form takes the steady state's TPOT
 for them (what a run of 10 per client has there). With fixed lengths the burst locks the clients
-in phase for the whole run: each later request arrives as the one before it is mid-prefill (later
-waves' mean TTFT 308 ms at c = 4 against the steady state's 190 ms), a convoy the steady state
+in phase for the whole run: each later request arrives as the one before it is mid-prefill (the
+run's mean TTFT 344 ms at c = 4 against the closed form's 170 ms), a convoy the steady state
 does not hold (a strict xfail below). A spread of lengths as small as InferenceX's own
 (``--random-range-ratio 0.8``: uniform in [0.8 L, L], relative deviation 0.2 / sqrt(12) / 0.9 =
 6.4%, here lognormal ``length_sigma = 0.064``) dissolves it, and the run means agree.
@@ -151,8 +156,8 @@ def test_closed_loop_tpot_agrees_within_5_percent(closed_runs, c):
     assert tpot == pytest.approx(p.tpot_s, rel=TOLERANCE)
 
 
-@pytest.mark.xfail(strict=True, reason="c = 64: simulated TTFT 16.5% above the closed form (prompts sharing steps, "
-                   "convoys; see the module docstring)")
+@pytest.mark.xfail(strict=True, reason="simulated TTFT +10.5 / +38.7 / +114% above the closed form at c = 4 / 16 / "
+                   "64 (prompts sharing steps, convoys; see the module docstring)")
 def test_closed_loop_ttft_agrees_within_5_percent(closed_runs):
     gaps = {c: closed_runs[c][1][0] / closed_runs[c][0].ttft_s - 1.0 for c in CONCURRENCIES}
     assert all(abs(g) <= TOLERANCE for g in gaps.values()), gaps
@@ -172,10 +177,10 @@ def test_open_loop_agrees_where_prompts_rarely_share_a_step(minimax, closed_runs
 
 @pytest.mark.parametrize("load", [0.3, 0.6, 0.85])
 def test_open_loop_agrees_at_30_60_85_percent_of_the_largest_rate(minimax, max_rate, load):
-    """Poisson arrivals at three loads of the closed form's largest sustainable rate (22.4 req/s),
+    """Poisson arrivals at three loads of the closed form's largest sustainable rate (28.3 req/s),
     the step chain of :func:`~prfaas_plan.serving._step_chain` against 4 seeds x 60 measured
-    seconds pooled (after a 40 s warm-up): mean TTFT within 5% (measured +0.3%, +0.3%, -0.5%) and
-    mean TPOT within 5% (+3.3%, -0.9%, -0.4%) at each."""
+    seconds pooled (after a 40 s warm-up): mean TTFT within 5% (measured -0.4%, +1.0%, +1.8%) and
+    mean TPOT within 5% (-1.7%, +0.3%, +2.2%) at each."""
     model, inst = minimax
     rate = load * max_rate
     p = colocated_open_loop(model, inst, ISL, OSL, rate)
@@ -329,19 +334,22 @@ def test_a_finite_run_sends_its_requests_from_a_burst(minimax):
 @pytest.mark.parametrize("c", CONCURRENCIES)
 def test_the_first_wave_agrees_with_the_simulation(minimax, c):
     """One request per client, fixed lengths: the burst's TTFT within 1% (measured <= 0.05%), TPOT
-    within 10% (measured +0.1 / +1.2 / +9.0%: the tail after the first request ends, module docstring)."""
+    within 15% (measured +0.3 / +2.2 / +12.3% with the experts EP8, the layout MiniMax-M2.5's FP8
+    experts load in over 8 GPUs; +0.1 / +1.2 / +9.0% in the TP8 layout the engines refuse: the tail
+    after the first request ends, module docstring)."""
     model, inst = minimax
     ttft, tpot = _run_means(model, inst, c, 1)
     p = colocated_benchmark(model, inst, BURST_ISL, BURST_OSL, c, BenchmarkRun(1))
     assert p.ttft_s == pytest.approx(ttft, rel=0.01)
-    assert p.tpot_s == pytest.approx(tpot, rel=0.10)
+    assert p.tpot_s == pytest.approx(tpot, rel=0.15)
 
 
 @pytest.mark.parametrize("c", CONCURRENCIES)
 def test_a_run_of_ten_per_client_agrees_with_the_simulation(minimax, c):
     """10 requests per client (InferenceX's --num-prompts 10 x CONC), lengths spread as InferenceX's,
-    4 seeds pooled: mean TTFT within 8% (measured +2.6 / +2.9 / -2.8%; 2 seeds move c = 16 to +5.9%,
-    the headroom), mean TPOT within 3% (measured -0.3 / +0.0 / +1.4%)."""
+    4 seeds pooled: mean TTFT within 8% (measured -3.7 / +3.7 / +3.3%; in the refused TP8 layout
+    +2.6 / +2.9 / -2.8%, where 2 seeds moved c = 16 to +5.9%: the headroom), mean TPOT within 3%
+    (measured -1.5 / -1.1 / +0.6%)."""
     model, inst = minimax
     ttft, tpot = _run_means(model, inst, c, 10, SPREAD_SIGMA, BURST_SEEDS)
     p = colocated_benchmark(model, inst, BURST_ISL, BURST_OSL, c, BenchmarkRun(10))
@@ -350,7 +358,7 @@ def test_a_run_of_ten_per_client_agrees_with_the_simulation(minimax, c):
 
 
 @pytest.mark.xfail(strict=True, reason="fixed lengths keep the burst's clients in phase: later requests "
-                   "convoy behind each other's prefill (-33% at c = 4; module docstring)")
+                   "convoy behind each other's prefill (-51% at c = 4; module docstring)")
 def test_a_fixed_length_run_of_ten_per_client_agrees(minimax):
     model, inst = minimax
     ttft, _ = _run_means(model, inst, 4, 10)

@@ -50,7 +50,7 @@ def exhaustive(sc, target_rps, slo, tiers):
     from prfaas_plan.energy import default_sites
 
     ctx = sizing_context(sc, target_rps, slo, tiers, default_sites(), MAX_N, N_BUCKETS)
-    profs = {g: pool_profile(sc, g, pool_layout(sc.spec.local), ctx.b.tokens) for g in GPUS}
+    profs = {g: pool_profile(sc, g, pool_layout(sc.spec.local, sc.model), ctx.b.tokens) for g in GPUS}
     grid = []
     for r, lo in itertools.product(GPUS, GPUS):
         cr, cl = (instance_usd_per_hour(profs[g], ctx.sites[s]) for g, s in ((r, "prfaas"), (lo, "local")))
@@ -105,8 +105,8 @@ def test_case_study_at_lambda_max_costs_no_more_than_the_fixed_plan(sc):
     tiers = {t.id: t for t in load_link_tiers()}
     sites = default_sites()
     ctx = sizing_context(sc, lam, res.slo, tuple(tiers.values()), sites, 64, 128)
-    h200 = pool_profile(sc, "h200", pool_layout(sc.spec.prfaas), ctx.b.tokens)
-    h20 = pool_profile(sc, "h20", pool_layout(sc.spec.local), ctx.b.tokens)
+    h200 = pool_profile(sc, "h200", pool_layout(sc.spec.prfaas, sc.model), ctx.b.tokens)
+    h20 = pool_profile(sc, "h20", pool_layout(sc.spec.local, sc.model), ctx.b.tokens)
     # the fixed plan's bill, priced the same way: 4 x 8xH200 + 8 x 8xH20 + the 100 Gbps line
     n = fixed.plan.instances
     fixed_usd = (n["prfaas"] * instance_usd_per_hour(h200, sites["prfaas"])
@@ -205,7 +205,7 @@ def test_staging_memory_buys_the_decode_that_covers_the_target_at_its_held_memor
     ctx = sizing_context(on, target, on_res.slo, load_link_tiers(), default_sites(), 64, N_BUCKETS)
     for g in GPUS:
         plan = next(c for c in on_res.candidates if c.label == f"homogeneous PD {g}")
-        prof = pool_profile(on, g, pool_layout(on.spec.local), ctx.b.tokens)
+        prof = pool_profile(on, g, pool_layout(on.spec.local, on.model), ctx.b.tokens)
         st = prof.staging
         hold = hold_s(st.reserve_at, False, prof.prefill_s, 0.0, on.model.layers.count)
         held = target * float(np.sum(ctx.b.probs * hold * st.staged_bytes(ctx.b.tokens)))

@@ -81,15 +81,18 @@ def _agg(model, gpus, eng, isl, osl, c, layout=None, gpu="h200", run=None):
 
 
 def test_agg_predictions_are_the_serving_model(frame):
+    # a checkpoint that ships a class quantised runs it in its own scheme (MiniMax-M2.5, Qwen3-235B-FP8:
+    # FP8 block-128, whatever the per-tensor "fp8" label); a bf16 class takes the label (online FP8)
     fp8 = {"attention": "fp8", "dense_ffn": "fp8", "experts": "fp8"}
-    minimax = load_model("minimax-m2.5").with_gemm_dtypes(**fp8)
+    minimax = load_model("minimax-m2.5")
     qwen35 = load_model("qwen3.5-397b-a17b").with_gemm_dtypes(attention="fp8", dense_ffn="fp8", experts="fp8_block")
     llama = load_model("llama-3.1-70b").with_gemm_dtypes(**fp8)
     kimi = load_model("kimi-k2-thinking").with_gemm_dtypes(experts="int4_w4a16", group_size=32)
-    qwen3 = load_model("qwen3-235b-a22b-fp8").with_gemm_dtypes(**fp8)
+    qwen3 = load_model("qwen3-235b-a22b-fp8")
     ix = INFERENCEX_RUN  # InferenceX sources: its finite run; NVIDIA's gap-analysis files (9, 11): the steady state
     expect = {
-        0: _agg(minimax, 8, _engine("vllm", "0.18.0"), 8192, 1024, 8, run=ix),
+        # its labelled experts TP8 leave 192 channels per GPU, no whole 128-block: the engines refuse it, so EP8
+        0: _agg(minimax, 8, _engine("vllm", "0.18.0"), 8192, 1024, 8, Layout(8, "tp", "ep"), run=ix),
         1: _agg(minimax, 4, _engine("vllm", "0.16.0"), 8192, 1024, 8, run=ix),
         2: _agg(qwen35, 8, _engine("sglang", "0.5.9"), 1024, 8192, 64, Layout(8, "tp", "ep"), run=ix),
         4: _agg(llama, 2, _engine("vllm", None), 1024, 8192, 8, run=ix),  # no version in the CSV: the profile's
@@ -103,6 +106,8 @@ def test_agg_predictions_are_the_serving_model(frame):
         row = frame.iloc[i]
         assert row["ttft_ms_predicted"] == pytest.approx(ttft, rel=1e-12), i
         assert row["tpot_ms_predicted"] == pytest.approx(tpot, rel=1e-12), i
+    assert frame.iloc[0][["tp", "attention_dp", "moe_tp", "moe_ep"]].tolist() == [8, 1, 1, 8]
+    assert frame.iloc[1][["tp", "attention_dp", "moe_tp", "moe_ep"]].tolist() == [4, 1, 4, 1]  # 384 = 3 x 128
     assert frame.iloc[2][["tp", "attention_dp", "moe_tp", "moe_ep"]].tolist() == [8, 1, 1, 8]
     assert frame.iloc[11][["tp", "attention_dp", "moe_tp", "moe_ep"]].tolist() == [1, 2, 2, 1]
     assert frame.iloc[18][["tp", "attention_dp", "moe_tp", "moe_ep"]].tolist() == [2, 2, 1, 4]
@@ -126,7 +131,7 @@ def test_protocol_rule_per_source(frame):
 def test_disagg_prediction_is_prefill_and_decode_workers(frame):
     """cfg434: prefill worker tp8, decode worker attention dp8 / experts ep8 at 32 per rank (x8 ranks):
     the closed loop of 256 clients over one prefill and 256 / 256 = 1 decode worker."""
-    model = load_model("deepseek-v3").with_gemm_dtypes(attention="fp8", dense_ffn="fp8", experts="fp8_block")
+    model = load_model("deepseek-v3")  # its checkpoint's FP8 block-128 everywhere, not the per-tensor label
     eng = _engine("sglang", "0.5.8.post1")
     pre = instance("h200", 8, layout=Layout(8), engine=eng)
     dec = instance("h200", 8, layout=Layout(8, "dp", "ep"), engine=eng)
@@ -223,9 +228,9 @@ def test_runs_json(frame):
     doc = json.loads((FIX / "runs" / "vllm-infqps-concurrency16-MiniMax-M2.5-20260310-141502.json").read_text())
     assert (closed["isl"], closed["osl"], closed["concurrency"]) == (1024, 1024, 16)  # 163840 / 160 tokens
     assert closed["ttft_ms_measured"] == doc["mean_ttft_ms"] and closed["tpot_ms_measured"] == doc["mean_tpot_ms"]
-    model = load_model("minimax-m2.5").with_gemm_dtypes(attention="fp8", dense_ffn="fp8", experts="fp8")
+    model = load_model("minimax-m2.5")  # the checkpoint's FP8 block-128; tp=8 runs its experts EP8
     # 160 completed over 16 clients: 10 requests per client from a burst start, lengths as measured
-    ttft, tpot = _agg(model, 8, _engine("vllm", "0.18.0"), 1024, 1024, 16, run=BenchmarkRun(10))
+    ttft, tpot = _agg(model, 8, _engine("vllm", "0.18.0"), 1024, 1024, 16, Layout(8, "tp", "ep"), run=BenchmarkRun(10))
     assert closed["ttft_ms_predicted"] == pytest.approx(ttft, rel=1e-12)
     assert closed["tpot_ms_predicted"] == pytest.approx(tpot, rel=1e-12)
     assert math.isnan(by.loc["no max_concurrency (open-loop run)", "ttft_ms_predicted"])
@@ -283,7 +288,12 @@ def test_table_says_how_many_rows_each_run_protocol_predicted():
     r = _cli("--csv", str(ROWS))
     assert r.returncode == 0, r.stderr
     # the fixture's mapped rows: 7 InferenceX runs, 5 steady state (test_protocol_rule_per_source)
-    assert r.stdout.splitlines()[-1] == "rows mapped per run protocol: inferencex run 7, steady state 5"
+    lines = r.stdout.splitlines()
+    assert "rows mapped per run protocol: inferencex run 7, steady state 5" in lines
+    # relabelled (validate.REMAPS): per-tensor "fp8" on the block-128 checkpoints of MiniMax-M2.5
+    # (0, 1, 18), DeepSeek-V3/R1 (6, 7, 8) and Qwen3-235B-FP8 (9, 11); experts TP8 refused (0)
+    assert lines[-1] == ("rows predicted otherwise than labelled: checkpoint dtypes over the label 8, "
+                         "experts ep: tp split refused 1")
 
 
 def test_html_failure_leaves_no_file(tmp_path, monkeypatch):

@@ -106,6 +106,8 @@ class ModelSpec(_Frozen):
                             "(counted only when an engine runs MTP speculative decoding)")
     sources: list[Source] = Field(min_length=1)
     notes: str | None = None
+    router_dtype: GemmDtype = Field(default="bf16", description="dtype the engines run the MoE router GEMM in "
+                                    "(fp32 where their modeling code upcasts the hidden states and the gate)")
     moe_routing: MoeRouting = Field(default="balanced", description="token routing the fused-MoE kernel times "
                                     "are read at (prfaas_plan.vocab.MoeRouting); a calibration choice, not the checkpoint's")
 
@@ -116,6 +118,8 @@ class ModelSpec(_Frozen):
         data = handler(self)
         if self.moe_routing == "balanced" and isinstance(data, dict):
             data.pop("moe_routing", None)
+        if self.router_dtype == "bf16" and isinstance(data, dict):
+            data.pop("router_dtype", None)
         return data
 
     @model_validator(mode="after")
@@ -142,7 +146,7 @@ class ModelSpec(_Frozen):
         covered = {field for src in self.sources for field in src.covers}
         needed = {"total_params", "active_params", "layers", "attention", "ffn", "hidden_size",
                   "vocab_size", "max_context_tokens", "gemm_dtypes"} | ({"context_extension"} if ext else set()) \
-            | ({"mtp"} if self.mtp is not None else set())
+            | ({"mtp"} if self.mtp is not None else set()) | ({"router_dtype"} if self.router_dtype != "bf16" else set())
         missing = sorted(needed - covered)
         if missing:
             raise ValueError(f"no source covers {', '.join(missing)}; add a sources entry with its URL")

@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING
 from prfaas_plan.errors import InvalidInput
 from prfaas_plan.hardware import Instance
 from prfaas_plan.kvcache import CacheSettings, per_gpu_kv_bytes, requests_per_instance_memory
-from prfaas_plan.layout import check_layout, weight_bytes_per_gpu
+from prfaas_plan.layout import instance_layout, weight_bytes_per_gpu
 from prfaas_plan.model.arch import ModelSpec
 from prfaas_plan.perf.kernels import kernel_tables
 from prfaas_plan.perf.ops import OpBreakdown, decode_ops, prefill_ops
@@ -60,7 +60,7 @@ def prefill_latency(model: ModelSpec, inst: Instance, tokens, settings: CacheSet
     """The kernel model's prefill latency of one request of ``tokens`` tokens on ``inst``, with
     its parts per op family and the source of every op's time."""
     l = check_tokens(model, tokens)
-    check_layout(model, inst.parallel)
+    instance_layout(model, inst)
     return prefill_ops(model, inst, l, inst.engine_profile, _kv_dtype(settings))
 
 
@@ -169,7 +169,7 @@ def free_cache_bytes_per_gpu(model: ModelSpec, inst: Instance,
     engine's reserve; weights that do not fit are a one-line PlanError."""
     usable = inst.gpu.memory_bytes * KV_MEMORY_FRACTION - reserve_gib_per_gpu * GIB_BYTES
     resident, _ = _resident(model, inst)
-    weights = weight_bytes_per_gpu(resident, check_layout(resident, inst.parallel))
+    weights = weight_bytes_per_gpu(resident, instance_layout(resident, inst))
     if resident is not model:
         weights += model.mtp_projection_bytes()
     if weights >= usable:
@@ -186,7 +186,7 @@ def requests_fit(model: ModelSpec, inst: Instance, tokens: float, free_bytes_per
     (:func:`~prfaas_plan.kvcache.requests_per_instance_memory`), under speculative decoding with
     the MTP layers' KV and ``k`` more slots per request."""
     resident, extra = _resident(model, inst)
-    return requests_per_instance_memory(resident, inst.parallel, tokens + extra, free_bytes_per_gpu, settings)
+    return requests_per_instance_memory(resident, instance_layout(resident, inst), tokens + extra, free_bytes_per_gpu, settings)
 
 
 def request_bytes_per_gpu(model: ModelSpec, inst: Instance, tokens: float,
@@ -195,7 +195,7 @@ def request_bytes_per_gpu(model: ModelSpec, inst: Instance, tokens: float,
     (:func:`~prfaas_plan.kvcache.per_gpu_kv_bytes`), under speculative decoding with the MTP
     layers' KV and ``k`` more slots."""
     resident, extra = _resident(model, inst)
-    return per_gpu_kv_bytes(resident, tokens + extra, inst.parallel, settings)
+    return per_gpu_kv_bytes(resident, tokens + extra, instance_layout(resident, inst), settings)
 
 
 ON_DEMAND_KV_ENGINES = frozenset({"vllm", "sglang"})

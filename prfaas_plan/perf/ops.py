@@ -25,7 +25,7 @@ import numpy as np
 
 from prfaas_plan.engine import EngineProfile
 from prfaas_plan.hardware import Instance
-from prfaas_plan.layout import ACTIVATION_BYTES, Layout, collectives, projection_shard
+from prfaas_plan.layout import ACTIVATION_BYTES, Layout, collectives, instance_layout, projection_shard
 from prfaas_plan.model.arch import ModelSpec
 from prfaas_plan.model.kinds import GDN, KDA, MLA, SWA, Lightning
 from prfaas_plan.perf.kernels import KernelTables, OpTime, kernel_tables
@@ -235,7 +235,7 @@ def ffn_ops(model: ModelSpec, layout: Layout) -> tuple[list[Gemm], list[Op]]:
         dense = [Gemm("dense_ffn.gate_up", 2 * inter, h, dense_dtype), Gemm("dense_ffn.down", h, inter, dense_dtype)]
     moe: list[Op] = []
     if f.num_experts:
-        moe.append(Gemm("moe.router", f.num_experts, h, "bf16"))
+        moe.append(Gemm("moe.router", f.num_experts, h, model.router_dtype))
         if f.num_shared_experts:
             shared = math.ceil(f.num_shared_experts * f.shared_intermediate / tp)
             moe += [Gemm("moe.shared.gate_up", 2 * shared, h, dense_dtype),
@@ -291,7 +291,7 @@ class OpBreakdown:
 def _run(model: ModelSpec, inst: Instance, engine: EngineProfile, work: Work, kv_dtype: str,
          gemm_chunks: Chunks | None = None) -> OpBreakdown:
     """Time every op of ``forward_ops`` for ``work`` and add the engine's per-layer costs."""
-    layout = inst.parallel
+    layout = instance_layout(model, inst)
     tables = kernel_tables(inst.gpu, engine.kernel_engine, engine.kernel_version)
     families: dict[str, np.ndarray] = {}
     ops: dict[str, np.ndarray] = {}
@@ -395,7 +395,7 @@ def mixed_step_ops(model: ModelSpec, inst: Instance, decode_batch: int, decode_c
     families: dict[str, np.ndarray] = {}
     ops: dict[str, np.ndarray] = {}
     sources: dict[str, str] = {}
-    for s in forward_ops(model, inst.parallel, kv_dtype, "prefill"):
+    for s in forward_ops(model, instance_layout(model, inst), kv_dtype, "prefill"):
         op = s.op
         if op.family in ("gemm", "moe", "comm"):
             whole = isinstance(op, MoE) or (isinstance(op, Gemm) and op.scope != "attention")

@@ -89,7 +89,7 @@ def _profiles(sc: Scenario, ids: tuple[str, ...], layouts: tuple[str, ...] | Non
     if layouts:
         remote_l = local_l = tuple(dict.fromkeys(parse_layout(x) for x in layouts))
     else:
-        remote_l, local_l = (pool_layout(sc.spec.prfaas),), (pool_layout(sc.spec.local),)
+        remote_l, local_l = (pool_layout(sc.spec.prfaas, sc.model),), (pool_layout(sc.spec.local, sc.model),)
     cache: dict = {}
 
     def prof(g: str, lay) -> PoolProfile:

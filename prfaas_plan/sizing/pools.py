@@ -25,11 +25,12 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from prfaas_plan.errors import InvalidInput, PlanError
-from prfaas_plan.layout import Layout
+from prfaas_plan.layout import Layout, default_layout
 
 if TYPE_CHECKING:
     from prfaas_plan.handoff import Staging
     from prfaas_plan.hardware import GPU
+    from prfaas_plan.model.arch import ModelSpec
     from prfaas_plan.scenario import PoolSpec, Scenario
 
 _LABEL = re.compile(r"^(tp|dp)(\d+)(?:-atp(\d+))?(?:-(ep)(\d+))?(?:-dcp(\d+))?$")
@@ -60,9 +61,10 @@ def layout_label(layout: Layout) -> str:
         (f"-ep{g}" if layout.experts == "ep" else "") + (f"-dcp{layout.dcp}" if layout.dcp > 1 else "")
 
 
-def pool_layout(pool: PoolSpec) -> Layout:
-    """A scenario pool's layout over its GPUs per instance (its attention TP group included)."""
-    return pool.layout.to_layout(pool.gpus_per_instance) or Layout(pool.gpus_per_instance)
+def pool_layout(pool: PoolSpec, model: ModelSpec) -> Layout:
+    """A scenario pool's layout over its GPUs per instance (its attention TP group included) for
+    ``model`` (the default where the pool names none: :func:`prfaas_plan.layout.default_layout`)."""
+    return pool.layout.to_layout(pool.gpus_per_instance, model) or default_layout(model, pool.gpus_per_instance)
 
 
 @dataclass(frozen=True)
@@ -102,7 +104,7 @@ def _pool_update(sc: Scenario, gpu: str, layout: Layout) -> dict:
     measured prefill profile of whichever scenario pool has exactly that hardware (else none)."""
     profile = None
     for pool in (sc.spec.prfaas, sc.spec.local):
-        if pool.gpu == gpu and pool_layout(pool) == layout and pool.profile is not None:
+        if pool.gpu == gpu and pool_layout(pool, sc.model) == layout and pool.profile is not None:
             profile = pool.profile.model_dump()
             break
     spec = {"attention": layout.attention, "experts": layout.experts, "dcp": layout.dcp}
@@ -119,7 +121,7 @@ def pool_profile(sc: Scenario, gpu: str, layout: Layout, tokens: np.ndarray) -> 
     spec = load_gpu(gpu)
     pool = _pool_update(sc, gpu, layout)
     local = sc.spec.local
-    own_decode = local.gpu == gpu and pool_layout(local) == layout
+    own_decode = local.gpu == gpu and pool_layout(local, sc.model) == layout
     decode = sc.spec.decode.model_dump() | ({} if own_decode else {"batch_max": None, "step_s": None, "source": None})
     price = layout.gpus * spec.price_usd_per_gpu_hour
     none = dict(gpu=spec, layout=layout, decode_batch_max=0, decode_step_s=float("nan"), usd_per_hour=price)
