@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -281,6 +282,11 @@ def test_html_page_and_json(tmp_path):
         assert name in text
     assert '"type":"log"' in text.replace(" ", "") and "predicted vs measured" in text
     assert 'data-table="worst"' in text and "Content-Security-Policy" in text
+    # the rows per protocol and per relabelling rule, as the frame counts them (test_protocol_rule_per_source)
+    mapping = re.search(r'data-table="mapping".*?</table>', text, re.S).group(0)
+    for rule, n in (("inferencex run", 7), ("steady state", 5), ("checkpoint dtypes over the label", 8),
+                    ("experts ep: tp split refused", 1)):
+        assert re.search(rf"{re.escape(rule)}</td>\s*<td[^>]*>{n}</td>", mapping), rule
     assert [p.name for p in tmp_path.iterdir()] == ["v.html"]  # atomic: no temporary file left
 
 

@@ -3,7 +3,7 @@
 The numbers are :mod:`prfaas_plan.validate`'s; this module lays them out on the report page
 template (Content-Security-Policy, Vega inlined, no network): one scatter plot per metric on log
 axes with the 1:1 line and +-25% bands, the summary per system and model, the rows per status
-rule and the 20 worst rows. The page is written atomically (never a partial file).
+rule, how the mapped rows were read (protocol, relabelling rules) and the 20 worst rows. The page is written atomically (never a partial file).
 """
 
 from __future__ import annotations
@@ -59,6 +59,15 @@ def _cols(df: pd.DataFrame) -> list[Col]:
             for c in df.columns]
 
 
+def _mapping(df: pd.DataFrame) -> pd.DataFrame:
+    """Mapped rows per benchmark protocol and per relabelling rule (the frame's ``attrs``)."""
+    import pandas as pd
+
+    rows = [("run protocol", name, n) for name, n in df.attrs.get("protocols", {}).items()]
+    rows += [("predicted otherwise than labelled", name, n) for name, n in df.attrs.get("remapped", {}).items()]
+    return pd.DataFrame(rows, columns=["kind", "rule", "rows"])
+
+
 def validate_report(df: pd.DataFrame, path: str | Path, title: str = "Validation against measured serving runs") -> Path:
     """Write the validation page of a :func:`~prfaas_plan.validate.validate_silicon` /
     :func:`~prfaas_plan.validate.validate_runs` frame to ``path`` (one offline file) and return it."""
@@ -66,6 +75,7 @@ def validate_report(df: pd.DataFrame, path: str | Path, title: str = "Validation
 
     ok = errors_pct(df)
     summ, counts, worst = summary(df), status_counts(df), worst_rows(df)
+    mapping = _mapping(df)
     blocks: list = []
     if len(ok):
         blocks += [Figure("ttft-scatter", _scatter(ok, "ttft", "TTFT"),
@@ -81,6 +91,9 @@ def validate_report(df: pd.DataFrame, path: str | Path, title: str = "Validation
                                                                      "rows beyond 2x: predicted more than 2x off, either way")]),
         Section("status", "Rows per status", [Table("status", counts, _cols(counts),
                                                     caption="ok: predicted; any other: the rule that left the row out")]),
+        Section("mapping", "How the mapped rows were read", [Table("mapping", mapping, [*_cols(mapping)[:2], Col("rows", "rows", fmt="int")],
+                caption="the benchmark protocol each row was predicted under, and the rules that predict a row "
+                        "otherwise than its labels say (what its engine can load)")]),
         Section("worst", "The 20 worst rows", [Table("worst", worst, _cols(worst),
                                                      caption="by how many times off the farther of TTFT and TPOT is, either way")]),
     ]
