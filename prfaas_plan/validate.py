@@ -48,7 +48,7 @@ import re
 from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from prfaas_plan.errors import InvalidInput, PlanError
 from prfaas_plan.layout import Layout, check_layout, expert_tp_problem
@@ -96,9 +96,6 @@ SYSTEM_GPUS = {"h200_sxm": "h200", "h100_sxm": "h100", "b200_sxm": "b200"}
 QUANT_DTYPES = {"bf16": "bf16", "fp8": "fp8", "fp8_block": "fp8_block", "int4_wo": "int4_w4a16"}
 """The CSV's gemm/moe quant modes as GEMM dtypes. ``int4_wo`` (weight-only int4) is the W4A16
 group-32 scheme of the Kimi checkpoints' quantization_config (group_size 32)."""
-
-INT4_GROUP_SIZE = 32
-"""Weights per scale of ``int4_wo`` (Kimi-K2.5's quantization_config config_groups.group_0.weights.group_size)."""
 
 ENGINES = ("vllm", "sglang")
 """Backends whose kernels we hold (trtllm tables are not imported)."""
@@ -207,12 +204,11 @@ def _dtypes(row: dict) -> tuple[tuple[str, str], ...] | str:
 
 
 def _online(dtypes: tuple[tuple[str, str], ...], stored: GemmDtypes) -> tuple[tuple[str, str], ...]:
-    """The overrides an engine can apply to ``model_id``'s checkpoint: online quantisation of the
-    classes it ships in bf16 (vLLM ``--quantization fp8`` on Llama-3.1-70B). A class the checkpoint
+    """The overrides an engine can apply to a checkpoint whose dtypes are ``stored``: online
+    quantisation of the classes it ships in bf16 (vLLM ``--quantization fp8`` on Llama-3.1-70B). A class the checkpoint
     ships quantised runs in the checkpoint's own scheme whatever the row's label says: the engine
     loads those weights as stored (MiniMax-M2.5 and Qwen3-235B-A22B-FP8 are FP8 block-128 in their
-    quantization_config; the CSV labels their vLLM rows per-tensor ``fp8``). ``stored``: the
-    checkpoint's dtypes."""
+    quantization_config; the CSV labels their vLLM rows per-tensor ``fp8``)."""
     return tuple((c, d) for c, d in dtypes if getattr(stored, c) == "bf16")
 
 
@@ -341,10 +337,9 @@ def _model(models: dict, model_id: str, dtypes: tuple[tuple[str, str], ...],
     if key not in models:
         from prfaas_plan.model import load_model
 
-        over: dict[str, Any] = dict(dtypes)
-        if "int4_w4a16" in over.values():
-            over["group_size"] = INT4_GROUP_SIZE
-        model = load_model(model_id).with_gemm_dtypes(**over) if over else load_model(model_id)
+        # _online drops the int4 label of the Kimi rows (their checkpoint's experts are int4 already),
+        # so the checkpoint's own W4A16 group-32 scheme stands
+        model = load_model(model_id).with_gemm_dtypes(**dict(dtypes)) if dtypes else load_model(model_id)
         models[key] = model.with_moe_routing(moe_routing) if moe_routing != model.moe_routing else model
     return models[key]
 

@@ -83,6 +83,10 @@ class Source(_Frozen):
     note: str | None = None
 
 
+_DUMPED_UNLESS_DEFAULT = {"router_dtype": "bf16", "moe_routing": "balanced"}
+"""ModelSpec fields a dump carries only when they differ from these defaults."""
+
+
 class ModelSpec(_Frozen):
     """One model's architecture, as the cache and performance models need it."""
 
@@ -113,13 +117,13 @@ class ModelSpec(_Frozen):
 
     @model_serializer(mode="wrap")
     def _dump(self, handler):
-        # the default routing is left out of dumps, so every dump (cache keys, JSON, reports) of a
-        # model that keeps it reads as before the field existed
+        # fields at their defaults are left out of dumps, so every dump (cache keys, JSON, reports)
+        # of a model that keeps them reads as before the fields existed
         data = handler(self)
-        if self.moe_routing == "balanced" and isinstance(data, dict):
-            data.pop("moe_routing", None)
-        if self.router_dtype == "bf16" and isinstance(data, dict):
-            data.pop("router_dtype", None)
+        if isinstance(data, dict):
+            for name, default in _DUMPED_UNLESS_DEFAULT.items():
+                if getattr(self, name) == default:
+                    data.pop(name, None)
         return data
 
     @model_validator(mode="after")

@@ -3,7 +3,8 @@
 The numbers are :mod:`prfaas_plan.validate`'s; this module lays them out on the report page
 template (Content-Security-Policy, Vega inlined, no network): one scatter plot per metric on log
 axes with the 1:1 line and +-25% bands, the summary per system and model, the rows per status
-rule, how the mapped rows were read (protocol, relabelling rules) and the 20 worst rows. The page is written atomically (never a partial file).
+rule, how the mapped rows were read (protocol, relabelling rules) and the 20 worst rows. The page
+is written atomically (never a partial file).
 """
 
 from __future__ import annotations
@@ -91,7 +92,8 @@ def validate_report(df: pd.DataFrame, path: str | Path, title: str = "Validation
                                                                      "rows beyond 2x: predicted more than 2x off, either way")]),
         Section("status", "Rows per status", [Table("status", counts, _cols(counts),
                                                     caption="ok: predicted; any other: the rule that left the row out")]),
-        Section("mapping", "How the mapped rows were read", [Table("mapping", mapping, [*_cols(mapping)[:2], Col("rows", "rows", fmt="int")],
+        Section("mapping", "How the mapped rows were read", [Table(
+                "mapping", mapping, [*_cols(mapping)[:2], Col("rows", "rows", fmt="int")],
                 caption="the benchmark protocol each row was predicted under, and the rules that predict a row "
                         "otherwise than its labels say (what its engine can load)")]),
         Section("worst", "The 20 worst rows", [Table("worst", worst, _cols(worst),
