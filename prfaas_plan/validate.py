@@ -31,6 +31,9 @@ The benchmark protocol of a row (:func:`_protocol`, counted in the frame's
 * a user's ``vllm bench serve`` run: ``completed / max_concurrency`` requests per client from a
   burst start (``--request-rate inf``: vllm/benchmarks/serve.py creates every request at once and
   a semaphore of ``max_concurrency`` gates them), lengths as measured (the JSON's mean tokens);
+* a row of another file that repeats an InferenceX row's configuration and measured TTFT and TPOT
+  (to 0.01 ms) is that run (:data:`REMAPS`): NVIDIA's ``kimi-k2.5-gap-analysis.csv`` and
+  ``qwen3.5-397b-gap-analysis.csv`` are InferenceX runs rounded to two decimals;
 * any other source (NVIDIA's ``aic-auto-gap-analysis`` files: protocol not published) and every
   disaggregated row keep the steady state (:func:`~prfaas_plan.serving.colocated_closed_loop`,
   :func:`~prfaas_plan.serving.disaggregated_closed_loop`).
@@ -46,7 +49,7 @@ import json
 import math
 import re
 from collections import Counter
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -115,10 +118,13 @@ INFERENCEX_RUN = BenchmarkRun(prompts_per_client=10, range_ratio=0.8)
 ``RANDOM_RANGE_RATIO: 0.8`` (https://github.com/SemiAnalysisAI/InferenceX: benchmarks/benchmark_lib.sh,
 .github/workflows/benchmark-tmpl.yml)."""
 
-REMAPS = ("checkpoint dtypes over the label", "experts ep: tp split refused")
+REMAPS = ("checkpoint dtypes over the label", "experts ep: tp split refused", "inferencex run: same measurement")
 """Rules that predict a row otherwise than its labels say, as counted in a frame's ``attrs["remapped"]``:
 a quantised checkpoint runs in its own scheme (:func:`_online`); an expert split the engines
-refuse ran expert parallel (:func:`_layout`)."""
+refuse ran expert parallel (:func:`_layout`); a row of another file that repeats an InferenceX row's
+configuration and measured TTFT and TPOT (to the file's 0.01 ms) is that InferenceX run, predicted
+under its protocol (:func:`_frame`; NVIDIA's ``kimi-k2.5-gap-analysis.csv`` and
+``qwen3.5-397b-gap-analysis.csv`` collect InferenceX runs)."""
 
 PROTOCOLS = ("inferencex run", "vllm bench serve run", "steady state")
 """The names :func:`_protocol` gives, as counted in a frame's ``attrs["protocols"]``."""
@@ -434,13 +440,18 @@ def _frame(rows: list[dict], strict: bool, moe_routing: str = "balanced") -> pd.
     predictions: dict[Case, tuple[float, float] | str] = {}
     protocols: Counter = Counter()
     remapped: Counter = Counter()
+    cases = [_map_row(row, models, strict, moe_routing) for row in rows]
+    inferencex = {_measurement(row, case) for row, case in zip(rows, cases)
+                  if isinstance(case, Case) and case.run == INFERENCEX_RUN}
     out = []
-    for row in rows:
-        case = _map_row(row, models, strict, moe_routing)
+    for row, case in zip(rows, cases):
         got: tuple[float, float] | str | None = None
         if isinstance(case, Case):
+            twin = case.run is None and case.decode_layout is None and _measurement(row, case) in inferencex
+            case = replace(case, run=INFERENCEX_RUN) if twin else case
             protocols[protocol_name(case.run)] += 1
             remapped.update(_remapped(row, case, _model(models, case.model_id, ()).gemm_dtypes))
+            remapped.update([REMAPS[2]] if twin else [])
             if case not in predictions:
                 predictions[case] = predict(case, models)
             got = predictions[case]
@@ -450,6 +461,13 @@ def _frame(rows: list[dict], strict: bool, moe_routing: str = "balanced") -> pd.
     df.attrs["protocols"] = {name: protocols[name] for name in PROTOCOLS}  # mapped rows per protocol
     df.attrs["remapped"] = {name: remapped[name] for name in REMAPS}  # mapped rows per relabelling rule
     return df
+
+
+def _measurement(row: dict, case: Case) -> tuple:
+    """What identifies one measured run: its configuration (``case`` but for the protocol) and its
+    TTFT and TPOT to the 0.01 ms the gap-analysis files round them to."""
+    return (replace(case, run=None), round(float(row["silicon_ttft_ms"]) * 100),
+            round(float(row["silicon_tpot_ms"]) * 100))
 
 
 def _remapped(row: dict, case: Case, stored: GemmDtypes) -> list[str]:

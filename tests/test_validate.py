@@ -129,6 +129,28 @@ def test_protocol_rule_per_source(frame):
     assert frame.attrs["protocols"] == {"inferencex run": 7, "vllm bench serve run": 0, "steady state": 5}
 
 
+def test_a_repeated_inferencex_measurement_is_that_run(tmp_path):
+    """NVIDIA's kimi-k2.5-gap-analysis.csv repeats InferenceX runs rounded to 0.01 ms: its row (copied
+    verbatim, with the InferenceX row it repeats) is predicted under InferenceX's protocol, exactly as
+    that row; the same row 0.02 ms off is another measurement and keeps the steady state."""
+    twins = pd.read_csv(FIX / "inferencex_twin_rows.csv")
+    assert twins.silicon_data_source.str.startswith(("source_file=2026-04-06.csv;",
+                                                     "source_file=kimi-k2.5-gap-analysis.csv;")).all()
+    other = twins.iloc[[1]].assign(silicon_ttft_ms=twins.silicon_ttft_ms.iloc[1] + 0.02)
+    path = tmp_path / "rows.csv"
+    pd.concat([twins, other]).to_csv(path, index=False)
+    got = validate_silicon(path)
+    assert list(got.status) == ["ok"] * 3
+    kimi = load_model("kimi-k2-thinking").with_gemm_dtypes(experts="int4_w4a16", group_size=32)
+    for i, run in enumerate((INFERENCEX_RUN, INFERENCEX_RUN, None)):
+        ttft, tpot = _agg(kimi, 8, _engine("vllm", "0.16.0"), 8192, 1024, 4, run=run)
+        assert got.iloc[i][["ttft_ms_predicted", "tpot_ms_predicted"]].tolist() == pytest.approx([ttft, tpot],
+                                                                                                  rel=1e-12), i
+    assert got.iloc[2].ttft_ms_predicted != pytest.approx(got.iloc[1].ttft_ms_predicted, rel=1e-3)
+    assert got.attrs["protocols"] == {"inferencex run": 2, "vllm bench serve run": 0, "steady state": 1}
+    assert got.attrs["remapped"]["inferencex run: same measurement"] == 1
+
+
 def test_disagg_prediction_is_prefill_and_decode_workers(frame):
     """cfg434: prefill worker tp8, decode worker attention dp8 / experts ep8 at 32 per rank (x8 ranks):
     the closed loop of 256 clients over one prefill and 256 / 256 = 1 decode worker."""
