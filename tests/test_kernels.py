@@ -263,6 +263,37 @@ def test_the_importer_leaves_out_vllm_fp8_block_gemms_timed_outside_cuda_graphs(
         assert set(prov["families"]["gemm"]["tables"]["gemm"]["kernel_source"]) == kept
 
 
+def test_the_importer_leaves_out_moe_tables_that_timed_ep_ranks_with_ep_times_their_work(tmp_path):
+    # aiconfigurator's SGLang MoE collector before its rank-0 projection fix (kernels_import.EP_UNPROJECTED)
+    # timed moe_ep 8 as slow as one GPU running every expert: that version's whole MoE table goes, and a
+    # stale moe.npz of an earlier import into the same folder goes with it; 0.5.14's table is kept
+    import pandas as pd
+
+    out = tmp_path / "out"
+    (out / "h200" / "sglang-0.5.10").mkdir(parents=True)
+    (out / "h200" / "sglang-0.5.10" / "moe.npz").write_bytes(b"stale")
+    for version, ep8_ms in (("0.5.10", 6.49), ("0.5.14", 1.65)):
+        base = tmp_path / "aiconfigurator_core" / "systems" / "data" / "h200_sxm" / "moe" / "sglang" / version
+        base.mkdir(parents=True)
+        rows = [dict(framework="SGLang", version=version, device="h200", op_name="moe",
+                     kernel_source="sglang_fused_moe_triton", moe_dtype="fp8_block", num_tokens=16384,
+                     hidden_size=3072, inter_size=1536, topk=8, num_experts=256, moe_tp_size=tp, moe_ep_size=ep,
+                     distribution="balanced", latency=ms)
+                for tp, ep, ms in ((1, 1, 6.77), (8, 1, 1.62), (1, 8, ep8_ms))]
+        pd.DataFrame(rows).to_parquet(base / "moe_perf.parquet")
+        base = base.parents[2] / "comm" / "sglang" / version  # a family the version keeps
+        base.mkdir(parents=True)
+        pd.DataFrame([dict(framework="SGLang", version=version, device="h200", op_name="all_reduce",
+                           kernel_source="SGLang_CustomAllReduce_graph", allreduce_dtype="bfloat16", num_gpus=8,
+                           message_size=1 << 20, latency=0.02)]).to_parquet(base / "custom_allreduce_perf.parquet")
+    kernels_import.import_kernels(["h200"], out, folder=tmp_path, echo=lambda line: None)
+    assert kernels_import.EP_UNPROJECTED[("sglang", "moe")] == ("0.5.10",)
+    assert sorted(p.name for p in (out / "h200" / "sglang-0.5.10").iterdir()) == ["comm.npz", "provenance.yaml"]
+    assert (out / "h200" / "sglang-0.5.14" / "moe.npz").is_file()
+    got = kernel_tables(H200, "sglang", "0.5.10", root=out).moe(16384, 3072, 1536, 8, 256, 1, 8, "fp8_block")
+    assert got.source.startswith("table h200 sglang-0.5.14 ") and got.latency_s == pytest.approx(1.65e-3, rel=1e-6)
+
+
 @pytest.mark.parametrize("args, field", [
     (("--dir", "{tmp}/missing"), "--dir"),
     (("--wheel", "{tmp}/missing.whl"), "--wheel"),
@@ -317,12 +348,14 @@ def test_lookups_read_the_nearest_collected_version_tie_to_the_newer(tmp_path):
         kernel_tables(H200, "sglang", "latest")
 
 
-def test_sglang_0_5_9_reads_0_5_10_mla_0_5_9_all_reduce_and_0_5_14_gemm():
+def test_sglang_0_5_9_reads_0_5_10_mla_0_5_9_all_reduce_and_0_5_14_gemm_and_moe():
     kt = kernel_tables(H200, "sglang", "0.5.9")
     assert kt.mla_context(1, 4096, 16, 512, 64, 128, 128).source.startswith("table h200 sglang-0.5.10 flashinfer (module")
     assert kt.all_reduce(1 << 20, 8).source.startswith("table h200 sglang-0.5.9 ")
     assert kt.gemm(4096, 8192, 8192, "bf16").source.startswith("table h200 sglang-0.5.14 ")
-    assert kt.moe(4096, 7168, 2048, 8, 256, 1, 8, "fp8_block").source.startswith("table h200 sglang-0.5.10 ")
+    # 0.5.10's MoE table is left out (kernels_import.EP_UNPROJECTED): the nearest sound one stands in
+    assert kt.moe(4096, 7168, 2048, 8, 256, 1, 8, "fp8_block").source.startswith("table h200 sglang-0.5.14 ")
+    assert not (kernels_dir() / "h200" / "sglang-0.5.10" / "moe.npz").exists()
     # the newest (the sglang profile's 0.5.14) keeps the plain MLA kernel table
     assert kernel_tables(H200, "sglang").mla_context(1, 4096, 16, 512, 64, 128, 128).source.startswith(
         "table h200 sglang-0.5.14 ")

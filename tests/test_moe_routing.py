@@ -87,7 +87,7 @@ def test_the_importer_keeps_balanced_and_power_law_1_01_rows_under_their_codes(t
         assert kt.moe(*_shape_args(tokens), routing=routing).latency_s == pytest.approx(seconds, rel=1e-6)
 
 
-@pytest.mark.parametrize("engine, version", [("sglang", "0.5.10"), ("sglang", "0.5.14"), ("vllm", "0.24.0")])
+@pytest.mark.parametrize("engine, version", [("sglang", "0.5.14"), ("vllm", "0.24.0")])
 def test_committed_h200_lookups_equal_the_measured_rows_of_each_routing(engine, version):
     kt = kernel_tables(H200, engine, version)
     for tokens in (16, 4096):
@@ -98,18 +98,18 @@ def test_committed_h200_lookups_equal_the_measured_rows_of_each_routing(engine, 
 
 
 def test_power_law_routing_at_deepseek_v3s_tp8_shape_goes_as_the_measurements_say():
-    # SGLang 0.5.10 (the paper's 0.5.9 profile reads it): fewer experts hit at 16 tokens (faster),
-    # the hottest expert dominating at 4,096 (slower). SGLang 0.5.14's rows are slower at both.
-    old, new = kernel_tables(H200, "sglang", "0.5.10"), kernel_tables(H200, "sglang", "0.5.14")
-    for kt, version in ((old, "0.5.10"), (new, "0.5.14")):
-        for tokens in (16, 4096):
-            ratio = kt.moe(*_shape_args(tokens), routing="power_law_1.01").latency_s / \
-                kt.moe(*_shape_args(tokens)).latency_s
-            measured = _record_s("sglang", version, "power_law_1.01", tokens) / \
-                _record_s("sglang", version, "balanced", tokens)
-            assert ratio == pytest.approx(measured, rel=1e-5)
-    assert old.moe(*_shape_args(16), routing="power_law_1.01").latency_s < old.moe(*_shape_args(16)).latency_s
-    assert old.moe(*_shape_args(4096), routing="power_law_1.01").latency_s > old.moe(*_shape_args(4096)).latency_s
+    # SGLang 0.5.14 (the paper's 0.5.9 profile reads it: 0.5.10's MoE table is left out,
+    # kernels_import.EP_UNPROJECTED): the hottest expert makes power-law routing 14% slower at 16
+    # tokens and 18% at 4,096
+    kt = kernel_tables(H200, "sglang", "0.5.9")
+    for tokens in (16, 4096):
+        got = kt.moe(*_shape_args(tokens), routing="power_law_1.01")
+        assert got.source.startswith("table h200 sglang-0.5.14 ")
+        ratio = got.latency_s / kt.moe(*_shape_args(tokens)).latency_s
+        measured = _record_s("sglang", "0.5.14", "power_law_1.01", tokens) / \
+            _record_s("sglang", "0.5.14", "balanced", tokens)
+        assert ratio == pytest.approx(measured, rel=1e-5)
+        assert ratio > 1.1
 
 
 def test_h20_without_tables_transfers_the_measured_routing_of_its_nearest_gpu():

@@ -87,6 +87,16 @@ the same shape take 6.5-7.5 us; NVIDIA's own A/B (https://github.com/ai-dynamo/a
 B200, vLLM 0.25.1) measured 148.55 us eager against 12.32 us in a one-op graph at (1, 768, 7168).
 Engines run decode steps in CUDA graphs, and an eager prefill's launches overlap the GPU's work
 (the engine profile's ``layer_launch_s`` counts what they cost)."""
+EP_UNPROJECTED = {("sglang", "moe"): ("0.5.10",)}
+"""Collected versions whose MoE table timed an expert-parallel rank with ``moe_ep`` times its share
+of the work, left out whole (a lookup reads one version per table: SGLang's next collection stands
+in). aiconfigurator's SGLang MoE collector before its rank-0 projection fixes
+(https://github.com/ai-dynamo/aiconfigurator/pull/753, /pull/837, April 2026; collector/sglang/collect_moe.py
+at c7ddbd307) timed a rank with the tokens routing a slot to rank 0, each routed to ``topk`` of the
+rank's ``experts / moe_ep`` local experts, not to the slots that rank serves. The 0.5.10 H200 table
+shows it: at 16,384 tokens of MiniMax-M2.5's shape (3,072 / 1,536, 256 experts top-8, FP8 block)
+moe_ep 8 takes 6.49 ms, moe_ep 1 6.77 ms and moe_tp 8 (the same work per GPU) 1.62 ms; the 0.5.14
+collection times moe_ep 8 at 1.65 ms, and every other shape of the two tables alike."""
 NOT_SERVED = {("vllm", "moe"): ("vllm_marlin_int4_moe",)}
 """Kernel sources left out because the engine does not serve a checkpoint with them. vLLM's legacy
 ``int4_wo`` MoE rows (0.19.0) time its ``fused_experts`` helper called with an ``int4_w4a16`` quant
@@ -501,6 +511,7 @@ def _plan(root: Path, gpu_id: str, engine: str, sources: dict) -> dict[str, dict
     for family, entries in sources.items():
         for folder, files, reducer in entries:
             found = _versions(base, folder, files, engine)
+            found = {v: p for v, p in found.items() if v not in EP_UNPROJECTED.get((engine, folder), ())}
             if gpu_id not in ALL_VERSION_GPUS and found:
                 found = {v: p for v, p in found.items() if v == K.nearest_version(found, None)}
             for version, paths in found.items():
@@ -551,6 +562,9 @@ def _write_version(root: Path, gpu: GPU, engine: str, version: str, families: di
             rows = ", ".join(f"{t} {p['rows']:,}" for t, p in prov["tables"].items())
             echo(f"{gpu.id}/{engine}-{version}/{family}: {rows} rows, {buffer.tell():,} bytes")
         stage("provenance.yaml").write_text(yaml.safe_dump(provenance, sort_keys=False, width=120))
+    for stale in folder.glob("*.npz"):  # a family an earlier import wrote and this one leaves out
+        if stale.name not in sizes:
+            stale.unlink()
     return sizes
 
 
