@@ -22,6 +22,7 @@ from prfaas_plan.planner import milp as M
 BENCH = Path(__file__).resolve().parents[1] / "benchmarks" / "bench_sweep.py"
 HEADROOM_REL = 1e-6  # the MILP's tie-break stage may give up this much Lambda for headroom
 CBC_AGREE_REL = 1e-6  # HiGHS and CBC answers agree to this (relative), each after its tie-break
+CBC_DIGITS_REL = 5e-8  # half a unit in the 8th significant digit, as CBC's solution file prints values
 
 
 def _bench_grid() -> list[dict]:
@@ -292,8 +293,9 @@ def test_lp_path_is_cbcs_answer_at_many_buckets(many, monkeypatch):
     def busiest(s: P.ExactSolution) -> float:  # the tie-break's objective: the busier prefill pool's utilisation
         return max(np.dot(s.y_rps, b.t_remote_s) / inp.n_prfaas, np.dot(s.z_rps, b.t_local_s) / inp.n_local)
 
-    # CBC's solution file holds its values to ~8 significant digits (Lambda 3.2403604)
-    assert abs(busiest(sol) - busiest(cbc)) <= 1e-8 < busiest(exhaustive) - busiest(sol)
+    # CBC's solution file holds its values to 8 significant digits (Lambda 3.2372209): each rate is
+    # off by up to 5e-8 of itself, so the utilisations (~1) agree to 5e-8; the exhaustive best is busier
+    assert abs(busiest(sol) - busiest(cbc)) <= CBC_DIGITS_REL < busiest(exhaustive) - busiest(sol)
     assert sol.y_rps.sum() == pytest.approx(cbc.y_rps.sum(), rel=1e-6)  # the offload share: CBC's
 
 

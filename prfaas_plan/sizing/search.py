@@ -57,8 +57,9 @@ STOPPING_RULE = (
     f"the last path, "
     f"when no plan within the instance limit meets the caps, or after {MAX_ITERATIONS} solves; infeasible at once "
     f"when the quantile at vanishing load (each length on its faster path) is over the SLO. A feasible plan is "
-    f"then descended: one instance fewer of a prefill role (and up to {SWAP_MOST} more of the other) or another "
-    f"tier, the cheapest such move kept while the SLO holds, until none lowers the cost. A "
+    f"then descended: one instance fewer of a prefill role (and up to {SWAP_MOST} more of the other; opening the "
+    f"PrfaaS path takes each tier, closing it drops the line) or another tier, the cheapest such move kept while "
+    f"the SLO holds, until none lowers the cost. A "
     f"PrfaaS-PD combination also runs the loop with everything and with nothing offloaded and keeps the cheapest. "
     f"PrfaaS-PD pairs of instance types are visited in the order of a lower bound (decode pool plus each length "
     f"prefilled where it costs least, fractional instances, free link); the search stops at the first pair whose "
@@ -314,8 +315,9 @@ def check_counts(ctx: Context, remote: PoolProfile | None, local: PoolProfile | 
 
 def _descend(ctx: Context, c: _Combo, sol: CostSolution) -> CostSolution:
     """Local search below a feasible solution: one instance fewer of a prefill role (and up to
-    :data:`SWAP_MOST` more of the other), or another tier (:func:`_at_counts`); the cheapest
-    feasible move that lowers the cost is kept, until there is none."""
+    :data:`SWAP_MOST` more of the other; a move that opens the PrfaaS path takes each tier, one
+    that closes it drops the line), or another tier (:func:`_at_counts`); the cheapest feasible
+    move that lowers the cost is kept, until there is none."""
     decode_usd = instance_usd_per_hour(c.decode, ctx.sites["local"])
 
     def cost(x: CostSolution) -> float:  # decode is fixed without staging memory, so left out
@@ -323,10 +325,12 @@ def _descend(ctx: Context, c: _Combo, sol: CostSolution) -> CostSolution:
         return x.prefill_usd_per_hour + x.link_usd_per_hour + staged
 
     while True:
-        n_r, n_p = sol.n_remote, sol.n_local
-        moves = [(n_r - 1, n_p + k, sol.tier) for k in range(SWAP_MOST + 1)]
-        moves += [(n_r + k, n_p - 1, sol.tier) for k in range(SWAP_MOST + 1)]
-        moves += [(n_r, n_p, t) for t in (*c.pb.tiers, None) if t != sol.tier]
+        n_r, n_p, tier = sol.n_remote, sol.n_local, sol.tier
+        counts = [(n_r - 1, n_p + k) for k in range(SWAP_MOST + 1)] + [(n_r + k, n_p - 1) for k in range(SWAP_MOST + 1)]
+        # opening the PrfaaS path buys a line (each tier tried); closing it drops the line
+        moves = [(a, b, t) for a, b in counts
+                 for t in ((tier,) if (a > 0) == (n_r > 0) else c.pb.tiers if a > 0 else (None,))]
+        moves += [(n_r, n_p, t) for t in (*c.pb.tiers, None) if t != tier]
         found = [x for a, b, t in moves if 0 <= a <= ctx.max_instances and 0 <= b <= ctx.max_instances
                  and (x := _at_counts(ctx, c, a, b, t)) and cost(x) < cost(sol) * (1 - 1e-12)]
         if not found:
