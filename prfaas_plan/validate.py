@@ -451,7 +451,8 @@ def _frame(rows: list[dict], strict: bool, moe_routing: str = "balanced") -> pd.
             case = replace(case, run=INFERENCEX_RUN) if twin else case
             protocols[protocol_name(case.run)] += 1
             remapped.update(_remapped(row, case, _model(models, case.model_id, ()).gemm_dtypes))
-            remapped.update([REMAPS[2]] if twin else [])
+            if twin:
+                remapped[REMAPS[2]] += 1
             if case not in predictions:
                 predictions[case] = predict(case, models)
             got = predictions[case]
