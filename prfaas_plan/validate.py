@@ -34,6 +34,9 @@ The benchmark protocol of a row (:func:`_protocol`, counted in the frame's
 * a row of another file that repeats an InferenceX row's configuration and measured TTFT and TPOT
   (to 0.01 ms) is that run (:data:`REMAPS`): NVIDIA's ``kimi-k2.5-gap-analysis.csv`` and
   ``qwen3.5-397b-gap-analysis.csv`` are InferenceX runs rounded to two decimals;
+* an InferenceX run is predicted with the engine as its launch script started it where that script
+  sets the token budget per step (SGLang ``--chunked-prefill-size``, vLLM
+  ``--max-num-batched-tokens``; :data:`RECIPE_BUDGETS`, counted in ``attrs["recipe_budget"]``);
 * any other source (NVIDIA's ``aic-auto-gap-analysis`` files: protocol not published) and every
   disaggregated row keep the steady state (:func:`~prfaas_plan.serving.colocated_closed_loop`,
   :func:`~prfaas_plan.serving.disaggregated_closed_loop`).
@@ -118,6 +121,58 @@ INFERENCEX_RUN = BenchmarkRun(prompts_per_client=10, range_ratio=0.8)
 ``RANDOM_RANGE_RATIO: 0.8`` (https://github.com/SemiAnalysisAI/InferenceX: benchmarks/benchmark_lib.sh,
 .github/workflows/benchmark-tmpl.yml)."""
 
+_IX = "https://github.com/SemiAnalysisAI/InferenceX/blob"
+
+
+@dataclass(frozen=True)
+class RecipeBudget:
+    """The token budget per engine step (SGLang ``--chunked-prefill-size``, vLLM
+    ``--max-num-batched-tokens``) an InferenceX launch script sets for one system, model and
+    engine, where it differs from the engine's default (the profile's ``chunked_prefill_tokens``).
+    ``version`` / ``tp``: only rows of that engine version / attention TP (None: any);
+    ``per_isl``: the budget is that multiple of the row's ISL instead of ``tokens``."""
+
+    system: str
+    model_id: str
+    engine: str
+    tokens: int | None
+    source: str
+    version: str | None = None
+    tp: int | None = None
+    per_isl: int | None = None
+
+    def applies(self, row: dict, case: Case) -> bool:
+        return (row["system"], case.model_id, case.engine_id) == (self.system, self.model_id, self.engine) \
+            and self.version in (None, case.kernel_version) and self.tp in (None, case.layout.attn_tp) \
+            and case.layout.gpus <= 8  # the single-node scripts; multi-node rows ran other recipes
+
+    def budget(self, isl_tokens: int) -> int:
+        return self.per_isl * isl_tokens if self.per_isl is not None else int(self.tokens)
+
+
+RECIPE_BUDGETS = (
+    RecipeBudget("h200_sxm", "deepseek-v3", "sglang", 32768,
+                 f"{_IX}/64c20b6b5/benchmarks/single_node/dsr1_fp8_h200.sh (32768 in every version, 2025-11 to 2026-06)"),
+    RecipeBudget("h200_sxm", "qwen3.5-397b-a17b", "sglang", 16384,
+                 f"{_IX}/64c20b6b5/benchmarks/single_node/qwen3.5_fp8_h200.sh (16384 since it was added, 2026-03-02)"),
+    RecipeBudget("b200_sxm", "qwen3.5-397b-a17b", "sglang", 32768,
+                 f"{_IX}/6a5dad463/benchmarks/single_node/qwen3.5_fp8_b200.sh and qwen3.5_bf16_b200.sh "
+                 "(CHUNKED_PREFILL_SIZE=32768)"),
+    RecipeBudget("b200_sxm", "deepseek-v3", "sglang", 32768,
+                 f"{_IX}/64c20b6b5/benchmarks/single_node/dsr1_fp8_b200.sh (TP 8: 32768; the 2025-12 "
+                 "dsr1_fp8_b200_docker.sh too)", tp=8),
+    RecipeBudget("b200_sxm", "deepseek-v3", "sglang", 8192,
+                 f"{_IX}/64c20b6b5/benchmarks/single_node/dsr1_fp8_b200.sh (TP 4: 8192)", tp=4),
+    RecipeBudget("b200_sxm", "minimax-m2.5", "vllm", None,
+                 f"{_IX}/bddbf4031/benchmarks/single_node/minimaxm2.5_fp8_b200.sh (--max-num-batched-tokens "
+                 "$((ISL * 2)), from the vLLM 0.19.0 upgrade of 2026-04-03)", version="0.19.0", per_isl=2),
+)
+"""InferenceX launch settings that change the engine's token budget per step, each with its script
+(the version in force at the rows' ``measured=`` dates); every other InferenceX recipe of a system,
+model and engine we predict leaves the engine default (vLLM's 8,192 on these GPUs, SGLang's 8,192 on
+H100/H200: ``server_args.py``'s GPU-memory tiers), which the profiles hold. Applied to the
+InferenceX runs only (:func:`_frame`; counted in ``attrs["recipe_budget"]``)."""
+
 REMAPS = ("checkpoint dtypes over the label", "experts ep: tp split refused", "inferencex run: same measurement")
 """Rules that predict a row otherwise than its labels say, as counted in a frame's ``attrs["remapped"]``:
 a quantised checkpoint runs in its own scheme (:func:`_online`); an expert split the engines
@@ -167,6 +222,7 @@ class Case:
     decode_workers: int | None = None
     run: BenchmarkRun | None = None  # the finite run an aggregated row measured; None: steady state
     moe_routing: str = "balanced"  # the MoE kernel tables' routing (vocab.MoeRouting), a calibration choice
+    token_budget: int | None = None  # tokens per engine step as the run's recipe launched it; None: the profile's
 
 
 @dataclass(frozen=True)
@@ -359,6 +415,8 @@ def _instance(case: Case, layout: Layout) -> Instance:
     engine = load_engine(case.engine_id)
     if case.kernel_version is not None and case.kernel_version != engine.kernel_version:
         engine = engine.model_copy(update={"kernel_version": case.kernel_version})
+    if case.token_budget is not None:
+        engine = engine.model_copy(update={"chunked_prefill_tokens": case.token_budget})
     return instance(case.gpu_id, layout.gpus, layout=layout, engine=engine)
 
 
@@ -440,6 +498,7 @@ def _frame(rows: list[dict], strict: bool, moe_routing: str = "balanced") -> pd.
     predictions: dict[Case, tuple[float, float] | str] = {}
     protocols: Counter = Counter()
     remapped: Counter = Counter()
+    budgets = 0
     cases = [_map_row(row, models, strict, moe_routing) for row in rows]
     inferencex = {_measurement(row, case) for row, case in zip(rows, cases)
                   if isinstance(case, Case) and case.run == INFERENCEX_RUN}
@@ -449,6 +508,11 @@ def _frame(rows: list[dict], strict: bool, moe_routing: str = "balanced") -> pd.
         if isinstance(case, Case):
             twin = case.run is None and case.decode_layout is None and _measurement(row, case) in inferencex
             case = replace(case, run=INFERENCEX_RUN) if twin else case
+            recipe = next((r for r in RECIPE_BUDGETS if r.applies(row, case)), None) \
+                if case.run == INFERENCEX_RUN else None
+            if recipe is not None:
+                case = replace(case, token_budget=recipe.budget(case.isl_tokens))
+                budgets += 1
             protocols[protocol_name(case.run)] += 1
             remapped.update(_remapped(row, case, _model(models, case.model_id, ()).gemm_dtypes))
             if twin:
@@ -461,6 +525,7 @@ def _frame(rows: list[dict], strict: bool, moe_routing: str = "balanced") -> pd.
     df.attrs["unique_predictions"] = len(predictions)
     df.attrs["protocols"] = {name: protocols[name] for name in PROTOCOLS}  # mapped rows per protocol
     df.attrs["remapped"] = {name: remapped[name] for name in REMAPS}  # mapped rows per relabelling rule
+    df.attrs["recipe_budget"] = budgets  # InferenceX runs at their launch script's token budget (RECIPE_BUDGETS)
     return df
 
 
@@ -653,5 +718,7 @@ def worst_rows(df: pd.DataFrame, n: int = 20) -> pd.DataFrame:
     return ok.loc[key.sort_values(ascending=False).index[:n]].reset_index(drop=True)
 
 
-__all__ = ["COLUMNS", "Case", "INFERENCEX_RUN", "INFERENCEX_SOURCE", "MODEL_IDS", "PROTOCOLS", "REMAPS", "REQUIRED_COLUMNS",
-           "SYSTEM_GPUS", "default_csv", "errors_pct", "off_factor", "predict", "protocol_name", "status_counts", "summary", "system_names", "validate_runs", "validate_silicon", "worst_rows"]
+__all__ = ["COLUMNS", "Case", "INFERENCEX_RUN", "INFERENCEX_SOURCE", "MODEL_IDS", "PROTOCOLS", "RECIPE_BUDGETS",
+           "REMAPS", "REQUIRED_COLUMNS", "RecipeBudget", "SYSTEM_GPUS", "default_csv", "errors_pct", "off_factor",
+           "predict", "protocol_name", "status_counts", "summary", "system_names", "validate_runs",
+           "validate_silicon", "worst_rows"]

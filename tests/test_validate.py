@@ -27,6 +27,7 @@ from prfaas_plan.serving import BenchmarkRun, colocated_benchmark, colocated_clo
 from prfaas_plan.validate import (
     COLUMNS,
     INFERENCEX_RUN,
+    RECIPE_BUDGETS,
     _protocol,
     status_counts,
     summary,
@@ -74,6 +75,10 @@ def _engine(eid: str, version: str | None):
     return e.model_copy(update={"kernel_version": version}) if version and version != e.kernel_version else e
 
 
+def _budget(engine, tokens: int):
+    return engine.model_copy(update={"chunked_prefill_tokens": tokens})
+
+
 def _agg(model, gpus, eng, isl, osl, c, layout=None, gpu="h200", run=None):
     inst = instance(gpu, gpus, layout=layout or Layout(gpus), engine=eng)
     p = colocated_closed_loop(model, inst, isl, osl, c) if run is None else \
@@ -95,13 +100,15 @@ def test_agg_predictions_are_the_serving_model(frame):
         # its labelled experts TP8 leave 192 channels per GPU, no whole 128-block: the engines refuse it, so EP8
         0: _agg(minimax, 8, _engine("vllm", "0.18.0"), 8192, 1024, 8, Layout(8, "tp", "ep"), run=ix),
         1: _agg(minimax, 4, _engine("vllm", "0.16.0"), 8192, 1024, 8, run=ix),
-        2: _agg(qwen35, 8, _engine("sglang", "0.5.9"), 1024, 8192, 64, Layout(8, "tp", "ep"), run=ix),
+        # InferenceX launched it with --chunked-prefill-size 16384 (validate.RECIPE_BUDGETS)
+        2: _agg(qwen35, 8, _budget(_engine("sglang", "0.5.9"), 16384), 1024, 8192, 64, Layout(8, "tp", "ep"), run=ix),
         4: _agg(llama, 2, _engine("vllm", None), 1024, 8192, 8, run=ix),  # no version in the CSV: the profile's
         5: _agg(kimi, 8, _engine("vllm", "0.16.0"), 8192, 1024, 4, run=ix),
         9: _agg(qwen3, 2, _engine("vllm", "0.12.0"), 2000, 500, 16, Layout(2, "tp", "ep")),
         11: _agg(qwen3, 2, _engine("vllm", "0.12.0"), 1000, 100, 8, Layout(2, "dp", "tp")),
-        18: _agg(minimax, 4, _engine("vllm", "0.19.0"), 1024, 1024, 512, Layout(4, "dp", "ep", attention_tp=2), "b200",
-                 run=ix),
+        # --max-num-batched-tokens $((ISL * 2)) in InferenceX's B200 MiniMax vLLM 0.19.0 script
+        18: _agg(minimax, 4, _budget(_engine("vllm", "0.19.0"), 2048), 1024, 1024, 512,
+                 Layout(4, "dp", "ep", attention_tp=2), "b200", run=ix),
     }
     for i, (ttft, tpot) in expect.items():
         row = frame.iloc[i]
@@ -128,6 +135,29 @@ def test_protocol_rule_per_source(frame):
     # mapped rows (status ok): InferenceX 0, 1, 2, 4, 5, 6, 18; steady state 7, 8 (disagg), 9, 10, 11
     assert frame.attrs["protocols"] == {"inferencex run": 7, "vllm bench serve run": 0, "steady state": 5}
 
+
+def test_inferencex_runs_take_their_launch_scripts_token_budget(frame):
+    """DeepSeek-R1 (6) and Qwen3.5 (2) on H200 SGLang ran with --chunked-prefill-size 32768 / 16384,
+    MiniMax-M2.5 on B200 vLLM 0.19.0 (18) with --max-num-batched-tokens 2 x ISL: each is predicted
+    at that budget, which moves it off the engine default's prediction; InferenceX runs of recipes
+    that keep the default (1: MiniMax H200 vLLM) and steady-state rows (9, 11) take the profile's."""
+    ix = INFERENCEX_RUN
+    deepseek = load_model("deepseek-v3")
+    sglang = _engine("sglang", "0.5.9")
+    at = _agg(deepseek, 8, _budget(sglang, 32768), 1024, 1024, 64, run=ix)
+    default = _agg(deepseek, 8, sglang, 1024, 1024, 64, run=ix)
+    assert frame.iloc[6][["ttft_ms_predicted", "tpot_ms_predicted"]].tolist() == pytest.approx(list(at), rel=1e-12)
+    assert at[0] != pytest.approx(default[0], rel=1e-3)
+    assert load_engine("sglang").chunked_prefill_tokens == load_engine("vllm").chunked_prefill_tokens == 8192
+    assert frame.attrs["recipe_budget"] == 3  # rows 2, 6, 18 (1, 9, 11: test_agg_predictions_are_the_serving_model)
+    budgets = {(r.system, r.model_id, r.engine, r.tp, r.version): r.budget(1024) for r in RECIPE_BUDGETS}
+    assert budgets == {("h200_sxm", "deepseek-v3", "sglang", None, None): 32768,
+                       ("h200_sxm", "qwen3.5-397b-a17b", "sglang", None, None): 16384,
+                       ("b200_sxm", "qwen3.5-397b-a17b", "sglang", None, None): 32768,
+                       ("b200_sxm", "deepseek-v3", "sglang", 8, None): 32768,
+                       ("b200_sxm", "deepseek-v3", "sglang", 4, None): 8192,
+                       ("b200_sxm", "minimax-m2.5", "vllm", None, "0.19.0"): 2048}
+    assert all(re.search(r"InferenceX/blob/[0-9a-f]{9}/benchmarks/", r.source) for r in RECIPE_BUDGETS)
 
 def test_a_repeated_inferencex_measurement_is_that_run(tmp_path):
     """NVIDIA's kimi-k2.5-gap-analysis.csv repeats InferenceX runs rounded to 0.01 ms: its row (copied
@@ -307,7 +337,7 @@ def test_html_page_and_json(tmp_path):
     # the rows per protocol and per relabelling rule, as the frame counts them (test_protocol_rule_per_source)
     mapping = re.search(r'data-table="mapping".*?</table>', text, re.S).group(0)
     for rule, n in (("inferencex run", 7), ("steady state", 5), ("checkpoint dtypes over the label", 8),
-                    ("experts ep: tp split refused", 1)):
+                    ("experts ep: tp split refused", 1), ("token budget per step of the launch script", 3)):
         assert re.search(rf"{re.escape(rule)}</td>\s*<td[^>]*>{n}</td>", mapping), rule
     assert [p.name for p in tmp_path.iterdir()] == ["v.html"]  # atomic: no temporary file left
 
@@ -318,6 +348,7 @@ def test_table_says_how_many_rows_each_run_protocol_predicted():
     # the fixture's mapped rows: 7 InferenceX runs, 5 steady state (test_protocol_rule_per_source)
     lines = r.stdout.splitlines()
     assert "rows mapped per run protocol: inferencex run 7, steady state 5" in lines
+    assert "rows run at their launch script's token budget per step: 3" in lines  # RECIPE_BUDGETS: 2, 6, 18
     # relabelled (validate.REMAPS): per-tensor "fp8" on the block-128 checkpoints of MiniMax-M2.5
     # (0, 1, 18), DeepSeek-V3/R1 (6, 7, 8) and Qwen3-235B-FP8 (9, 11); experts TP8 refused (0)
     assert lines[-1] == ("rows predicted otherwise than labelled: checkpoint dtypes over the label 8, "

@@ -61,11 +61,13 @@ def _cols(df: pd.DataFrame) -> list[Col]:
 
 
 def _mapping(df: pd.DataFrame) -> pd.DataFrame:
-    """Mapped rows per benchmark protocol and per relabelling rule (the frame's ``attrs``)."""
+    """Mapped rows per benchmark protocol, per relabelling rule and run at their launch script's token
+    budget (the frame's ``attrs``)."""
     import pandas as pd
 
     rows = [("run protocol", name, n) for name, n in df.attrs.get("protocols", {}).items()]
     rows += [("predicted otherwise than labelled", name, n) for name, n in df.attrs.get("remapped", {}).items()]
+    rows += [("engine as launched", "token budget per step of the launch script", df.attrs.get("recipe_budget", 0))]
     return pd.DataFrame(rows, columns=["kind", "rule", "rows"])
 
 
@@ -94,8 +96,9 @@ def validate_report(df: pd.DataFrame, path: str | Path, title: str = "Validation
                                                     caption="ok: predicted; any other: the rule that left the row out")]),
         Section("mapping", "How the mapped rows were read", [Table(
                 "mapping", mapping, [*_cols(mapping)[:2], Col("rows", "rows", fmt="int")],
-                caption="the benchmark protocol each row was predicted under, and the rules that predict a row "
-                        "otherwise than its labels say (what its engine can load)")]),
+                caption="the benchmark protocol each row was predicted under, the rules that predict a row "
+                        "otherwise than its labels say (what its engine can load), and the InferenceX runs "
+                        "predicted at the token budget per step their launch script set")]),
         Section("worst", "The 20 worst rows", [Table("worst", worst, _cols(worst),
                                                      caption="by how many times off the farther of TTFT and TPOT is, either way")]),
     ]
