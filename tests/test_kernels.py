@@ -265,8 +265,9 @@ def test_the_importer_leaves_out_vllm_fp8_block_gemms_timed_outside_cuda_graphs(
 
 def test_the_importer_leaves_out_moe_tables_that_timed_ep_ranks_with_ep_times_their_work(tmp_path):
     # aiconfigurator's SGLang MoE collector before its rank-0 projection fix (kernels_import.EP_UNPROJECTED)
-    # timed moe_ep 8 as slow as one GPU running every expert: that version's whole MoE table goes, and a
-    # stale moe.npz of an earlier import into the same folder goes with it; 0.5.14's table is kept
+    # timed moe_ep 8 as slow as one GPU running every expert: where a later collection exists (H200's 0.5.14)
+    # that version's whole MoE table goes, and a stale moe.npz of an earlier import into the same folder
+    # goes with it; 0.5.14's table is kept
     import pandas as pd
 
     out = tmp_path / "out"
@@ -286,7 +287,14 @@ def test_the_importer_leaves_out_moe_tables_that_timed_ep_ranks_with_ep_times_th
         pd.DataFrame([dict(framework="SGLang", version=version, device="h200", op_name="all_reduce",
                            kernel_source="SGLang_CustomAllReduce_graph", allreduce_dtype="bfloat16", num_gpus=8,
                            message_size=1 << 20, latency=0.02)]).to_parquet(base / "custom_allreduce_perf.parquet")
-    kernels_import.import_kernels(["h200"], out, folder=tmp_path, echo=lambda line: None)
+    # a GPU whose only MoE collection is that version (A100) keeps its TP rows, not its EP rows
+    a100 = tmp_path / "aiconfigurator_core" / "systems" / "data" / "a100_sxm" / "moe" / "sglang" / "0.5.10"
+    a100.mkdir(parents=True)
+    moe_rows = tmp_path / "aiconfigurator_core" / "systems" / "data" / "h200_sxm" / "moe" / "sglang" / "0.5.10"
+    (a100 / "moe_perf.parquet").write_bytes((moe_rows / "moe_perf.parquet").read_bytes())
+    kernels_import.import_kernels(["h200", "a100-80g"], out, folder=tmp_path, echo=lambda line: None)
+    with np.load(out / "a100-80g" / "sglang-0.5.10" / "moe.npz") as npz:
+        assert sorted(zip(npz["moe.moe_tp"].tolist(), npz["moe.moe_ep"].tolist())) == [(1, 1), (8, 1)]
     assert kernels_import.EP_UNPROJECTED[("sglang", "moe")] == ("0.5.10",)
     assert sorted(p.name for p in (out / "h200" / "sglang-0.5.10").iterdir()) == ["comm.npz", "provenance.yaml"]
     assert (out / "h200" / "sglang-0.5.14" / "moe.npz").is_file()

@@ -89,8 +89,10 @@ Engines run decode steps in CUDA graphs, and an eager prefill's launches overlap
 (the engine profile's ``layer_launch_s`` counts what they cost)."""
 EP_UNPROJECTED = {("sglang", "moe"): ("0.5.10",)}
 """Collected versions whose MoE table timed an expert-parallel rank with ``moe_ep`` times its share
-of the work, left out whole (a lookup reads one version per table: SGLang's next collection stands
-in). aiconfigurator's SGLang MoE collector before its rank-0 projection fixes
+of the work. Where the GPU has another collection of the family, the table is left out whole (a
+lookup reads one version per table: the next collection stands in, H200's 0.5.14); where it is the
+only one (A100), its ``moe_ep > 1`` rows are left out and its TP rows kept (:func:`_plan`).
+aiconfigurator's SGLang MoE collector before its rank-0 projection fixes
 (https://github.com/ai-dynamo/aiconfigurator/pull/753, /pull/837, April 2026; collector/sglang/collect_moe.py
 at c7ddbd307) timed a rank with the tokens routing a slot to rank 0, each routed to ``topk`` of the
 rank's ``experts / moe_ep`` local experts, not to the slots that rank serves. The 0.5.10 H200 table
@@ -503,6 +505,13 @@ def import_family(root: Path, gpu: GPU, family: str, engine: str, version: str, 
     return arrays, provenance
 
 
+def _tp_rows_only(reducer):
+    """``reducer`` over the rows of an MoE table with ``moe_ep_size == 1`` (:data:`EP_UNPROJECTED`)."""
+    def reduce(engine: str, df):
+        return reducer(engine, df[df["moe_ep_size"] == 1])
+    return reduce
+
+
 def _plan(root: Path, gpu_id: str, engine: str, sources: dict) -> dict[str, dict[str, list]]:
     """engine version -> family -> [(wheel folder, files, reducer, paths)]: every collected version
     for :data:`ALL_VERSION_GPUS`, else the newest of each source."""
@@ -511,11 +520,14 @@ def _plan(root: Path, gpu_id: str, engine: str, sources: dict) -> dict[str, dict
     for family, entries in sources.items():
         for folder, files, reducer in entries:
             found = _versions(base, folder, files, engine)
-            found = {v: p for v, p in found.items() if v not in EP_UNPROJECTED.get((engine, folder), ())}
+            unprojected = EP_UNPROJECTED.get((engine, folder), ())
+            if any(v not in unprojected for v in found):  # a sound collection stands in for the others
+                found = {v: p for v, p in found.items() if v not in unprojected}
             if gpu_id not in ALL_VERSION_GPUS and found:
                 found = {v: p for v, p in found.items() if v == K.nearest_version(found, None)}
             for version, paths in found.items():
-                plan.setdefault(version, {}).setdefault(family, []).append((folder, files, reducer, paths))
+                use = _tp_rows_only(reducer) if version in unprojected else reducer
+                plan.setdefault(version, {}).setdefault(family, []).append((folder, files, use, paths))
     return plan
 
 
