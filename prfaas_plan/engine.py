@@ -15,13 +15,16 @@ from __future__ import annotations
 
 from functools import lru_cache
 from pathlib import Path
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, PositiveInt, model_validator
 
 from prfaas_plan.data import find_entry, list_entries, read_yaml, validate
 from prfaas_plan.defaults import DEFAULT_ENGINE_PROFILE
 from prfaas_plan.model.arch import Source
+
+if TYPE_CHECKING:
+    from prfaas_plan.hardware import GPU
 
 KernelEngine = Literal["sglang", "vllm", "trtllm"]
 """Whose measured kernels a profile runs (the engine folders of the kernel tables)."""
@@ -80,6 +83,17 @@ class Speculative(BaseModel):
         return mean_accepted_tokens(self.acceptance_rates)
 
 
+class GpuTier(BaseModel):
+    """An engine default that depends on the GPU: ``chunked_prefill_tokens`` on GPUs of at least
+    ``min_memory_gib`` (the hardware entry's ``memory_gib``) whose ``arch`` is not in ``except_arch``."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    min_memory_gib: float = Field(ge=0)
+    chunked_prefill_tokens: PositiveInt
+    except_arch: tuple[str, ...] = ()
+
+
 class EngineProfile(BaseModel):
     """One serving engine's run-time costs around the kernels.
 
@@ -91,6 +105,9 @@ class EngineProfile(BaseModel):
     elementwise_passes: reads+writes of one ``tokens x hidden`` bf16 activation per layer by the
     kernels the tables do not measure (norms, residual adds, RoPE, activation, quantisation).
     chunked_prefill_tokens: the most prompt tokens one step takes; longer prompts run in chunks.
+    chunked_prefill_by_gpu: the engine's GPU-dependent default of that budget (:class:`GpuTier`,
+    the first that holds applies; none: ``chunked_prefill_tokens``), read by
+    :meth:`chunked_prefill_tokens_on`.
     kv_reserve_at: when a disaggregated decode instance reserves a request's KV memory
     (:data:`KvReserveAt`).
     speculative: speculative decoding (:class:`Speculative`), or None (off); a profile that sets
@@ -111,6 +128,7 @@ class EngineProfile(BaseModel):
     graph_layer_launch_s: float = Field(ge=0, le=0.01)
     elementwise_passes: float = Field(ge=0, le=100)
     chunked_prefill_tokens: PositiveInt
+    chunked_prefill_by_gpu: tuple[GpuTier, ...] = ()
     cuda_graphs: bool = True
     kv_reserve_at: KvReserveAt
     speculative: Speculative | None = None
@@ -127,6 +145,18 @@ class EngineProfile(BaseModel):
     def with_speculative(self, speculative: Speculative | None) -> EngineProfile:
         """This profile with speculative decoding set (None: off), e.g. from an API argument."""
         return self.model_copy(update={"speculative": speculative})
+
+    def chunked_prefill_tokens_on(self, gpu: GPU) -> int:
+        """Tokens per step on ``gpu``: the first :attr:`chunked_prefill_by_gpu` tier it meets, else
+        :attr:`chunked_prefill_tokens`."""
+        for tier in self.chunked_prefill_by_gpu:
+            if gpu.memory_gib >= tier.min_memory_gib and gpu.arch not in tier.except_arch:
+                return tier.chunked_prefill_tokens
+        return self.chunked_prefill_tokens
+
+    def with_chunked_prefill(self, tokens: int) -> EngineProfile:
+        """This profile with one token budget on every GPU (a launch flag that sets it)."""
+        return self.model_copy(update={"chunked_prefill_tokens": tokens, "chunked_prefill_by_gpu": ()})
 
     def layer_launch_s_for(self, phase: str) -> float:
         """Launch time per layer in ``phase`` (``"prefill"`` eager, ``"decode"`` in graphs if enabled)."""

@@ -1,7 +1,7 @@
 """The colocated (aggregated) instance: continuous batching with chunked prefill, in closed form.
 
 One engine serves prefill and decode together, as vLLM V1 and SGLang run it: every step has a
-token budget (``engine.chunked_prefill_tokens``); each running decode takes one token of it
+token budget (``engine.chunked_prefill_tokens_on(gpu)``); each running decode takes one token of it
 (``k + 1`` under speculative decoding), prefill chunks fill the rest first come, first served, so
 a prompt of ``isl`` tokens beside a decode batch ``b`` runs in ``ceil(isl / (budget - b(k+1)))``
 steps. A step's time is the kernel model's mixed step (:func:`prfaas_plan.perf.ops.mixed_step_ops`,
@@ -304,7 +304,7 @@ def _table(case: _Case, isl: int, osl: int) -> StepTable:
     fit = requests_fit(model, inst, held, free, case.settings)
     eng = inst.engine_profile
     k, accepted = (0, 1.0) if spec is None else (spec.draft_tokens, spec.accepted_tokens)
-    return StepTable(case, isl, osl, k, accepted, _batch_grid(fit), int(eng.chunked_prefill_tokens), fit,
+    return StepTable(case, isl, osl, k, accepted, _batch_grid(fit), eng.chunked_prefill_tokens_on(inst.gpu), fit,
                      eng.request_overhead_s, held)
 
 
@@ -319,7 +319,7 @@ def _point_times(case: _Case, isl: int, osl: int, b: int) -> StepTimes:
     ctx = isl + osl / 2.0  # a decode's mean context over its output
     draft = draft_step_s(model, inst, b, ctx, settings)
     dec = float(decode_ops(model, inst, b * (k + 1), ctx, eng, kv).total_s) + draft if b else math.nan
-    avail = max(int(eng.chunked_prefill_tokens) - b * (k + 1), 1)
+    avail = max(eng.chunked_prefill_tokens_on(inst.gpu) - b * (k + 1), 1)
     n = math.ceil(isl / avail)
     sizes = np.minimum(avail, isl - avail * np.arange(n)).astype(float)
     prefix = avail * np.arange(n, dtype=float)
@@ -784,7 +784,7 @@ def disaggregated_closed_loop(model: ModelSpec, prefill_inst: Instance, n_prefil
 
     * Little's law: ``X = c / (TTFT + (osl - 1) TPOT)`` requests per second.
     * Prefill: ``P`` workers. A prompt alone on a worker takes ``T_p = prefill_time_s(isl)``. A
-      worker batches waiting prompts up to ``B = engine.chunked_prefill_tokens`` tokens a forward:
+      worker batches waiting prompts up to ``B = engine.chunked_prefill_tokens_on(gpu)`` tokens a forward:
       for ``isl < B`` a forward carries ``k = floor(B / isl)`` prompts and is timed as the prefill
       of ``B`` tokens (``prefill_latency(B)``, one sequence: its attention is an upper bound), so a
       worker's capacity is one prompt per ``T_b = prefill_time_s(B) / k`` (``T_b = T_p``, ``k = 1``,
@@ -873,7 +873,7 @@ class _DisaggLoop:
         from prfaas_plan.kvcache import per_gpu_kv_bytes
         from prfaas_plan.perf.latency import prefill_time_s
 
-        budget = int(prefill_inst.engine_profile.chunked_prefill_tokens)
+        budget = prefill_inst.engine_profile.chunked_prefill_tokens_on(prefill_inst.gpu)
         t_p = float(prefill_time_s(model, prefill_inst, isl, settings=settings))
         k = max(budget // isl, 1)
         t_full = float(prefill_time_s(model, prefill_inst, budget, settings=settings)) if k > 1 else t_p

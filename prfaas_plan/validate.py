@@ -128,7 +128,7 @@ _IX = "https://github.com/SemiAnalysisAI/InferenceX/blob"
 class RecipeBudget:
     """The token budget per engine step (SGLang ``--chunked-prefill-size``, vLLM
     ``--max-num-batched-tokens``) an InferenceX launch script sets for one system, model and
-    engine, where it differs from the engine's default (the profile's ``chunked_prefill_tokens``).
+    engine, where it differs from the engine's default (the profile's ``chunked_prefill_tokens_on(gpu)``).
     ``version`` / ``tp``: only rows of that engine version / attention TP (None: any);
     ``per_isl``: the budget is that multiple of the row's ISL instead of ``tokens``."""
 
@@ -416,7 +416,7 @@ def _instance(case: Case, layout: Layout) -> Instance:
     if case.kernel_version is not None and case.kernel_version != engine.kernel_version:
         engine = engine.model_copy(update={"kernel_version": case.kernel_version})
     if case.token_budget is not None:
-        engine = engine.model_copy(update={"chunked_prefill_tokens": case.token_budget})
+        engine = engine.with_chunked_prefill(case.token_budget)
     return instance(case.gpu_id, layout.gpus, layout=layout, engine=engine)
 
 

@@ -76,7 +76,7 @@ def _engine(eid: str, version: str | None):
 
 
 def _budget(engine, tokens: int):
-    return engine.model_copy(update={"chunked_prefill_tokens": tokens})
+    return engine.with_chunked_prefill(tokens)
 
 
 def _agg(model, gpus, eng, isl, osl, c, layout=None, gpu="h200", run=None):

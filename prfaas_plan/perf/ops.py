@@ -350,7 +350,7 @@ def prefill_ops(model: ModelSpec, inst: Instance, tokens, engine: EngineProfile,
     kernels of every layer, the engine's launch time per layer and per-chunk step overhead, and
     its request overhead."""
     l = np.asarray(tokens, dtype=float)
-    size = float(engine.chunked_prefill_tokens)
+    size = float(engine.chunked_prefill_tokens_on(inst.gpu))
     work = Work("prefill", l, 1, l, inst.parallel.attn_dp)
     b = _run(model, inst, engine, work, kv_dtype, Chunks.of(work, size) if np.any(l > size) else None)
     n_chunks = np.ceil(l / size)

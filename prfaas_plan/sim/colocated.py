@@ -10,7 +10,7 @@ linear interpolation between batches) can be checked:
   they do not start in lock step). A request reaches the engine ``engine.request_overhead_s``
   after it is sent and its TTFT counts from the send, so the overhead is paid once, on TTFT.
 * **Engine step**: at each step boundary the running decodes take one token each of the budget
-  ``engine.chunked_prefill_tokens``; prefill chunks fill the rest first come, first served (a
+  ``engine.chunked_prefill_tokens_on(gpu)``; prefill chunks fill the rest first come, first served (a
   started prompt first, then waiting ones, several per step when they fit, a prompt split where
   the budget ends). A request arriving during a step waits for its end.
 * **Memory** (:class:`_Pool`): KV pages are allocated on demand (vLLM, SGLang:
