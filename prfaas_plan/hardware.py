@@ -129,6 +129,12 @@ class Instance:
         return self.engine or default_engine()
 
     @property
+    def chunked_prefill_tokens(self) -> int:
+        """Prompt tokens one engine step takes on this instance: its profile's budget on its GPU
+        (:meth:`~prfaas_plan.engine.EngineProfile.chunked_prefill_tokens_on`)."""
+        return self.engine_profile.chunked_prefill_tokens_on(self.gpu)
+
+    @property
     def name(self) -> str:
         return f"{self.gpus}x{self.gpu.id}"
 

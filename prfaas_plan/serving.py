@@ -304,7 +304,7 @@ def _table(case: _Case, isl: int, osl: int) -> StepTable:
     fit = requests_fit(model, inst, held, free, case.settings)
     eng = inst.engine_profile
     k, accepted = (0, 1.0) if spec is None else (spec.draft_tokens, spec.accepted_tokens)
-    return StepTable(case, isl, osl, k, accepted, _batch_grid(fit), eng.chunked_prefill_tokens_on(inst.gpu), fit,
+    return StepTable(case, isl, osl, k, accepted, _batch_grid(fit), inst.chunked_prefill_tokens, fit,
                      eng.request_overhead_s, held)
 
 
@@ -319,7 +319,7 @@ def _point_times(case: _Case, isl: int, osl: int, b: int) -> StepTimes:
     ctx = isl + osl / 2.0  # a decode's mean context over its output
     draft = draft_step_s(model, inst, b, ctx, settings)
     dec = float(decode_ops(model, inst, b * (k + 1), ctx, eng, kv).total_s) + draft if b else math.nan
-    avail = max(eng.chunked_prefill_tokens_on(inst.gpu) - b * (k + 1), 1)
+    avail = max(inst.chunked_prefill_tokens - b * (k + 1), 1)
     n = math.ceil(isl / avail)
     sizes = np.minimum(avail, isl - avail * np.arange(n)).astype(float)
     prefix = avail * np.arange(n, dtype=float)
@@ -873,7 +873,7 @@ class _DisaggLoop:
         from prfaas_plan.kvcache import per_gpu_kv_bytes
         from prfaas_plan.perf.latency import prefill_time_s
 
-        budget = prefill_inst.engine_profile.chunked_prefill_tokens_on(prefill_inst.gpu)
+        budget = prefill_inst.chunked_prefill_tokens
         t_p = float(prefill_time_s(model, prefill_inst, isl, settings=settings))
         k = max(budget // isl, 1)
         t_full = float(prefill_time_s(model, prefill_inst, budget, settings=settings)) if k > 1 else t_p

@@ -59,7 +59,7 @@ from typing import TYPE_CHECKING
 from prfaas_plan.errors import InvalidInput, PlanError
 from prfaas_plan.layout import Layout, check_layout, expert_tp_problem
 from prfaas_plan.serving import BenchmarkRun
-from prfaas_plan.vocab import MOE_ROUTINGS
+from prfaas_plan.vocab import MOE_ROUTINGS, check_choice
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -122,6 +122,11 @@ INFERENCEX_RUN = BenchmarkRun(prompts_per_client=10, range_ratio=0.8)
 .github/workflows/benchmark-tmpl.yml)."""
 
 _IX = "https://github.com/SemiAnalysisAI/InferenceX/blob"
+RECIPE_NODE_GPUS = 8
+"""GPUs of the one node InferenceX's single-node scripts (``benchmarks/single_node/``) run on (an
+8-GPU HGX H200 / B200); a row on more GPUs ran a multi-node recipe."""
+REPEAT_RESOLUTION_MS = 0.01
+"""The TTFT / TPOT resolution NVIDIA's gap-analysis files round InferenceX measurements to (two decimals, ms)."""
 
 
 @dataclass(frozen=True)
@@ -144,7 +149,7 @@ class RecipeBudget:
     def applies(self, row: dict, case: Case) -> bool:
         return (row["system"], case.model_id, case.engine_id) == (self.system, self.model_id, self.engine) \
             and self.version in (None, case.kernel_version) and self.tp in (None, case.layout.attn_tp) \
-            and case.layout.gpus <= 8  # the single-node scripts; multi-node rows ran other recipes
+            and case.layout.gpus <= RECIPE_NODE_GPUS
 
     def budget(self, isl_tokens: int) -> int:
         return self.per_isl * isl_tokens if self.per_isl is not None else int(self.tokens)
@@ -171,7 +176,7 @@ RECIPE_BUDGETS = (
 (the version in force at the rows' ``measured=`` dates); every other InferenceX recipe of a system,
 model and engine we predict leaves the engine default (vLLM's 8,192 on these GPUs, SGLang's 8,192 on
 H100/H200: ``server_args.py``'s GPU-memory tiers), which the profiles hold. Applied to the
-InferenceX runs only (:func:`_frame`; counted in ``attrs["recipe_budget"]``)."""
+InferenceX runs only (:func:`_as_launched`; counted in ``attrs["recipe_budget"]``)."""
 
 REMAPS = ("checkpoint dtypes over the label", "experts ep: tp split refused", "inferencex run: same measurement")
 """Rules that predict a row otherwise than its labels say, as counted in a frame's ``attrs["remapped"]``:
@@ -498,7 +503,7 @@ def _frame(rows: list[dict], strict: bool, moe_routing: str = "balanced") -> pd.
     predictions: dict[Case, tuple[float, float] | str] = {}
     protocols: Counter = Counter()
     remapped: Counter = Counter()
-    budgets = 0
+    launched = 0
     cases = [_map_row(row, models, strict, moe_routing) for row in rows]
     inferencex = {_measurement(row, case) for row, case in zip(rows, cases)
                   if isinstance(case, Case) and case.run == INFERENCEX_RUN}
@@ -507,16 +512,10 @@ def _frame(rows: list[dict], strict: bool, moe_routing: str = "balanced") -> pd.
         got: tuple[float, float] | str | None = None
         if isinstance(case, Case):
             twin = case.run is None and case.decode_layout is None and _measurement(row, case) in inferencex
-            case = replace(case, run=INFERENCEX_RUN) if twin else case
-            recipe = next((r for r in RECIPE_BUDGETS if r.applies(row, case)), None) \
-                if case.run == INFERENCEX_RUN else None
-            if recipe is not None:
-                case = replace(case, token_budget=recipe.budget(case.isl_tokens))
-                budgets += 1
+            case = _as_launched(row, replace(case, run=INFERENCEX_RUN) if twin else case)
             protocols[protocol_name(case.run)] += 1
-            remapped.update(_remapped(row, case, _model(models, case.model_id, ()).gemm_dtypes))
-            if twin:
-                remapped[REMAPS[2]] += 1
+            launched += case.token_budget is not None
+            remapped.update(_remapped(row, case, _model(models, case.model_id, ()).gemm_dtypes, twin))
             if case not in predictions:
                 predictions[case] = predict(case, models)
             got = predictions[case]
@@ -525,26 +524,35 @@ def _frame(rows: list[dict], strict: bool, moe_routing: str = "balanced") -> pd.
     df.attrs["unique_predictions"] = len(predictions)
     df.attrs["protocols"] = {name: protocols[name] for name in PROTOCOLS}  # mapped rows per protocol
     df.attrs["remapped"] = {name: remapped[name] for name in REMAPS}  # mapped rows per relabelling rule
-    df.attrs["recipe_budget"] = budgets  # InferenceX runs at their launch script's token budget (RECIPE_BUDGETS)
+    df.attrs["recipe_budget"] = launched  # InferenceX runs at their launch script's token budget (RECIPE_BUDGETS)
     return df
 
 
 def _measurement(row: dict, case: Case) -> tuple:
     """What identifies one measured run: its configuration (``case`` but for the protocol) and its
-    TTFT and TPOT to the 0.01 ms the gap-analysis files round them to."""
-    return (replace(case, run=None), round(float(row["silicon_ttft_ms"]) * 100),
-            round(float(row["silicon_tpot_ms"]) * 100))
+    TTFT and TPOT to the :data:`REPEAT_RESOLUTION_MS` the gap-analysis files round them to."""
+    return (replace(case, run=None), round(float(row["silicon_ttft_ms"]) / REPEAT_RESOLUTION_MS),
+            round(float(row["silicon_tpot_ms"]) / REPEAT_RESOLUTION_MS))
 
 
-def _remapped(row: dict, case: Case, stored: GemmDtypes) -> list[str]:
+def _as_launched(row: dict, case: Case) -> Case:
+    """``case`` on the engine as the run's launch script started it: an InferenceX run whose script
+    sets the token budget per step (:data:`RECIPE_BUDGETS`) takes that budget."""
+    recipe = next((r for r in RECIPE_BUDGETS if r.applies(row, case)), None) if case.run == INFERENCEX_RUN else None
+    return case if recipe is None else replace(case, token_budget=recipe.budget(case.isl_tokens))
+
+
+def _remapped(row: dict, case: Case, stored: GemmDtypes, twin: bool = False) -> list[str]:
     """The :data:`REMAPS` rules that changed what ``row``'s labels say about ``case`` (``stored``: the
-    checkpoint's dtypes)."""
+    checkpoint's dtypes; ``twin``: the row repeats an InferenceX measurement)."""
     rules = []
     if any(getattr(stored, c) not in ("bf16", d) for c, d in _dtypes(row)):
         rules.append(REMAPS[0])
     roles = (("prefill_", case.layout), ("decode_", case.decode_layout)) if case.decode_layout else (("", case.layout),)
     if any(lay.experts == "ep" and (_num(row, f"{p}moe_ep_size") or 1) <= 1 for p, lay in roles):
         rules.append(REMAPS[1])
+    if twin:
+        rules.append(REMAPS[2])
     return rules
 
 
@@ -576,8 +584,7 @@ def validate_silicon(csv_path: str | Path | None = None, systems=None, moe_routi
     kernel tables are read at (:data:`prfaas_plan.vocab.MOE_ROUTINGS`; unknown: InvalidInput)."""
     import pandas as pd
 
-    if moe_routing not in MOE_ROUTINGS:
-        raise InvalidInput(f"moe_routing: unknown {moe_routing!r}; use one of {', '.join(MOE_ROUTINGS)}")
+    check_choice(moe_routing, MOE_ROUTINGS, "moe_routing")
     path = Path(csv_path) if csv_path is not None else default_csv()
     if not path.is_file():
         raise InvalidInput(f"csv: {path} is not a file; give the path of silicon_sample.csv")

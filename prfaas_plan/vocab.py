@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from typing import Literal, get_args
 
+from prfaas_plan.errors import InvalidInput
+
 Dtype = Literal["fp32", "bf16", "fp16", "fp8", "int8", "int4"]
 """Element types of a model's weights and caches (``units.DTYPE_BYTES`` gives their sizes)."""
 KvDtype = Literal["bf16", "fp8", "fp32"]
@@ -78,3 +80,9 @@ power law of exponent 1.01, NVIDIA AIConfigurator's default for serving (``sdk/c
 ``workload_distribution = "power_law"``; alpha 1.01 in ``sdk/models/deepseek.py``,
 ``hybrid_moe.py``, ``nemotron_h.py``; 1.2, not kept, in ``sdk/models/moe.py``, ``qwen35.py``)."""
 MOE_ROUTINGS: tuple[str, ...] = get_args(MoeRouting)
+
+
+def check_choice(value: str, allowed: tuple[str, ...], field: str) -> None:
+    """A one-line InvalidInput naming ``field`` and the allowed names, unless ``value`` is one of them."""
+    if value not in allowed:
+        raise InvalidInput(f"{field}: unknown {value!r}; use one of {', '.join(allowed)}")

@@ -52,9 +52,13 @@ def test_prefill_chunks_at_the_gpus_budget():
 
 
 def test_the_colocated_step_loop_takes_the_gpus_budget():
+    # a 4,000-token prompt beside no decode: two chunks of vLLM's 2,048 on L40S and A100, one on H200
     model = load_model("llama-3.1-70b")
-    for gpu, budget in (("l40s", 2048), ("a100-80g", 2048), ("h200", 8192)):
-        assert step_table(model, instance(gpu, 8, engine="vllm"), 1024, 256).budget == budget, gpu
+    for gpu, budget, chunks in (("l40s", 2048, 2), ("a100-80g", 2048, 2), ("h200", 8192, 1)):
+        inst = instance(gpu, 8, engine="vllm")
+        assert inst.chunked_prefill_tokens == budget, gpu
+        table = step_table(model, inst, 4000, 256)
+        assert (table.budget, table.times(0).chunks) == (budget, chunks), gpu
 
 
 def test_a_tier_with_a_negative_memory_is_bad_input():

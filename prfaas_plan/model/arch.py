@@ -20,7 +20,7 @@ from prfaas_plan.data import find_entry, list_entries, read_yaml, validate
 from prfaas_plan.errors import InvalidInput
 from prfaas_plan.model.kinds import FFN, GDN, GQA, KDA, MLA, SWA, Attention, Lightning
 from prfaas_plan.model.quant import GemmDtypes
-from prfaas_plan.vocab import MOE_ROUTINGS, GemmClass, GemmDtype, MoeRouting
+from prfaas_plan.vocab import MOE_ROUTINGS, GemmClass, GemmDtype, MoeRouting, check_choice
 
 if TYPE_CHECKING:
     from prfaas_plan.model.cache import CacheSettings
@@ -229,8 +229,7 @@ class ModelSpec(_Frozen):
     def with_moe_routing(self, routing: str) -> ModelSpec:
         """This model with its fused-MoE kernels timed at ``routing`` (a MoeRouting, e.g.
         ``power_law_1.01``); an unknown value is a one-line InvalidInput naming the allowed ones."""
-        if routing not in MOE_ROUTINGS:
-            raise InvalidInput(f"moe_routing: unknown {routing!r}; use one of {', '.join(MOE_ROUTINGS)}")
+        check_choice(routing, MOE_ROUTINGS, "moe_routing")
         return self.model_copy(update={"moe_routing": routing})
 
     def weight_bytes(self) -> WeightBytes:

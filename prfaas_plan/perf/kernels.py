@@ -52,7 +52,7 @@ from prfaas_plan.data import builtin_dir
 from prfaas_plan.errors import InvalidInput
 from prfaas_plan.hardware import GPU, load_gpu
 from prfaas_plan.model.kinds import LINEAR_ATTN_CHUNK_TOKENS
-from prfaas_plan.vocab import GEMM_DTYPES, MOE_ROUTINGS
+from prfaas_plan.vocab import GEMM_DTYPES, MOE_ROUTINGS, check_choice
 
 Array = np.ndarray
 KV_DTYPES: tuple[str, ...] = ("bf16", "fp8")
@@ -645,7 +645,7 @@ class KernelTables:
 
     def gemm(self, m_tokens, n: int, k: int, dtype: str) -> OpTime:
         """One GEMM [m x k] @ [k x n] in ``dtype`` (a GemmDtype)."""
-        _check(dtype, GEMM_DTYPES, "dtype")
+        check_choice(dtype, GEMM_DTYPES, "dtype")
         return self._op("gemm", {"dtype": dtype}, {"n": n, "k": k}, {"m": m_tokens},
                         lambda m: gemm_cost(m, n, k, dtype), lambda tr, m: tr.gemm_tiles(m, n))
 
@@ -653,8 +653,8 @@ class KernelTables:
             dtype: str, routing: str = "balanced") -> OpTime:
         """Fused MoE on one rank; ``tokens`` entering the layer (before top-k), routed as ``routing``
         (a MoeRouting: the table measured at that token distribution)."""
-        _check(dtype, GEMM_DTYPES, "dtype")
-        _check(routing, MOE_ROUTINGS, "moe_routing")
+        check_choice(dtype, GEMM_DTYPES, "dtype")
+        check_choice(routing, MOE_ROUTINGS, "moe_routing")
         near = {"hidden": hidden, "inter": inter, "topk": topk, "experts": experts, "moe_tp": moe_tp, "moe_ep": moe_ep}
         return self._op("moe", {"dtype": dtype, "routing": routing}, near, {"tokens": tokens},
                         lambda tokens: moe_cost(tokens, hidden, inter, topk, experts, moe_tp, moe_ep, dtype),
@@ -663,7 +663,7 @@ class KernelTables:
     def context_attention(self, batch, isl_tokens, heads: int, kv_heads: int, head_dim: int,
                           window_tokens: int | None, kv_dtype: str) -> OpTime:
         """Prefill attention of ``batch`` sequences of ``isl_tokens``, ``heads`` query heads per rank."""
-        _check(kv_dtype, KV_DTYPES, "kv_dtype")
+        check_choice(kv_dtype, KV_DTYPES, "kv_dtype")
         w = int(window_tokens or 0)
         near = {"heads": heads, "kv_heads": kv_heads, "head_dim": head_dim, "window": w}
         return self._op("context_attention", {"kv_dtype": kv_dtype, "windowed": "yes" if w else "no"}, near,
@@ -675,7 +675,7 @@ class KernelTables:
     def generation_attention(self, batch, context_tokens, heads: int, kv_heads: int, head_dim: int,
                              window_tokens: int | None, kv_dtype: str) -> OpTime:
         """One decode step of ``batch`` sequences each holding ``context_tokens`` of KV."""
-        _check(kv_dtype, KV_DTYPES, "kv_dtype")
+        check_choice(kv_dtype, KV_DTYPES, "kv_dtype")
         w = int(window_tokens or 0)
         near = {"heads": heads, "kv_heads": kv_heads, "head_dim": head_dim, "window": w}
         return self._op("generation_attention", {"kv_dtype": kv_dtype, "windowed": "yes" if w else "no"}, near,
@@ -686,7 +686,7 @@ class KernelTables:
     def mla_context(self, batch, isl_tokens, heads: int, kv_lora_rank: int, qk_rope_dim: int, qk_nope_dim: int,
                     v_dim: int, kv_dtype: str = "bf16") -> OpTime:
         """MLA prefill, ``heads`` per rank (tables measured at DeepSeek-V3 dims; other dims by their roofline)."""
-        _check(kv_dtype, KV_DTYPES, "kv_dtype")
+        check_choice(kv_dtype, KV_DTYPES, "kv_dtype")
         return self._op("mla_context", {"kv_dtype": kv_dtype}, {"heads": heads}, {"batch": batch, "isl": isl_tokens},
                         lambda batch, isl, kv_dtype=kv_dtype: mla_context_cost(batch, isl, heads, qk_nope_dim,
                                                                                 qk_rope_dim, v_dim, kv_dtype),
@@ -695,7 +695,7 @@ class KernelTables:
     def mla_generation(self, batch, context_tokens, heads: int, kv_lora_rank: int, qk_rope_dim: int,
                        kv_dtype: str = "bf16") -> OpTime:
         """One MLA decode step (absorbed) of ``batch`` sequences of ``context_tokens``."""
-        _check(kv_dtype, KV_DTYPES, "kv_dtype")
+        check_choice(kv_dtype, KV_DTYPES, "kv_dtype")
         return self._op("mla_generation", {"kv_dtype": kv_dtype}, {"heads": heads},
                         {"batch": batch, "context": context_tokens},
                         lambda batch, context, kv_dtype=kv_dtype: mla_generation_cost(
@@ -706,8 +706,8 @@ class KernelTables:
         """Chunked linear attention (conv + recurrence kernels) of ``batch`` sequences of ``tokens``
         each (context) or one decode step (generation); ``heads`` value heads per rank
         (``k_heads`` key heads, default the same)."""
-        _check(kind, LINEAR_KINDS, "kind")
-        _check(phase, ("context", "generation"), "phase")
+        check_choice(kind, LINEAR_KINDS, "kind")
+        check_choice(phase, ("context", "generation"), "phase")
         near = {"v_heads": heads, "k_heads": k_heads or heads, "head_dim_k": head_dim_k, "head_dim_v": head_dim_v}
         axes = {"batch": batch, "tokens": tokens} if phase == "context" else {"batch": batch}
 
@@ -728,7 +728,7 @@ class KernelTables:
     def all_to_all(self, tokens, hidden: int, topk: int, experts: int, ep: int, phase: str) -> OpTime:
         """MoE dispatch + combine of ``tokens`` per rank over ``ep`` ranks (DeepEP normal for
         context, low-latency for generation); 0 s when ep == 1."""
-        _check(phase, ("context", "generation"), "phase")
+        check_choice(phase, ("context", "generation"), "phase")
         if ep <= 1:
             return OpTime(_value(np.zeros(np.shape(tokens)), np.ndim(tokens) == 0), "ep 1: no all-to-all")
         near = {"hidden": hidden, "topk": topk, "experts": experts, "ep": ep}
@@ -736,17 +736,12 @@ class KernelTables:
                         lambda tokens: all_to_all_cost(tokens, hidden, topk, ep))
 
 
-def _check(value: str, allowed: tuple[str, ...], field: str) -> None:
-    if value not in allowed:
-        raise InvalidInput(f"{field}: unknown {value!r}; use one of {', '.join(allowed)}")
-
-
 def kernel_tables(gpu: GPU, engine: str, version: str | None = None, root: str | Path | None = None) -> KernelTables:
     """Kernel tables for ``gpu`` and kernel ``engine`` (sglang, vllm, trtllm) at engine ``version``
     (None: the newest collected; else per table the nearest collected version, tie -> the newer,
     :func:`nearest_version`): its own measured tables when it has them, else the nearest measured
     GPU's (``basis``) through the transfer method. ``root`` overrides the committed tables (tests)."""
-    _check(engine, KERNEL_ENGINES, "engine")
+    check_choice(engine, KERNEL_ENGINES, "engine")
     if version is not None:
         version_key(version)  # an unreadable version is bad input here, not at the first lookup
     folder = str(Path(root) if root is not None else kernels_dir())
