@@ -36,7 +36,8 @@ The benchmark protocol of a row (:func:`_protocol`, counted in the frame's
   ``qwen3.5-397b-gap-analysis.csv`` are InferenceX runs rounded to two decimals;
 * an InferenceX run is predicted with the engine as its launch script started it where that script
   sets the token budget per step (SGLang ``--chunked-prefill-size``, vLLM
-  ``--max-num-batched-tokens``; :data:`RECIPE_BUDGETS`, counted in ``attrs["recipe_budget"]``);
+  ``--max-num-batched-tokens``) or the KV-cache dtype (``--kv-cache-dtype``): :data:`RECIPES`,
+  counted in ``attrs["recipe_budget"]`` and ``attrs["recipe_kv_dtype"]``;
 * any other source (NVIDIA's ``aic-auto-gap-analysis`` files: protocol not published) and every
   disaggregated row keep the steady state (:func:`~prfaas_plan.serving.colocated_closed_loop`,
   :func:`~prfaas_plan.serving.disaggregated_closed_loop`).
@@ -59,13 +60,14 @@ from typing import TYPE_CHECKING
 from prfaas_plan.errors import InvalidInput, PlanError
 from prfaas_plan.layout import Layout, check_layout, expert_tp_problem
 from prfaas_plan.serving import BenchmarkRun
-from prfaas_plan.vocab import MOE_ROUTINGS, check_choice
+from prfaas_plan.vocab import MOE_ROUTINGS, KvDtype, check_choice
 
 if TYPE_CHECKING:
     import pandas as pd
 
     from prfaas_plan.hardware import Instance
     from prfaas_plan.model.arch import ModelSpec
+    from prfaas_plan.model.cache import CacheSettings
     from prfaas_plan.model.quant import GemmDtypes
 
 COLUMNS = ("system", "model", "engine", "engine_version", "precision", "mode", "isl", "osl", "concurrency", "tp",
@@ -130,53 +132,74 @@ REPEAT_RESOLUTION_MS = 0.01
 
 
 @dataclass(frozen=True)
-class RecipeBudget:
-    """The token budget per engine step (SGLang ``--chunked-prefill-size``, vLLM
-    ``--max-num-batched-tokens``) an InferenceX launch script sets for one system, model and
-    engine, where it differs from the engine's default (the profile's ``chunked_prefill_tokens_on(gpu)``).
-    ``version`` / ``tp``: only rows of that engine version / attention TP (None: any);
-    ``per_isl``: the budget is that multiple of the row's ISL instead of ``tokens``."""
+class Recipe:
+    """What an InferenceX launch script sets for one system, model and engine where it differs
+    from the engine's defaults: the token budget per engine step (SGLang ``--chunked-prefill-size``,
+    vLLM ``--max-num-batched-tokens``; ``tokens``, or ``per_isl`` times the row's ISL; None: the
+    profile's ``chunked_prefill_tokens_on(gpu)``) and the KV-cache dtype (``--kv-cache-dtype``,
+    SGLang's ``fp8_e4m3`` or vLLM's ``fp8``: ``kv_dtype`` "fp8"; None: the model's bf16).
+    ``version`` / ``tp`` / ``precision``: only rows of that engine version / attention TP / CSV
+    precision label (None: any)."""
 
     system: str
     model_id: str
     engine: str
-    tokens: int | None
     source: str
+    tokens: int | None = None
+    per_isl: int | None = None
+    kv_dtype: KvDtype | None = None
     version: str | None = None
     tp: int | None = None
-    per_isl: int | None = None
+    precision: str | None = None
 
     def applies(self, row: dict, case: Case) -> bool:
         return (row["system"], case.model_id, case.engine_id) == (self.system, self.model_id, self.engine) \
             and self.version in (None, case.kernel_version) and self.tp in (None, case.layout.attn_tp) \
-            and case.layout.gpus <= RECIPE_NODE_GPUS
+            and self.precision in (None, row["precision"]) and case.layout.gpus <= RECIPE_NODE_GPUS
 
-    def budget(self, isl_tokens: int) -> int:
-        return self.per_isl * isl_tokens if self.per_isl is not None else int(self.tokens)
+    def budget(self, isl_tokens: int) -> int | None:
+        return self.per_isl * isl_tokens if self.per_isl is not None else self.tokens
 
 
-RECIPE_BUDGETS = (
-    RecipeBudget("h200_sxm", "deepseek-v3", "sglang", 32768,
-                 f"{_IX}/64c20b6b5/benchmarks/single_node/dsr1_fp8_h200.sh (32768 in every version, 2025-11 to 2026-06)"),
-    RecipeBudget("h200_sxm", "qwen3.5-397b-a17b", "sglang", 16384,
-                 f"{_IX}/64c20b6b5/benchmarks/single_node/qwen3.5_fp8_h200.sh (16384 since it was added, 2026-03-02)"),
-    RecipeBudget("b200_sxm", "qwen3.5-397b-a17b", "sglang", 32768,
-                 f"{_IX}/6a5dad463/benchmarks/single_node/qwen3.5_fp8_b200.sh and qwen3.5_bf16_b200.sh "
-                 "(CHUNKED_PREFILL_SIZE=32768)"),
-    RecipeBudget("b200_sxm", "deepseek-v3", "sglang", 32768,
-                 f"{_IX}/64c20b6b5/benchmarks/single_node/dsr1_fp8_b200.sh (TP 8: 32768; the 2025-12 "
-                 "dsr1_fp8_b200_docker.sh too)", tp=8),
-    RecipeBudget("b200_sxm", "deepseek-v3", "sglang", 8192,
-                 f"{_IX}/64c20b6b5/benchmarks/single_node/dsr1_fp8_b200.sh (TP 4: 8192)", tp=4),
-    RecipeBudget("b200_sxm", "minimax-m2.5", "vllm", None,
-                 f"{_IX}/bddbf4031/benchmarks/single_node/minimaxm2.5_fp8_b200.sh (--max-num-batched-tokens "
-                 "$((ISL * 2)), from the vLLM 0.19.0 upgrade of 2026-04-03)", version="0.19.0", per_isl=2),
+RECIPES = (
+    Recipe("h200_sxm", "deepseek-v3", "sglang",
+           f"{_IX}/64c20b6b5/benchmarks/single_node/dsr1_fp8_h200.sh (--chunked-prefill-size 32768 in every "
+           "version, 2025-11 to 2026-06; no --kv-cache-dtype)", tokens=32768),
+    Recipe("h200_sxm", "qwen3.5-397b-a17b", "sglang",
+           f"{_IX}/cfcaa84a1/benchmarks/single_node/qwen3.5_fp8_h200.sh (--chunked-prefill-size 16384 and "
+           "--kv-cache-dtype fp8_e4m3 since it was added, 2026-03-02)", tokens=16384, kv_dtype="fp8"),
+    Recipe("b200_sxm", "qwen3.5-397b-a17b", "sglang",
+           f"{_IX}/c23031b7e/benchmarks/single_node/qwen3.5_fp8_b200.sh (CHUNKED_PREFILL_SIZE=32768, "
+           "--kv-cache-dtype fp8_e4m3; the FP8 checkpoint's rows, 2026-03-20 to 03-24)",
+           tokens=32768, kv_dtype="fp8", precision="fp8"),
+    Recipe("b200_sxm", "qwen3.5-397b-a17b", "sglang",
+           f"{_IX}/9dc87a68c/benchmarks/single_node/qwen3.5_bf16_b200.sh (CHUNKED_PREFILL_SIZE=32768, "
+           "no --kv-cache-dtype; the bf16 checkpoint's rows, 2026-02-20 to 03-09)", tokens=32768, precision="bf16"),
+    Recipe("b200_sxm", "deepseek-v3", "sglang",
+           f"{_IX}/38b80a859/benchmarks/single_node/dsr1_fp8_b200.sh (TP 8: 32768; --kv-cache-dtype fp8_e4m3; "
+           "the 2025-12 dsr1_fp8_b200_docker.sh too)", tokens=32768, kv_dtype="fp8", tp=8),
+    Recipe("b200_sxm", "deepseek-v3", "sglang",
+           f"{_IX}/38b80a859/benchmarks/single_node/dsr1_fp8_b200.sh (TP 4: 8192; --kv-cache-dtype fp8_e4m3)",
+           tokens=8192, kv_dtype="fp8", tp=4),
+    Recipe("b200_sxm", "minimax-m2.5", "vllm",
+           f"{_IX}/bddbf4031/benchmarks/single_node/minimaxm2.5_fp8_b200.sh (--max-num-batched-tokens "
+           "$((ISL * 2)) and --kv-cache-dtype fp8, from the vLLM 0.19.0 upgrade of 2026-04-03)",
+           per_isl=2, kv_dtype="fp8", version="0.19.0"),
+    *(Recipe(system, "llama-3.1-70b", "vllm",
+             f"{_IX}/{commit}/benchmarks/{script} (config.yaml: kv-cache-dtype: fp8, "
+             "max-num-batched-tokens: 8192; the rows of 2025-10-29)", kv_dtype="fp8")
+      for system, commit, script in (("h100_sxm", "af4ccd03f", "70b_fp8_h100_slurm.sh and 70b_fp8_h100_docker.sh"),
+                                     ("h200_sxm", "9596d23d7", "70b_fp8_h200_slurm.sh"),
+                                     ("b200_sxm", "4b860b78e", "70b_fp8_b200_docker.sh"))),
 )
-"""InferenceX launch settings that change the engine's token budget per step, each with its script
-(the version in force at the rows' ``measured=`` dates); every other InferenceX recipe of a system,
-model and engine we predict leaves the engine default (vLLM's 8,192 on these GPUs, SGLang's 8,192 on
-H100/H200: ``server_args.py``'s GPU-memory tiers), which the profiles hold. Applied to the
-InferenceX runs only (:func:`_as_launched`; counted in ``attrs["recipe_budget"]``)."""
+"""InferenceX launch settings that differ from the engine's defaults, each with its script (the
+version in force at the rows' ``measured=`` dates); every other InferenceX recipe of a system,
+model and engine we predict leaves the engine default (vLLM's 8,192 tokens on these GPUs, SGLang's
+8,192 on H100/H200: ``server_args.py``'s GPU-memory tiers; KV cache in the model's bf16), which the
+profiles hold. B200 MiniMax-M2.5 on vLLM 0.17.0 is left at the defaults: its script took
+``--kv-cache-dtype fp8`` on 2026-03-27, inside its rows' dates (03-11 to 03-28), and the row's
+engine version does not tell which. Applied to the InferenceX runs only (:func:`_as_launched`;
+counted in ``attrs["recipe_budget"]`` and ``attrs["recipe_kv_dtype"]``)."""
 
 REMAPS = ("checkpoint dtypes over the label", "experts ep: tp split refused", "inferencex run: same measurement")
 """Rules that predict a row otherwise than its labels say, as counted in a frame's ``attrs["remapped"]``:
@@ -228,6 +251,7 @@ class Case:
     run: BenchmarkRun | None = None  # the finite run an aggregated row measured; None: steady state
     moe_routing: str = "balanced"  # the MoE kernel tables' routing (vocab.MoeRouting), a calibration choice
     token_budget: int | None = None  # tokens per engine step as the run's recipe launched it; None: the profile's
+    kv_dtype: KvDtype = "bf16"  # the KV cache's element type as the run's recipe launched it
 
 
 @dataclass(frozen=True)
@@ -240,6 +264,7 @@ class RowContext:
     osl_tokens: int
     concurrency: int
     run: BenchmarkRun | None = None
+    settings: CacheSettings | None = None  # how the engine stores the cache; None: bf16 KV
 
 
 # ----------------------------------------------------------------------------- row mapping
@@ -434,13 +459,16 @@ def _predict_agg(ctx: RowContext) -> tuple[float, float]:
     from prfaas_plan.serving import colocated_benchmark, colocated_closed_loop
 
     if ctx.run is None:
-        point = colocated_closed_loop(ctx.model, ctx.inst, ctx.isl_tokens, ctx.osl_tokens, ctx.concurrency)
+        point = colocated_closed_loop(ctx.model, ctx.inst, ctx.isl_tokens, ctx.osl_tokens, ctx.concurrency,
+                                      ctx.settings)
     else:
-        point = colocated_benchmark(ctx.model, ctx.inst, ctx.isl_tokens, ctx.osl_tokens, ctx.concurrency, ctx.run)
+        point = colocated_benchmark(ctx.model, ctx.inst, ctx.isl_tokens, ctx.osl_tokens, ctx.concurrency, ctx.run,
+                                    ctx.settings)
     return point.ttft_s * 1e3, point.tpot_s * 1e3
 
 
-def _predict_disagg(model: ModelSpec, prefill: Instance, decode: Instance, case: Case) -> tuple[float, float]:
+def _predict_disagg(model: ModelSpec, prefill: Instance, decode: Instance, case: Case,
+                    settings: CacheSettings | None = None) -> tuple[float, float]:
     """(TTFT, TPOT) in ms of a disaggregated row: the closed loop of the row's concurrency over its
     prefill and decode workers (:func:`prfaas_plan.serving.disaggregated_closed_loop`: prefill
     queueing, KV transfer, decode batch from Little's law). Decode workers: the case's
@@ -451,18 +479,22 @@ def _predict_disagg(model: ModelSpec, prefill: Instance, decode: Instance, case:
     n_decode = case.decode_workers or max(1, round(case.concurrency / case.decode_batch))
     n_prefill = case.prefill_workers or 1
     point = disaggregated_closed_loop(model, prefill, int(n_prefill), decode, int(n_decode), case.isl_tokens,
-                                      case.osl_tokens, case.concurrency)
+                                      case.osl_tokens, case.concurrency, settings)
     return point.ttft_s * 1e3, point.tpot_s * 1e3
 
 
 def predict(case: Case, models: dict) -> tuple[float, float] | str:
     """(TTFT ms, TPOT ms) of one case, or the status of a prediction the model refuses."""
+    from prfaas_plan.model.cache import CacheSettings
+
     model = _model(models, case.model_id, case.dtypes, case.moe_routing)
+    settings = CacheSettings(kv_dtype=case.kv_dtype) if case.kv_dtype != "bf16" else None
     try:
         if case.decode_layout is not None:
-            return _predict_disagg(model, _instance(case, case.layout), _instance(case, case.decode_layout), case)
+            return _predict_disagg(model, _instance(case, case.layout), _instance(case, case.decode_layout), case,
+                                   settings)
         ctx = RowContext(model, _instance(case, case.layout), case.isl_tokens, case.osl_tokens, case.concurrency,
-                         case.run)
+                         case.run, settings)
         return _predict_agg(ctx)
     except PlanError as exc:
         return f"{PREDICTION_FAILED}: {exc}"
@@ -503,7 +535,7 @@ def _frame(rows: list[dict], strict: bool, moe_routing: str = "balanced") -> pd.
     predictions: dict[Case, tuple[float, float] | str] = {}
     protocols: Counter = Counter()
     remapped: Counter = Counter()
-    launched = 0
+    budgets = kv_dtypes = 0
     cases = [_map_row(row, models, strict, moe_routing) for row in rows]
     inferencex = {_measurement(row, case) for row, case in zip(rows, cases)
                   if isinstance(case, Case) and case.run == INFERENCEX_RUN}
@@ -514,7 +546,8 @@ def _frame(rows: list[dict], strict: bool, moe_routing: str = "balanced") -> pd.
             twin = case.run is None and case.decode_layout is None and _measurement(row, case) in inferencex
             case = _as_launched(row, replace(case, run=INFERENCEX_RUN) if twin else case)
             protocols[protocol_name(case.run)] += 1
-            launched += case.token_budget is not None
+            budgets += case.token_budget is not None
+            kv_dtypes += case.kv_dtype != "bf16"
             remapped.update(_remapped(row, case, _model(models, case.model_id, ()).gemm_dtypes, twin))
             if case not in predictions:
                 predictions[case] = predict(case, models)
@@ -524,7 +557,8 @@ def _frame(rows: list[dict], strict: bool, moe_routing: str = "balanced") -> pd.
     df.attrs["unique_predictions"] = len(predictions)
     df.attrs["protocols"] = {name: protocols[name] for name in PROTOCOLS}  # mapped rows per protocol
     df.attrs["remapped"] = {name: remapped[name] for name in REMAPS}  # mapped rows per relabelling rule
-    df.attrs["recipe_budget"] = launched  # InferenceX runs at their launch script's token budget (RECIPE_BUDGETS)
+    df.attrs["recipe_budget"] = budgets  # InferenceX runs at their launch script's token budget (RECIPES)
+    df.attrs["recipe_kv_dtype"] = kv_dtypes  # ... and at its KV-cache dtype
     return df
 
 
@@ -537,9 +571,11 @@ def _measurement(row: dict, case: Case) -> tuple:
 
 def _as_launched(row: dict, case: Case) -> Case:
     """``case`` on the engine as the run's launch script started it: an InferenceX run whose script
-    sets the token budget per step (:data:`RECIPE_BUDGETS`) takes that budget."""
-    recipe = next((r for r in RECIPE_BUDGETS if r.applies(row, case)), None) if case.run == INFERENCEX_RUN else None
-    return case if recipe is None else replace(case, token_budget=recipe.budget(case.isl_tokens))
+    sets the token budget per step or the KV-cache dtype (:data:`RECIPES`) takes them."""
+    recipe = next((r for r in RECIPES if r.applies(row, case)), None) if case.run == INFERENCEX_RUN else None
+    if recipe is None:
+        return case
+    return replace(case, token_budget=recipe.budget(case.isl_tokens), kv_dtype=recipe.kv_dtype or case.kv_dtype)
 
 
 def _remapped(row: dict, case: Case, stored: GemmDtypes, twin: bool = False) -> list[str]:
@@ -725,7 +761,7 @@ def worst_rows(df: pd.DataFrame, n: int = 20) -> pd.DataFrame:
     return ok.loc[key.sort_values(ascending=False).index[:n]].reset_index(drop=True)
 
 
-__all__ = ["COLUMNS", "Case", "INFERENCEX_RUN", "INFERENCEX_SOURCE", "MODEL_IDS", "PROTOCOLS", "RECIPE_BUDGETS",
-           "REMAPS", "REQUIRED_COLUMNS", "RecipeBudget", "SYSTEM_GPUS", "default_csv", "errors_pct", "off_factor",
+__all__ = ["COLUMNS", "Case", "INFERENCEX_RUN", "INFERENCEX_SOURCE", "MODEL_IDS", "PROTOCOLS", "RECIPES",
+           "REMAPS", "REQUIRED_COLUMNS", "Recipe", "SYSTEM_GPUS", "default_csv", "errors_pct", "off_factor",
            "predict", "protocol_name", "status_counts", "summary", "system_names", "validate_runs",
            "validate_silicon", "worst_rows"]

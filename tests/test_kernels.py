@@ -423,6 +423,25 @@ def test_decode_path_lookups_of_the_mla_moe_models_equal_the_raw_wheel_rows():
     assert lo < sglang.all_reduce(16 * 7168 * 2, 8).latency_s < hi
 
 
+def test_a_kv_dtype_measured_only_at_other_head_dims_does_not_time_the_query():
+    # SGLang 0.5.14's FP8-KV prefill attention on H100 was measured at head dim 512 only (256 windowed;
+    # a kernel is compiled per head dim): a head_dim-128 query (Llama-3.1-70B over TP8: 8 heads, 1 KV
+    # head) is timed by the bf16 rows of its own head dim, not by the nearest 512 shape of the fp8 rows
+    with np.load(kernels_dir() / "h100" / "sglang-0.5.14" / "attention.npz") as npz:
+        kv, hd, w = (npz[f"context_attention.{c}"] for c in ("kv_dtype", "head_dim", "windowed"))
+        full = w == CODES["windowed"].index("no")
+        assert set(hd[(kv == CODES["kv_dtype"].index("fp8")) & full].tolist()) == {512}
+        assert {128, 512} <= set(hd[(kv == CODES["kv_dtype"].index("bf16")) & full].tolist())
+    kt = kernel_tables(load_gpu("h100"), "sglang")
+    fp8, bf16 = (kt.context_attention(1, 8192, 8, 1, 128, None, kv) for kv in ("fp8", "bf16"))
+    assert fp8.latency_s == pytest.approx(bf16.latency_s, rel=1e-12)
+    assert "kv bf16 rows stand in for fp8 (no head_dim=128 measured in it)" in fp8.source
+    assert "nearest" not in fp8.source  # the measured shape itself
+    at512 = {kv: kt.context_attention(1, 8192, 8, 1, 512, None, kv) for kv in ("fp8", "bf16")}
+    assert "stand in for fp8" not in at512["fp8"].source  # measured at 512: the fp8 rows time it
+    assert at512["fp8"].latency_s != pytest.approx(at512["bf16"].latency_s, rel=1e-3)
+
+
 @pytest.mark.skipif(not WHEEL_DIR.is_dir(), reason="needs the unpacked aiconfigurator-core wheel")
 def test_fp8_kv_rows_standing_in_for_bf16_keep_their_measured_time():
     # SGLang 0.5.9 reads 0.5.10's WideEP MLA module table, measured with fp8 KV only. A bf16-KV decode

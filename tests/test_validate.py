@@ -22,12 +22,13 @@ from prfaas_plan.hardware import instance
 from prfaas_plan.kvcache import per_gpu_kv_bytes
 from prfaas_plan.layout import Layout
 from prfaas_plan.model import load_model
+from prfaas_plan.model.cache import CacheSettings
 from prfaas_plan.perf.latency import decode_step_s, prefill_latency
 from prfaas_plan.serving import BenchmarkRun, colocated_benchmark, colocated_closed_loop, disaggregated_closed_loop
 from prfaas_plan.validate import (
     COLUMNS,
     INFERENCEX_RUN,
-    RECIPE_BUDGETS,
+    RECIPES,
     _protocol,
     status_counts,
     summary,
@@ -79,10 +80,13 @@ def _budget(engine, tokens: int):
     return engine.with_chunked_prefill(tokens)
 
 
-def _agg(model, gpus, eng, isl, osl, c, layout=None, gpu="h200", run=None):
+FP8_KV = CacheSettings(kv_dtype="fp8")
+
+
+def _agg(model, gpus, eng, isl, osl, c, layout=None, gpu="h200", run=None, settings=None):
     inst = instance(gpu, gpus, layout=layout or Layout(gpus), engine=eng)
-    p = colocated_closed_loop(model, inst, isl, osl, c) if run is None else \
-        colocated_benchmark(model, inst, isl, osl, c, run)
+    p = colocated_closed_loop(model, inst, isl, osl, c, settings) if run is None else \
+        colocated_benchmark(model, inst, isl, osl, c, run, settings)
     return p.ttft_s * 1e3, p.tpot_s * 1e3
 
 
@@ -100,15 +104,17 @@ def test_agg_predictions_are_the_serving_model(frame):
         # its labelled experts TP8 leave 192 channels per GPU, no whole 128-block: the engines refuse it, so EP8
         0: _agg(minimax, 8, _engine("vllm", "0.18.0"), 8192, 1024, 8, Layout(8, "tp", "ep"), run=ix),
         1: _agg(minimax, 4, _engine("vllm", "0.16.0"), 8192, 1024, 8, run=ix),
-        # InferenceX launched it with --chunked-prefill-size 16384 (validate.RECIPE_BUDGETS)
-        2: _agg(qwen35, 8, _budget(_engine("sglang", "0.5.9"), 16384), 1024, 8192, 64, Layout(8, "tp", "ep"), run=ix),
-        4: _agg(llama, 2, _engine("vllm", None), 1024, 8192, 8, run=ix),  # no version in the CSV: the profile's
+        # InferenceX launched it with --chunked-prefill-size 16384 --kv-cache-dtype fp8_e4m3 (validate.RECIPES)
+        2: _agg(qwen35, 8, _budget(_engine("sglang", "0.5.9"), 16384), 1024, 8192, 64, Layout(8, "tp", "ep"), run=ix,
+                settings=FP8_KV),
+        # no version in the CSV: the profile's; kv-cache-dtype: fp8 in InferenceX's config.yaml
+        4: _agg(llama, 2, _engine("vllm", None), 1024, 8192, 8, run=ix, settings=FP8_KV),
         5: _agg(kimi, 8, _engine("vllm", "0.16.0"), 8192, 1024, 4, run=ix),
         9: _agg(qwen3, 2, _engine("vllm", "0.12.0"), 2000, 500, 16, Layout(2, "tp", "ep")),
         11: _agg(qwen3, 2, _engine("vllm", "0.12.0"), 1000, 100, 8, Layout(2, "dp", "tp")),
-        # --max-num-batched-tokens $((ISL * 2)) in InferenceX's B200 MiniMax vLLM 0.19.0 script
+        # --max-num-batched-tokens $((ISL * 2)) --kv-cache-dtype fp8 in InferenceX's B200 MiniMax vLLM 0.19.0 script
         18: _agg(minimax, 4, _budget(_engine("vllm", "0.19.0"), 2048), 1024, 1024, 512,
-                 Layout(4, "dp", "ep", attention_tp=2), "b200", run=ix),
+                 Layout(4, "dp", "ep", attention_tp=2), "b200", run=ix, settings=FP8_KV),
     }
     for i, (ttft, tpot) in expect.items():
         row = frame.iloc[i]
@@ -150,14 +156,35 @@ def test_inferencex_runs_take_their_launch_scripts_token_budget(frame):
     assert at[0] != pytest.approx(default[0], rel=1e-3)
     assert load_engine("sglang").chunked_prefill_tokens == load_engine("vllm").chunked_prefill_tokens == 8192
     assert frame.attrs["recipe_budget"] == 3  # rows 2, 6, 18 (1, 9, 11: test_agg_predictions_are_the_serving_model)
-    budgets = {(r.system, r.model_id, r.engine, r.tp, r.version): r.budget(1024) for r in RECIPE_BUDGETS}
-    assert budgets == {("h200_sxm", "deepseek-v3", "sglang", None, None): 32768,
-                       ("h200_sxm", "qwen3.5-397b-a17b", "sglang", None, None): 16384,
-                       ("b200_sxm", "qwen3.5-397b-a17b", "sglang", None, None): 32768,
-                       ("b200_sxm", "deepseek-v3", "sglang", 8, None): 32768,
-                       ("b200_sxm", "deepseek-v3", "sglang", 4, None): 8192,
-                       ("b200_sxm", "minimax-m2.5", "vllm", None, "0.19.0"): 2048}
-    assert all(re.search(r"InferenceX/blob/[0-9a-f]{9}/benchmarks/", r.source) for r in RECIPE_BUDGETS)
+    assert frame.attrs["recipe_kv_dtype"] == 3  # rows 2, 4, 18 (--kv-cache-dtype fp8; 6: DeepSeek H200 keeps bf16)
+    budgets = {(r.system, r.model_id, r.engine, r.tp, r.version, r.precision): r.budget(1024) for r in RECIPES
+               if r.budget(1024) is not None}
+    assert budgets == {("h200_sxm", "deepseek-v3", "sglang", None, None, None): 32768,
+                       ("h200_sxm", "qwen3.5-397b-a17b", "sglang", None, None, None): 16384,
+                       ("b200_sxm", "qwen3.5-397b-a17b", "sglang", None, None, "fp8"): 32768,
+                       ("b200_sxm", "qwen3.5-397b-a17b", "sglang", None, None, "bf16"): 32768,
+                       ("b200_sxm", "deepseek-v3", "sglang", 8, None, None): 32768,
+                       ("b200_sxm", "deepseek-v3", "sglang", 4, None, None): 8192,
+                       ("b200_sxm", "minimax-m2.5", "vllm", None, "0.19.0", None): 2048}
+    assert all(re.search(r"InferenceX/blob/[0-9a-f]{9}/benchmarks/", r.source) for r in RECIPES)
+
+def test_inferencex_runs_take_their_launch_scripts_kv_cache_dtype(frame):
+    """Llama-3.1-70B (4: InferenceX's config.yaml ``kv-cache-dtype: fp8``), Qwen3.5 on H200 (2:
+    ``--kv-cache-dtype fp8_e4m3``) and MiniMax-M2.5 on B200 vLLM 0.19.0 (18) are predicted with an FP8
+    KV cache (test_agg_predictions_are_the_serving_model), and it moves them off the bf16 prediction;
+    DeepSeek on H200 SGLang (6: no such flag) keeps bf16. The cache of a request halves: Llama's
+    80 layers x 8 KV heads x 128 x (K, V) x 1 byte = 163,840 B per token on one GPU."""
+    llama = load_model("llama-3.1-70b").with_gemm_dtypes(attention="fp8", dense_ffn="fp8", experts="fp8")
+    bf16 = _agg(llama, 2, _engine("vllm", None), 1024, 8192, 8, run=INFERENCEX_RUN)
+    assert frame.iloc[4]["tpot_ms_predicted"] != pytest.approx(bf16[1], rel=1e-4)
+    assert per_gpu_kv_bytes(llama, 1, 1, FP8_KV) == 80 * 8 * 128 * 2 == per_gpu_kv_bytes(llama, 1, 1) // 2
+    kv = {(r.system, r.model_id, r.engine, r.version, r.precision) for r in RECIPES if r.kv_dtype == "fp8"}
+    assert kv == {("h200_sxm", "qwen3.5-397b-a17b", "sglang", None, None),
+                  ("b200_sxm", "qwen3.5-397b-a17b", "sglang", None, "fp8"),
+                  ("b200_sxm", "deepseek-v3", "sglang", None, None),
+                  ("b200_sxm", "minimax-m2.5", "vllm", "0.19.0", None),
+                  *((s, "llama-3.1-70b", "vllm", None, None) for s in ("h100_sxm", "h200_sxm", "b200_sxm"))}
+
 
 def test_a_repeated_inferencex_measurement_is_that_run(tmp_path):
     """NVIDIA's kimi-k2.5-gap-analysis.csv repeats InferenceX runs rounded to 0.01 ms: its row (copied
@@ -337,7 +364,8 @@ def test_html_page_and_json(tmp_path):
     # the rows per protocol and per relabelling rule, as the frame counts them (test_protocol_rule_per_source)
     mapping = re.search(r'data-table="mapping".*?</table>', text, re.S).group(0)
     for rule, n in (("inferencex run", 7), ("steady state", 5), ("checkpoint dtypes over the label", 8),
-                    ("experts ep: tp split refused", 1), ("token budget per step of the launch script", 3)):
+                    ("experts ep: tp split refused", 1), ("token budget per step of the launch script", 3),
+                    ("KV-cache dtype of the launch script", 3)):
         assert re.search(rf"{re.escape(rule)}</td>\s*<td[^>]*>{n}</td>", mapping), rule
     assert [p.name for p in tmp_path.iterdir()] == ["v.html"]  # atomic: no temporary file left
 
@@ -348,7 +376,8 @@ def test_table_says_how_many_rows_each_run_protocol_predicted():
     # the fixture's mapped rows: 7 InferenceX runs, 5 steady state (test_protocol_rule_per_source)
     lines = r.stdout.splitlines()
     assert "rows mapped per run protocol: inferencex run 7, steady state 5" in lines
-    assert "rows run at their launch script's token budget per step: 3" in lines  # RECIPE_BUDGETS: 2, 6, 18
+    assert "rows run at their launch script's token budget per step: 3" in lines  # RECIPES: 2, 6, 18
+    assert "rows run at their launch script's KV-cache dtype: 3" in lines  # RECIPES: 2, 4, 18
     # relabelled (validate.REMAPS): per-tensor "fp8" on the block-128 checkpoints of MiniMax-M2.5
     # (0, 1, 18), DeepSeek-V3/R1 (6, 7, 8) and Qwen3-235B-FP8 (9, 11); experts TP8 refused (0)
     assert lines[-1] == ("rows predicted otherwise than labelled: checkpoint dtypes over the label 8, "

@@ -60,8 +60,10 @@ def validate(
     protocols = df.attrs.get("protocols")
     if protocols:  # which rows were predicted as finite benchmark runs (validate.PROTOCOLS)
         typer.echo("rows mapped per run protocol: " + ", ".join(f"{name} {n:,}" for name, n in protocols.items() if n))
-    if df.attrs.get("recipe_budget"):  # InferenceX runs at their launch script's token budget (validate.RECIPE_BUDGETS)
+    if df.attrs.get("recipe_budget"):  # InferenceX runs at their launch script's settings (validate.RECIPES)
         typer.echo(f"rows run at their launch script's token budget per step: {df.attrs['recipe_budget']:,}")
+    if df.attrs.get("recipe_kv_dtype"):
+        typer.echo(f"rows run at their launch script's KV-cache dtype: {df.attrs['recipe_kv_dtype']:,}")
     remapped = {name: n for name, n in df.attrs.get("remapped", {}).items() if n}
     if remapped:  # rows predicted otherwise than their labels say (validate.REMAPS)
         typer.echo("rows predicted otherwise than labelled: " + ", ".join(f"{name} {n:,}" for name, n in remapped.items()))

@@ -527,11 +527,37 @@ def _resolve(root: str, basis: str, engine: str, version: str | None, table: str
     if picked is None:
         return None
     folder, got, notes = picked
+    spec = TABLES[table]
+    got, stand_in = _same_head_dim(folder, table, got, query)
     keys = _measured_keys(folder, table, got)
     key = tuple(keys[np.argmin(((_log2(keys) - _log2(np.array(query))) ** 2).sum(axis=1))])
-    spec = TABLES[table]
     near = (f"nearest {', '.join(f'{c}={v:g}' for c, v in zip(spec.nearest, key))}",) if key != query else ()
-    return folder, got, _grid(folder, table, got, key), near, notes
+    return folder, got, _grid(folder, table, got, key), near, (*notes, *stand_in)
+
+
+def _same_head_dim(folder: str, table: str, codes: tuple[int, ...], query: tuple[float, ...]
+                   ) -> tuple[tuple[int, ...], tuple[str, ...]]:
+    """An attention kernel is compiled per head dim, so a kv dtype measured only at other head dims
+    (SGLang's FP8-KV prefill tables on Hopper hold 256 and 512) does not time the query's kernel:
+    the other kv dtype's rows at the query's head dim stand in when some exist (said in the note).
+    ``codes`` unchanged for tables without a kv dtype and a head dim, or when no other fits."""
+    spec = TABLES[table]
+    if "kv_dtype" not in spec.exact or "head_dim" not in spec.nearest:
+        return codes, ()
+    at, col = spec.exact.index("kv_dtype"), spec.nearest.index("head_dim")
+
+    def has_head_dim(c: tuple[int, ...]) -> bool:
+        keys = _measured_keys(folder, table, c)
+        return keys is not None and bool(np.any(keys[:, col] == query[col]))
+
+    if has_head_dim(codes):
+        return codes, ()
+    for code in range(len(KV_DTYPES)):
+        other = (*codes[:at], code, *codes[at + 1:])
+        if other != codes and has_head_dim(other):
+            return other, (f"kv {KV_DTYPES[code]} rows stand in for {KV_DTYPES[codes[at]]} "
+                           f"(no head_dim={query[col]:g} measured in it)",)
+    return codes, ()
 
 
 @dataclass(frozen=True)
