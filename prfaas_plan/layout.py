@@ -374,8 +374,8 @@ def collectives(model: ModelSpec, layout: Layout, tokens: int, phase: Phase) -> 
     if phase not in ("context", "generation"):
         raise InvalidInput(f"phase: unknown phase {phase!r}; use context or generation")
     h, act = model.hidden_size, ACTIVATION_BYTES
-    params = model.param_counts()
-    moe, dense = params.moe_layers, model.layers.count - params.moe_layers
+    moe = model.ffn.moe_layer_count(model.layers.count)
+    dense = model.layers.count - moe
     tp, dp = layout.attn_tp, layout.attn_dp
     rank_tokens = math.ceil(tokens / dp)  # tokens of one attention replica (the busiest)
     replica_bytes = rank_tokens * h * act
@@ -387,7 +387,7 @@ def collectives(model: ModelSpec, layout: Layout, tokens: int, phase: Phase) -> 
     if moe and dp == 1:
         out.append(Collective("all_reduce", replica_bytes, layout.gpus, moe, "moe"))
     elif moe and layout.experts == "ep":
-        sent, topk = rank_tokens / tp, params.experts_per_token
+        sent, topk = rank_tokens / tp, model.ffn.experts_per_token
         out += [Collective("all_to_all", sent * topk * h * _dispatch_bytes_per_element(model), layout.gpus, moe,
                            "moe_dispatch", sent),
                 Collective("all_to_all", sent * topk * h * act, layout.gpus, moe, "moe_combine", sent)]

@@ -203,7 +203,7 @@ class ModelSpec(_Frozen):
         """Parameters of every part of the model, from the layer kinds' weight shapes."""
         h, f = self.hidden_size, self.ffn
         counts = self.layer_counts()  # per kind, then times its layers (not once per layer)
-        moe_layers = max(self.layers.count - f.first_dense_layers, 0) if f.num_experts else 0
+        moe_layers = f.moe_layer_count(self.layers.count)
         return ParamCounts(
             attention_gemm=sum(n * self.attention[k].gemm_params(h) for k, n in counts.items()),
             attention_vector=sum(n * self.attention[k].vector_params(h) for k, n in counts.items()),

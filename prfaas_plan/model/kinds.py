@@ -405,6 +405,10 @@ class FFN(_Frozen):
         """Whether the 0-based layer ``index`` is an MoE layer."""
         return self.num_experts > 0 and index >= self.first_dense_layers
 
+    def moe_layer_count(self, layers: int) -> int:
+        """MoE layers of a ``layers``-layer stack (all but the first dense ones; none when dense)."""
+        return max(layers - self.first_dense_layers, 0) if self.num_experts else 0
+
     def dense_params(self, hidden: int) -> int:
         """Weights of one dense FFN block (parameters)."""
         return 3 * hidden * (self.dense_intermediate or 0)

@@ -459,7 +459,8 @@ def _interpolate(grid: _Grid, points: list[Array]) -> tuple[Array, list[bool], b
         t = 0.0 if len(axis) == 1 else (x - axis[i]) / (axis[i + 1] - axis[i])
         lo_row = np.take(table, i, axis=dim)
         table = lo_row if t == 0.0 else lo_row + t * (np.take(table, i + 1, axis=dim) - lo_row)
-    shape = np.broadcast_shapes(*(p.shape for p in points))
+    shapes = {p.shape for p in points if p.ndim}
+    shape = next(iter(shapes), ()) if len(shapes) <= 1 else np.broadcast_shapes(*shapes)
     if not rest:
         return np.full(shape, float(table)), over, below
     logs = {d: np.log(points[d] if lows[d] > 0 else np.maximum(points[d], 1e-300)) for d in rest}

@@ -255,7 +255,7 @@ def forward_ops(model: ModelSpec, layout: Layout, kv_dtype: str = "bf16", phase:
             steps += [Step(g, count) for g in attention_gemms(model, name, tp)]
             steps.append(Step(attention_core(model, name, tp, kv_dtype), count))
     dense, moe = ffn_ops(model, layout)
-    moe_layers = model.param_counts().moe_layers
+    moe_layers = model.ffn.moe_layer_count(model.layers.count)
     steps += [Step(op, model.layers.count - moe_layers) for op in dense]
     steps += [Step(op, moe_layers) for op in moe]
     f = model.ffn
