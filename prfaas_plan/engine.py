@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, PositiveInt, model_validator
 
-from prfaas_plan.data import find_entry, list_entries, read_yaml, validate
+from prfaas_plan.data import find_entry, read_yaml, validate
 from prfaas_plan.defaults import DEFAULT_ENGINE_PROFILE
 from prfaas_plan.model.arch import Source
 
@@ -176,7 +176,3 @@ def load_engine(ref: str | Path | EngineProfile, extra_dirs: tuple[Path, ...] = 
     path = find_entry(ref, PACKAGE, "engine profile", tuple(Path(d) for d in extra_dirs))
     return validate(EngineProfile, read_yaml(path), str(path))
 
-
-def list_engines(extra_dirs: tuple[Path, ...] = ()) -> list[EngineProfile]:
-    """Every bundled (and user) engine profile, by id."""
-    return [load_engine(p) for p in list_entries(PACKAGE, tuple(Path(d) for d in extra_dirs))]

@@ -38,6 +38,9 @@ The benchmark protocol of a row (:func:`_protocol`, counted in the frame's
   sets the token budget per step (SGLang ``--chunked-prefill-size``, vLLM
   ``--max-num-batched-tokens``) or the KV-cache dtype (``--kv-cache-dtype``): :data:`RECIPES`,
   counted in ``attrs["recipe_budget"]`` and ``attrs["recipe_kv_dtype"]``;
+* a disaggregated InferenceX row that does not give its worker counts takes those of its recipe in
+  InferenceX's config (:data:`DISAGG_RECIPES`); where the recipes that fit it disagree, it is left
+  out (:data:`AMBIGUOUS_RECIPE`);
 * any other source (NVIDIA's ``aic-auto-gap-analysis`` files: protocol not published) and every
   disaggregated row keep the steady state (:func:`~prfaas_plan.serving.colocated_closed_loop`,
   :func:`~prfaas_plan.serving.disaggregated_closed_loop`).
@@ -201,6 +204,63 @@ profiles hold. B200 MiniMax-M2.5 on vLLM 0.17.0 is left at the defaults: its scr
 engine version does not tell which. Applied to the InferenceX runs only (:func:`_as_launched`;
 counted in ``attrs["recipe_budget"]`` and ``attrs["recipe_kv_dtype"]``)."""
 
+@dataclass(frozen=True)
+class DisaggRecipe:
+    """The worker counts of one disaggregated InferenceX recipe (an entry of the search space of
+    ``.github/configs/nvidia-master.yaml``): ``prefill_workers`` / ``decode_workers`` of
+    ``prefill_ep`` / ``decode_ep`` expert ranks each, run at ``concurrency`` for ``isl`` / ``osl``,
+    with speculative decoding ``spec`` ("none" or "mtp")."""
+
+    system: str
+    model_id: str
+    engine: str
+    isl: int
+    osl: int
+    concurrency: tuple[int, ...]
+    prefill_workers: int
+    prefill_ep: int
+    decode_workers: int
+    decode_ep: int
+    spec: str
+    source: str
+
+    def fits(self, row: dict, case: Case) -> bool:
+        return (row["system"], case.model_id, case.engine_id, case.isl_tokens, case.osl_tokens) == \
+            (self.system, self.model_id, self.engine, self.isl, self.osl) and case.concurrency in self.concurrency \
+            and (case.layout.moe_ep, case.decode_layout.moe_ep) == (self.prefill_ep, self.decode_ep)
+
+
+def _recipes(system: str, key: str, commit: str, rows: tuple) -> tuple[DisaggRecipe, ...]:
+    source = f"{_IX}/{commit}/.github/configs/nvidia-master.yaml ({key})"
+    return tuple(DisaggRecipe(system, "deepseek-v3", "sglang", isl, osl, conc, pw, pep, dw, dep, spec, source)
+                 for isl, osl, spec, conc, pw, pep, dw, dep in rows)
+
+
+_TEP_LOW, _TEP_HIGH, _DEP = (1, 4, 8, 16, 32, 64, 128, 256), (512, 1024, 2048), (128, 256, 512, 1024, 2048)
+DISAGG_RECIPES = (
+    *_recipes("h200_sxm", "dsr1-fp8-h200-dynamo-sglang", "04b564b39", tuple(
+        (1024, 1024, spec, conc, 1, ep, d, ep) for spec in ("none", "mtp")
+        for conc, d, ep in ((_TEP_LOW, 9, 1), (_TEP_HIGH, 6, 1), (_DEP, 6, 8))) + (
+        (8192, 1024, "none", (1, 4, 8), 1, 1, 7, 1), (8192, 1024, "none", (4, 8, 16), 1, 1, 6, 1),
+        (8192, 1024, "none", (8, 16, 32), 1, 1, 3, 1), (8192, 1024, "none", (32, 64, 128), 2, 1, 3, 1),
+        (8192, 1024, "none", (64, 128, 256), 1, 1, 1, 8), (8192, 1024, "mtp", (1, 4, 8), 1, 1, 7, 1),
+        (8192, 1024, "mtp", (2, 4, 8, 16, 32), 1, 1, 6, 1), (8192, 1024, "mtp", (4, 8, 16, 32, 64), 1, 1, 3, 1),
+        (8192, 1024, "mtp", (32, 64, 128), 2, 1, 3, 1), (8192, 1024, "mtp", (32, 64, 128, 256, 512), 1, 1, 1, 8))),
+    *_recipes("h100_sxm", "dsr1-fp8-h100-dynamo-sglang", "ee032b37f", tuple(
+        (isl, osl, "mtp", conc, 1, 1, d, ep) for isl, osl in ((1024, 1024), (1024, 8192), (8192, 1024))
+        for conc, d, ep in (((1, 2, 4, 8, 16, 32, 64, 128) if osl == 1024 else (1, 2, 4, 8, 16, 32, 64),
+                             1 if isl == 8192 else 2, 1), ((1, 2, 4, 8, 16, 32, 64), 1, 16)))),
+)
+"""InferenceX's disaggregated DeepSeek-R1 recipes on SGLang (Dynamo) in the config in force on the
+rows' ``measured=`` dates: H200 2026-02-07 (1 prefill worker and 9, 7, 6, 3 or 1 decode workers of 8
+GPUs, by ISL and concurrency), H100 2026-02-13 (TP16 workers). The CSV's rows of these runs give
+the layouts but not the worker counts; a row takes the counts of the recipes that fit it
+(:meth:`DisaggRecipe.fits`) where they agree, and is left out (:data:`AMBIGUOUS_RECIPE`) where they
+do not: at 8K/1K, c = 4-64, the config runs two or three splits, and a row does not say which it
+measured. B200's rows span configs of 2026-02-07 to 03-18 and are not mapped yet (they keep one
+worker per role). Whether a run decoded with MTP is not in the CSV either: every row is predicted
+without speculative decoding (H100's recipes are all MTP)."""
+
 REMAPS = ("checkpoint dtypes over the label", "experts ep: tp split refused", "inferencex run: same measurement")
 """Rules that predict a row otherwise than its labels say, as counted in a frame's ``attrs["remapped"]``:
 a quantised checkpoint runs in its own scheme (:func:`_online`); an expert split the engines
@@ -229,6 +289,7 @@ INVALID_CONCURRENCY = "invalid concurrency"
 NO_CONCURRENCY = "no max_concurrency (open-loop run)"
 NO_GPU = "no gpu in the run's metadata"
 PREDICTION_FAILED = "prediction failed"
+AMBIGUOUS_RECIPE = "recipe ambiguous"
 
 
 @dataclass(frozen=True)
@@ -405,9 +466,26 @@ def _map_row(row: dict, models: dict, strict: bool = False, moe_routing: str = "
     if batch is not None and batch <= 0:
         return INVALID_CONCURRENCY
     workers = [_num(row, f"{role}_num_workers") for role in ("prefill", "decode")]
-    return Case(model_id, dtypes, gpu_id, engine, version, layout, decode, int(row["isl"]), int(row["osl"]),
+    case = Case(model_id, dtypes, gpu_id, engine, version, layout, decode, int(row["isl"]), int(row["osl"]),
                 concurrency, batch, *(int(w) if w else None for w in workers), run=_protocol(row),
                 moe_routing=moe_routing)
+    return _with_recipe_workers(row, case) if disagg and case.decode_workers is None else case
+
+
+def _with_recipe_workers(row: dict, case: Case) -> Case | str:
+    """A disaggregated InferenceX row without worker counts, with those of its recipe
+    (:data:`DISAGG_RECIPES`); :data:`AMBIGUOUS_RECIPE` when the recipes that fit it disagree;
+    unchanged when none fits (or the row is not InferenceX's)."""
+    if not INFERENCEX_SOURCE.match(str(row.get("silicon_data_source") or "")):
+        return case
+    splits = sorted({(r.prefill_workers, r.decode_workers) for r in DISAGG_RECIPES if r.fits(row, case)})
+    if len(splits) > 1:
+        return f"{AMBIGUOUS_RECIPE}: {' or '.join(f'{p}P{d}D' for p, d in splits)}"
+    if not splits:
+        return case
+    (n_prefill, n_decode), = splits
+    return replace(case, prefill_workers=n_prefill, decode_workers=n_decode,
+                   decode_batch=math.ceil(case.concurrency / n_decode))
 
 
 def _decode_batch(row: dict, decode: Layout, concurrency: int) -> int:

@@ -224,6 +224,36 @@ def test_disagg_prediction_is_prefill_and_decode_workers(frame):
     assert row["ttft_ms_predicted"] > float(prefill_latency(model, pre, 8192).total_s) * 1e3
 
 
+def test_disagg_inferencex_rows_take_their_recipes_workers(frame, tmp_path):
+    """Row 8, an InferenceX DeepSeek-R1 run on H200 (1K/1K, c = 1,024, prefill and decode TP8 x EP8)
+    that gives no worker counts: InferenceX's config of its date runs that layout as 1 prefill and 6
+    decode workers (validate.DISAGG_RECIPES, STP and MTP alike), and it is predicted so, not as one
+    decode worker. At 8K/1K, c = 16 the config runs 1P6D and 1P3D: the row is left out, saying so;
+    a concurrency no recipe runs (c = 2,048 at 8K/1K) keeps the row's own (none: one per role)."""
+    model = load_model("deepseek-v3")
+    eng = _engine("sglang", "0.5.8.post1")
+    pre, dec = (instance("h200", 8, layout=Layout(8, "tp", "ep"), engine=eng) for _ in range(2))
+    row = frame.iloc[8]
+    assert (row["isl"], row["osl"], row["concurrency"], row["status"]) == (1024, 1024, 1024, "ok")
+    six = disaggregated_closed_loop(model, pre, 1, dec, 6, 1024, 1024, 1024)
+    assert row["ttft_ms_predicted"] == pytest.approx(six.ttft_s * 1e3, rel=1e-12)
+    assert row["tpot_ms_predicted"] == pytest.approx(six.tpot_s * 1e3, rel=1e-12)
+    one = disaggregated_closed_loop(model, pre, 1, dec, 1, 1024, 1024, 1024)
+    assert one.tpot_s > 1.2 * six.tpot_s  # six decode workers hold a sixth of the batch each
+    src = pd.read_csv(ROWS).iloc[[8]]
+    variants = pd.concat([src.assign(isl=8192, prefill_moe_ep_size=1, decode_moe_ep_size=1, prefill_moe_tp_size=8,
+                                     decode_moe_tp_size=8, silicon_ttft_ms=900.0,
+                                     silicon_data_source=src.silicon_data_source.str.replace("=1024", f"={c}"))
+                          for c in (16, 2048)])
+    variants.to_csv(tmp_path / "v.csv", index=False)
+    got = validate_silicon(tmp_path / "v.csv")
+    assert got["status"].tolist()[0] == "recipe ambiguous: 1P3D or 1P6D"
+    assert got["status"].tolist()[1] == "ok"
+    eng_tep = instance("h200", 8, layout=Layout(8), engine=eng)
+    lone = disaggregated_closed_loop(model, eng_tep, 1, eng_tep, 1, 8192, 1024, 2048)
+    assert got.iloc[1]["tpot_ms_predicted"] == pytest.approx(lone.tpot_s * 1e3, rel=1e-12)
+
+
 @pytest.fixture(scope="module")
 def disagg():
     model = load_model("deepseek-v3")
