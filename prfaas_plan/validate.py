@@ -204,6 +204,7 @@ profiles hold. B200 MiniMax-M2.5 on vLLM 0.17.0 is left at the defaults: its scr
 engine version does not tell which. Applied to the InferenceX runs only (:func:`_as_launched`;
 counted in ``attrs["recipe_budget"]`` and ``attrs["recipe_kv_dtype"]``)."""
 
+
 @dataclass(frozen=True)
 class DisaggRecipe:
     """The worker counts of one disaggregated InferenceX recipe (an entry of the search space of
@@ -237,6 +238,7 @@ def _recipes(system: str, key: str, commit: str, rows: tuple) -> tuple[DisaggRec
 
 
 _TEP_LOW, _TEP_HIGH, _DEP = (1, 4, 8, 16, 32, 64, 128, 256), (512, 1024, 2048), (128, 256, 512, 1024, 2048)
+_TO_64, _TO_128 = (1, 2, 4, 8, 16, 32, 64), (1, 2, 4, 8, 16, 32, 64, 128)
 DISAGG_RECIPES = (
     *_recipes("h200_sxm", "dsr1-fp8-h200-dynamo-sglang", "04b564b39", tuple(
         (1024, 1024, spec, conc, 1, ep, d, ep) for spec in ("none", "mtp")
@@ -246,10 +248,10 @@ DISAGG_RECIPES = (
         (8192, 1024, "none", (64, 128, 256), 1, 1, 1, 8), (8192, 1024, "mtp", (1, 4, 8), 1, 1, 7, 1),
         (8192, 1024, "mtp", (2, 4, 8, 16, 32), 1, 1, 6, 1), (8192, 1024, "mtp", (4, 8, 16, 32, 64), 1, 1, 3, 1),
         (8192, 1024, "mtp", (32, 64, 128), 2, 1, 3, 1), (8192, 1024, "mtp", (32, 64, 128, 256, 512), 1, 1, 1, 8))),
-    *_recipes("h100_sxm", "dsr1-fp8-h100-dynamo-sglang", "ee032b37f", tuple(
-        (isl, osl, "mtp", conc, 1, 1, d, ep) for isl, osl in ((1024, 1024), (1024, 8192), (8192, 1024))
-        for conc, d, ep in (((1, 2, 4, 8, 16, 32, 64, 128) if osl == 1024 else (1, 2, 4, 8, 16, 32, 64),
-                             1 if isl == 8192 else 2, 1), ((1, 2, 4, 8, 16, 32, 64), 1, 16)))),
+    *_recipes("h100_sxm", "dsr1-fp8-h100-dynamo-sglang", "ee032b37f", (
+        (1024, 1024, "mtp", _TO_128, 1, 1, 2, 1), (1024, 1024, "mtp", _TO_64, 1, 1, 1, 16),
+        (1024, 8192, "mtp", _TO_64, 1, 1, 2, 1), (1024, 8192, "mtp", _TO_64, 1, 1, 1, 16),
+        (8192, 1024, "mtp", _TO_128, 1, 1, 1, 1), (8192, 1024, "mtp", _TO_64, 1, 1, 1, 16))),
 )
 """InferenceX's disaggregated DeepSeek-R1 recipes on SGLang (Dynamo) in the config in force on the
 rows' ``measured=`` dates: H200 2026-02-07 (1 prefill worker and 9, 7, 6, 3 or 1 decode workers of 8
