@@ -841,7 +841,7 @@ def worst_rows(df: pd.DataFrame, n: int = 20) -> pd.DataFrame:
     return ok.loc[key.sort_values(ascending=False).index[:n]].reset_index(drop=True)
 
 
-__all__ = ["COLUMNS", "Case", "INFERENCEX_RUN", "INFERENCEX_SOURCE", "MODEL_IDS", "PROTOCOLS", "RECIPES",
+__all__ = ["COLUMNS", "Case", "DISAGG_RECIPES", "DisaggRecipe", "INFERENCEX_RUN", "INFERENCEX_SOURCE", "MODEL_IDS", "PROTOCOLS", "RECIPES",
            "REMAPS", "REQUIRED_COLUMNS", "Recipe", "SYSTEM_GPUS", "default_csv", "errors_pct", "off_factor",
            "predict", "protocol_name", "status_counts", "summary", "system_names", "validate_runs",
            "validate_silicon", "worst_rows"]

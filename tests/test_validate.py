@@ -249,6 +249,12 @@ def test_disagg_inferencex_rows_take_their_recipes_workers(frame, tmp_path):
     got = validate_silicon(tmp_path / "v.csv")
     assert got["status"].tolist()[0] == "recipe ambiguous: 1P3D or 1P6D"
     assert got["status"].tolist()[1] == "ok"
+    # a row not from InferenceX (the same row under another source) takes no recipe: one worker per role
+    src.assign(silicon_data_source=src.silicon_data_source.str.replace("source_file=2026-03-25.csv",
+                                                                      "source_file=mine.csv")).to_csv(
+        tmp_path / "o.csv", index=False)
+    other = validate_silicon(tmp_path / "o.csv")
+    assert other.iloc[0]["tpot_ms_predicted"] == pytest.approx(one.tpot_s * 1e3, rel=1e-12)
     eng_tep = instance("h200", 8, layout=Layout(8), engine=eng)
     lone = disaggregated_closed_loop(model, eng_tep, 1, eng_tep, 1, 8192, 1024, 2048)
     assert got.iloc[1]["tpot_ms_predicted"] == pytest.approx(lone.tpot_s * 1e3, rel=1e-12)

@@ -539,7 +539,7 @@ def _resolve(root: str, basis: str, engine: str, version: str | None, table: str
 def _same_head_dim(folder: str, table: str, codes: tuple[int, ...], query: tuple[float, ...]
                    ) -> tuple[tuple[int, ...], tuple[str, ...]]:
     """An attention kernel is compiled per head dim, so a kv dtype measured only at other head dims
-    (SGLang's FP8-KV prefill tables on Hopper hold 256 and 512) does not time the query's kernel:
+    (SGLang's FP8-KV prefill tables on Hopper hold head dim 512, 256 windowed) does not time the query's kernel:
     the other kv dtype's rows at the query's head dim stand in when some exist (said in the note).
     ``codes`` unchanged for tables without a kv dtype and a head dim, or when no other fits."""
     spec = TABLES[table]

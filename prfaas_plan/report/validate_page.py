@@ -99,7 +99,7 @@ def validate_report(df: pd.DataFrame, path: str | Path, title: str = "Validation
                 "mapping", mapping, [*_cols(mapping)[:2], Col("rows", "rows", fmt="int")],
                 caption="the benchmark protocol each row was predicted under, the rules that predict a row "
                         "otherwise than its labels say (what its engine can load), and the InferenceX runs "
-                        "predicted at the token budget per step their launch script set")]),
+                        "predicted at the token budget per step or the KV-cache dtype their launch script set")]),
         Section("worst", "The 20 worst rows", [Table("worst", worst, _cols(worst),
                                                      caption="by how many times off the farther of TTFT and TPOT is, either way")]),
     ]
