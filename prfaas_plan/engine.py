@@ -110,6 +110,9 @@ class EngineProfile(BaseModel):
     :meth:`chunked_prefill_tokens_on`.
     kv_reserve_at: when a disaggregated decode instance reserves a request's KV memory
     (:data:`KvReserveAt`).
+    dp_attention_divides_budget: under attention data parallelism the engine divides the step
+    budget among the DP ranks (SGLang: each rank takes ``budget // dp`` tokens a step); False: each
+    rank keeps the whole budget (vLLM: every DP rank is an engine core with its own scheduler).
     speculative: speculative decoding (:class:`Speculative`), or None (off); a profile that sets
     it names its acceptance's source (a ``sources`` entry covering ``speculative``).
     """
@@ -131,6 +134,7 @@ class EngineProfile(BaseModel):
     chunked_prefill_by_gpu: tuple[GpuTier, ...] = ()
     cuda_graphs: bool = True
     kv_reserve_at: KvReserveAt
+    dp_attention_divides_budget: bool = False
     speculative: Speculative | None = None
     provenance: str = Field(min_length=1, description="where the numbers come from, and what was fitted to what")
     sources: list[Source] = Field(min_length=1)
@@ -153,6 +157,11 @@ class EngineProfile(BaseModel):
             if gpu.memory_gib >= tier.min_memory_gib and gpu.arch not in tier.except_arch:
                 return tier.chunked_prefill_tokens
         return self.chunked_prefill_tokens
+
+    def rank_prefill_tokens_on(self, gpu: GPU, attn_dp: int) -> int:
+        """Prompt tokens one attention-DP rank takes a step (:attr:`dp_attention_divides_budget`)."""
+        budget = self.chunked_prefill_tokens_on(gpu)
+        return max(budget // attn_dp, 1) if self.dp_attention_divides_budget else budget
 
     def with_chunked_prefill(self, tokens: int) -> EngineProfile:
         """This profile with one token budget on every GPU (a launch flag that sets it)."""

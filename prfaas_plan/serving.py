@@ -783,17 +783,21 @@ def disaggregated_closed_loop(model: ModelSpec, prefill_inst: Instance, n_prefil
     ``concurrency`` closed-loop clients (zero think time).
 
     * Little's law: ``X = c / (TTFT + (osl - 1) TPOT)`` requests per second.
-    * Prefill: ``P`` workers. A prompt alone on a worker takes ``T_p = prefill_time_s(isl)``. A
-      worker batches waiting prompts up to ``B = engine.chunked_prefill_tokens_on(gpu)`` tokens a forward:
-      for ``isl < B`` a forward carries ``k = floor(B / isl)`` prompts and is timed as the prefill
-      of ``B`` tokens (``prefill_latency(B)``, one sequence: its attention is an upper bound), so a
-      worker's capacity is one prompt per ``T_b = prefill_time_s(B) / k`` (``T_b = T_p``, ``k = 1``,
-      for ``isl >= B``). The wait for a worker is the M/D/c mean (:class:`~prfaas_plan.queueing.WaitDist`,
-      ``scv = 0``, ``P`` servers of service ``T_b``, the others' arrivals ``X (c - 1) / c``), capped by
-      the closed loop's population: at most the others not in decode are ahead,
-      ``(c - 1) (1 - (osl - 1) TPOT / R) T_b / P`` (the saturated closed loop's wait); the
-      request's own service is ``T_p`` when it finds its worker idle (probability ``1 - rho``) and a
-      whole batched forward ``prefill_time_s(B)`` when busy (``rho``, the per-worker utilisation, capped at 1).
+    * Prefill: ``P`` workers, each of ``n`` attention-DP ranks (``n = 1`` under attention TP) that
+      schedule their own prompts (SGLang and vLLM run a scheduler per DP rank): ``S = P n`` servers.
+      A prompt alone on a rank takes ``T_p = prefill_time_s(isl)``. A rank batches waiting prompts
+      up to ``B`` tokens a forward (the engine's budget, divided among the ranks where the engine
+      does so: :meth:`~prfaas_plan.engine.EngineProfile.rank_prefill_tokens_on`): for ``isl < B`` a
+      forward carries ``k = floor(B / isl)`` prompts and is timed as the prefill of ``B`` tokens
+      (one sequence: its attention is an upper bound) with every rank doing the same (the shared
+      MoE over all ranks' tokens: ``every_rank``), so a server's capacity is one prompt per
+      ``T_b = T_full / k`` (``T_full`` that forward; ``k = 1`` for ``isl >= B``). The wait for a
+      server is the M/D/c mean (:class:`~prfaas_plan.queueing.WaitDist`, ``scv = 0``, ``S`` servers
+      of service ``T_b``, the others' arrivals ``X (c - 1) / c``), capped by the closed loop's
+      population: at most the others not in decode are ahead,
+      ``(c - 1) (1 - (osl - 1) TPOT / R) T_b / S`` (the saturated closed loop's wait); the
+      request's own service is ``T_p`` when it finds its server idle (probability ``1 - rho``) and a
+      whole batched forward ``T_full`` when busy (``rho``, the per-server utilisation, capped at 1).
     * KV transfer: the prefill worker's per-GPU cache of the prompt
       (:func:`~prfaas_plan.kvcache.per_gpu_kv_bytes`) over the slower of the two workers' per-GPU
       scale-out NICs (``nic_gbps``: prefill and decode workers are separate instances, across IB /
@@ -858,7 +862,7 @@ class _DisaggLoop:
     isl: int
     osl: int
     running: int
-    p: int
+    servers: int  # prefill servers: workers x attention-DP ranks
     d: int
     fit: int
     t_p: float
@@ -871,12 +875,17 @@ class _DisaggLoop:
     def of(cls, model: ModelSpec, prefill_inst: Instance, p: int, decode_inst: Instance, d: int, isl: int, osl: int,
            c: int, settings: CacheSettings | None) -> _DisaggLoop:
         from prfaas_plan.kvcache import per_gpu_kv_bytes
-        from prfaas_plan.perf.latency import prefill_time_s
+        from prfaas_plan.perf.latency import prefill_latency, prefill_time_s
 
-        budget = prefill_inst.chunked_prefill_tokens
+        n = instance_layout(model, prefill_inst).attn_dp
+        engine = prefill_inst.engine_profile
+        budget = engine.rank_prefill_tokens_on(prefill_inst.gpu, n)
+        if budget != prefill_inst.chunked_prefill_tokens:  # each rank chunks at its share
+            prefill_inst = replace(prefill_inst, engine=engine.with_chunked_prefill(budget))
         t_p = float(prefill_time_s(model, prefill_inst, isl, settings=settings))
         k = max(budget // isl, 1)
-        t_full = float(prefill_time_s(model, prefill_inst, budget, settings=settings)) if k > 1 else t_p
+        t_full = t_p if n == 1 and k == 1 else \
+            float(prefill_latency(model, prefill_inst, budget if k > 1 else isl, settings, every_rank=True).total_s)
         nic = min(prefill_inst.gpu.nic_gbps, decode_inst.gpu.nic_gbps) * 1e9 / 8.0
         transfer = per_gpu_kv_bytes(model, isl, instance_layout(model, prefill_inst), settings) / nic
         free = free_cache_bytes_per_gpu(model, decode_inst)
@@ -884,7 +893,7 @@ class _DisaggLoop:
         if fit < 1:
             raise InvalidInput(f"isl_tokens: one {isl + osl}-token request does not fit beside the weights on "
                                f"{decode_inst.name}")
-        return cls(model, decode_inst, settings, isl, osl, min(c, d * fit), p, d, fit, t_p, t_full, t_full / k,
+        return cls(model, decode_inst, settings, isl, osl, min(c, d * fit), p * n, d, fit, t_p, t_full, t_full / k,
                    transfer)
 
     def step(self, b: float) -> float:
@@ -903,16 +912,16 @@ class _DisaggLoop:
 
         running, osl = self.running, self.osl
         r = ttft + (osl - 1) * tpot
-        w = WaitDist(running / r * (running - 1) / running, self.p, self.t_b, 0.0)
+        w = WaitDist(running / r * (running - 1) / running, self.servers, self.t_b, 0.0)
         rho = min(w.rho, 1.0)
         decoding = (running - 1) * (osl - 1) * tpot / r  # the others in decode, not ahead in the prefill queue
-        queue = min(w.mean_s, (running - 1 - decoding) * self.t_b / self.p)
+        queue = min(w.mean_s, (running - 1 - decoding) * self.t_b / self.servers)
         return queue + (1.0 - rho) * self.t_p + rho * self.t_full + self.transfer, rho, decoding
 
     def solve_ttft(self, tpot: float) -> float:
         """The TTFT consistent with ``tpot``: bisection between the unloaded prefill and everyone ahead."""
         lo = self.t_p + self.transfer
-        hi = (self.running - 1) * self.t_b / self.p + self.t_full + self.transfer
+        hi = (self.running - 1) * self.t_b / self.servers + self.t_full + self.transfer
         while hi - lo > TOLERANCE * hi:
             mid = 0.5 * (lo + hi)
             lo, hi = (mid, hi) if self.prefill_side(mid, tpot)[0] > mid else (lo, mid)

@@ -39,8 +39,10 @@ The benchmark protocol of a row (:func:`_protocol`, counted in the frame's
   ``--max-num-batched-tokens``) or the KV-cache dtype (``--kv-cache-dtype``): :data:`RECIPES`,
   counted in ``attrs["recipe_budget"]`` and ``attrs["recipe_kv_dtype"]``;
 * a disaggregated InferenceX row that does not give its worker counts takes those of its recipe in
-  InferenceX's config (:data:`DISAGG_RECIPES`); where the recipes that fit it disagree, it is left
-  out (:data:`AMBIGUOUS_RECIPE`);
+  the version of InferenceX's config in force when it was measured (:data:`DISAGG_RECIPES`), and
+  the recipe's DP attention, which such rows drop; where the recipes that fit it disagree, it is
+  left out (:data:`AMBIGUOUS_RECIPE`); counted in ``attrs["recipe_workers"]`` and
+  ``attrs["recipe_dp_attention"]``;
 * any other source (NVIDIA's ``aic-auto-gap-analysis`` files: protocol not published) and every
   disaggregated row keep the steady state (:func:`~prfaas_plan.serving.colocated_closed_loop`,
   :func:`~prfaas_plan.serving.disaggregated_closed_loop`).
@@ -57,6 +59,7 @@ import math
 import re
 from collections import Counter
 from dataclasses import dataclass, replace
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -117,6 +120,9 @@ missing ones) run the profile's own kernel_version, the newest tables collected.
 
 CONCURRENCY = re.compile(r"silicon_concurrency=(-?\d+)")
 
+MEASURED = re.compile(r"(?:^|; )measured=([^;]+)")
+"""When a row's run was measured (InferenceX: the workflow's start, a second or so after the config
+commit that triggered it; ``T00:00:00.000Z`` where the record keeps only the date)."""
 INFERENCEX_SOURCE = re.compile(r"^(source_file=\d{4}-\d{2}-\d{2}\.csv|db-dump/\d{4}-\d{2}-\d{2});")
 """A ``silicon_data_source`` of an InferenceX run: its dated result files or its database dump
 (their fields ``measured=``, ``image=``/``wip=``/``workflow_run_id=`` are InferenceX's run records)."""
@@ -207,10 +213,12 @@ counted in ``attrs["recipe_budget"]`` and ``attrs["recipe_kv_dtype"]``)."""
 
 @dataclass(frozen=True)
 class DisaggRecipe:
-    """The worker counts of one disaggregated InferenceX recipe (an entry of the search space of
+    """One disaggregated InferenceX recipe (an entry of the search space of
     ``.github/configs/nvidia-master.yaml``): ``prefill_workers`` / ``decode_workers`` of
-    ``prefill_ep`` / ``decode_ep`` expert ranks each, run at ``concurrency`` for ``isl`` / ``osl``,
-    with speculative decoding ``spec`` ("none" or "mtp")."""
+    ``prefill_ep`` / ``decode_ep`` expert ranks each, their attention data parallel where
+    ``prefill_dp`` / ``decode_dp`` (the entry's ``dp-attn``), run at ``concurrency`` for ``isl`` /
+    ``osl``, with speculative decoding ``spec`` ("none" or "mtp"); in the config from ``since`` (the
+    commit that set it) until ``until`` (the next that changed it), UTC."""
 
     system: str
     model_id: str
@@ -220,48 +228,116 @@ class DisaggRecipe:
     concurrency: tuple[int, ...]
     prefill_workers: int
     prefill_ep: int
+    prefill_dp: bool
     decode_workers: int
     decode_ep: int
+    decode_dp: bool
     spec: str
+    since: datetime
+    until: datetime
     source: str
 
-    def fits(self, row: dict, case: Case) -> bool:
+    def fits(self, row: dict, case: Case, span: tuple[datetime, datetime]) -> bool:
+        """The row (measured in ``span``, :func:`_measured_span`) ran this recipe's shape, concurrency
+        and expert split while it was in the config."""
         return (row["system"], case.model_id, case.engine_id, case.isl_tokens, case.osl_tokens) == \
             (self.system, self.model_id, self.engine, self.isl, self.osl) and case.concurrency in self.concurrency \
-            and (case.layout.moe_ep, case.decode_layout.moe_ep) == (self.prefill_ep, self.decode_ep)
+            and (case.layout.moe_ep, case.decode_layout.moe_ep) == (self.prefill_ep, self.decode_ep) \
+            and self.since < span[1] and span[0] < self.until
+
+    @property
+    def split(self) -> tuple[int, bool, int, bool]:
+        """What the recipe sets that the row does not say: workers and attention DP per role."""
+        return self.prefill_workers, self.prefill_dp, self.decode_workers, self.decode_dp
 
 
-def _recipes(system: str, key: str, commit: str, rows: tuple) -> tuple[DisaggRecipe, ...]:
+def _utc(stamp: str) -> datetime:
+    """An ISO time (``...Z``) or date as an aware UTC datetime."""
+    t = datetime.fromisoformat(stamp.replace("Z", "+00:00"))
+    return t if t.tzinfo else t.replace(tzinfo=UTC)
+
+
+def _version(system: str, key: str, commit: str, since: str, until: str, rows: tuple) -> tuple[DisaggRecipe, ...]:
+    """The entries of one version of a config key (``(isl, osl, spec, concurrency, prefill workers,
+    prefill ep, prefill dp-attn, decode workers, decode ep, decode dp-attn)`` each)."""
     source = f"{_IX}/{commit}/.github/configs/nvidia-master.yaml ({key})"
-    return tuple(DisaggRecipe(system, "deepseek-v3", "sglang", isl, osl, conc, pw, pep, dw, dep, spec, source)
-                 for isl, osl, spec, conc, pw, pep, dw, dep in rows)
+    return tuple(DisaggRecipe(system, "deepseek-v3", "sglang", isl, osl, conc, pw, pep, pdp, dw, dep, ddp, spec,
+                              _utc(since), _utc(until), source)
+                 for isl, osl, spec, conc, pw, pep, pdp, dw, dep, ddp in rows)
 
 
-_TEP_LOW, _TEP_HIGH, _DEP = (1, 4, 8, 16, 32, 64, 128, 256), (512, 1024, 2048), (128, 256, 512, 1024, 2048)
+def _spec(spec: str, *blocks: tuple) -> tuple:
+    """Entries ``(isl, osl, concurrency, ...)`` of a search space run with speculative decoding ``spec``."""
+    return tuple((isl, osl, spec, *rest) for block in blocks for isl, osl, *rest in block)
+
+
+# Search-space entries shared by versions of a key (or by its STP and MTP variants): (isl, osl,
+# concurrency, prefill workers, prefill ep, prefill dp-attn, decode workers, decode ep, decode dp-attn)
 _TO_64, _TO_128 = (1, 2, 4, 8, 16, 32, 64), (1, 2, 4, 8, 16, 32, 64, 128)
+_H200_1K = ((1024, 1024, (1, 4, 8, 16, 32, 64, 128, 256), 1, 1, False, 9, 1, False),
+            (1024, 1024, (512, 1024, 2048), 1, 1, False, 6, 1, False),
+            (1024, 1024, (128, 256, 512, 1024, 2048), 1, 8, True, 6, 8, True))
+_H200_8K_STP = ((8192, 1024, (1, 4, 8), 1, 1, False, 7, 1, False), (8192, 1024, (4, 8, 16), 1, 1, False, 6, 1, False),
+                (8192, 1024, (8, 16, 32), 1, 1, False, 3, 1, False),
+                (8192, 1024, (32, 64, 128), 2, 1, False, 3, 1, False),
+                (8192, 1024, (64, 128, 256), 1, 1, False, 1, 8, True))
+_H200_8K_MTP = ((8192, 1024, (1, 4, 8), 1, 1, False, 7, 1, False),
+                (8192, 1024, (2, 4, 8, 16, 32), 1, 1, False, 6, 1, False),
+                (8192, 1024, (4, 8, 16, 32, 64), 1, 1, False, 3, 1, False),
+                (8192, 1024, (32, 64, 128), 2, 1, False, 3, 1, False),
+                (8192, 1024, (32, 64, 128, 256, 512), 1, 1, False, 1, 8, True))
+_H100_1K1K_8K1K = ((1024, 1024, _TO_128, 1, 1, False, 2, 1, False), (1024, 1024, _TO_64, 1, 1, False, 1, 16, True),
+                   (8192, 1024, _TO_128, 1, 1, False, 1, 1, False), (8192, 1024, _TO_64, 1, 1, False, 1, 16, True))
+_B200_1K = ((1024, 1024, (4,), 1, 8, False, 1, 8, False), (1024, 1024, (16, 32, 64, 128, 256), 1, 8, False, 3, 8, False),
+            (1024, 1024, (1024, 2048, 4096), 1, 8, True, 5, 8, True), (1024, 1024, (2048, 4096), 2, 8, True, 5, 8, True))
+_B200_8K_FEB = ((8192, 1024, (4, 32, 64, 512), 1, 8, False, 1, 8, False), (8192, 1024, (64, 512), 1, 8, False, 4, 8, False),
+                (8192, 1024, (32,), 1, 8, False, 6, 8, False), (8192, 1024, (128, 512, 1024), 1, 8, True, 1, 8, True),
+                (8192, 1024, (256, 512, 1024), 2, 8, True, 1, 8, True))
+_B200_8K_MAR = ((8192, 1024, (128,), 1, 1, True, 3, 1, False), (8192, 1024, (128,), 1, 1, True, 4, 1, False),
+                (8192, 1024, (8, 16, 32, 64, 128), 1, 1, True, 6, 1, False), (8192, 1024, (288,), 1, 1, True, 2, 8, True),
+                (8192, 1024, (160, 288), 1, 1, True, 1, 8, True), (8192, 1024, (512,), 2, 1, True, 1, 8, True),
+                (8192, 1024, (1024,), 3, 1, True, 1, 8, True))
+_B200_1K_MTP = ((1024, 1024, (4, 64), 1, 8, False, 1, 8, False), (1024, 1024, (4, 8, 16, 32, 128), 1, 8, False, 3, 8, False),
+                (1024, 1024, (512, 4096), 1, 8, True, 5, 8, True), (1024, 1024, (1024, 2048, 4096), 2, 8, True, 5, 8, True))
+_B200_1P2D_MTP = ((1024, 1024, (512, 1024, 2048), 1, 8, True, 2, 8, True),)
+_B200_8K_MTP_FEB = ((8192, 1024, (16, 32, 64), 1, 8, False, 1, 8, False), (8192, 1024, (8, 256), 1, 8, False, 4, 8, False),
+                    (8192, 1024, (4, 8, 16, 256), 1, 8, False, 6, 8, False), (8192, 1024, (256,), 1, 8, True, 1, 8, True),
+                    (8192, 1024, (128, 512), 2, 8, True, 1, 8, True))
+_H200, _H100, _B200, _B200_MTP = ("dsr1-fp8-h200-dynamo-sglang", "dsr1-fp8-h100-dynamo-sglang",
+                                  "dsr1-fp8-b200-dynamo-sglang", "dsr1-fp8-b200-dynamo-sglang-mtp")
 DISAGG_RECIPES = (
-    *_recipes("h200_sxm", "dsr1-fp8-h200-dynamo-sglang", "04b564b39", tuple(
-        (1024, 1024, spec, conc, 1, ep, d, ep) for spec in ("none", "mtp")
-        for conc, d, ep in ((_TEP_LOW, 9, 1), (_TEP_HIGH, 6, 1), (_DEP, 6, 8))) + (
-        (8192, 1024, "none", (1, 4, 8), 1, 1, 7, 1), (8192, 1024, "none", (4, 8, 16), 1, 1, 6, 1),
-        (8192, 1024, "none", (8, 16, 32), 1, 1, 3, 1), (8192, 1024, "none", (32, 64, 128), 2, 1, 3, 1),
-        (8192, 1024, "none", (64, 128, 256), 1, 1, 1, 8), (8192, 1024, "mtp", (1, 4, 8), 1, 1, 7, 1),
-        (8192, 1024, "mtp", (2, 4, 8, 16, 32), 1, 1, 6, 1), (8192, 1024, "mtp", (4, 8, 16, 32, 64), 1, 1, 3, 1),
-        (8192, 1024, "mtp", (32, 64, 128), 2, 1, 3, 1), (8192, 1024, "mtp", (32, 64, 128, 256, 512), 1, 1, 1, 8))),
-    *_recipes("h100_sxm", "dsr1-fp8-h100-dynamo-sglang", "ee032b37f", (
-        (1024, 1024, "mtp", _TO_128, 1, 1, 2, 1), (1024, 1024, "mtp", _TO_64, 1, 1, 1, 16),
-        (1024, 8192, "mtp", _TO_64, 1, 1, 2, 1), (1024, 8192, "mtp", _TO_64, 1, 1, 1, 16),
-        (8192, 1024, "mtp", _TO_128, 1, 1, 1, 1), (8192, 1024, "mtp", _TO_64, 1, 1, 1, 16))),
+    *_version("h200_sxm", _H200, "f0e131f2e", "2026-02-05T20:32:56Z", "2026-02-07T22:52:22Z",
+              _spec("none", _H200_1K, _H200_8K_STP)),
+    *_version("h200_sxm", _H200, "fcc04aaa2", "2026-02-07T22:52:22Z", "2026-05-01T20:00:46Z",
+              _spec("none", _H200_1K, _H200_8K_STP) + _spec("mtp", _H200_1K, _H200_8K_MTP)),
+    *_version("h100_sxm", _H100, "76fa58252", "2026-02-10T06:26:49Z", "2026-02-13T03:10:02Z", _spec("none", _H100_1K1K_8K1K, (
+        (1024, 8192, (1, 2, 4, 8, 16, 32), 1, 1, False, 2, 1, False), (1024, 8192, (1, 2, 4, 8), 1, 1, False, 1, 16, True)))),
+    *_version("h100_sxm", _H100, "78d48618f", "2026-02-13T03:10:02Z", "2026-03-28T06:38:24Z", _spec("mtp", _H100_1K1K_8K1K, (
+        (1024, 8192, _TO_64, 1, 1, False, 2, 1, False), (1024, 8192, _TO_64, 1, 1, False, 1, 16, True)))),
+    *_version("b200_sxm", _B200, "8a02464b8", "2026-02-07T07:08:58Z", "2026-03-18T21:01:02Z",
+              _spec("none", _B200_1K, _B200_8K_FEB)),
+    *_version("b200_sxm", _B200, "593fb431a", "2026-03-18T21:01:02Z", "2026-05-01T20:00:46Z",
+              _spec("none", _B200_1K, _B200_8K_MAR)),
+    *_version("b200_sxm", _B200_MTP, "8cdf35781", "2026-02-12T04:32:06Z", "2026-02-13T19:05:35Z",
+              _spec("mtp", _B200_1K_MTP, _B200_8K_MTP_FEB)),
+    *_version("b200_sxm", _B200_MTP, "ee032b37f", "2026-02-13T19:05:35Z", "2026-03-18T21:01:02Z",
+              _spec("mtp", _B200_1K_MTP, _B200_1P2D_MTP, _B200_8K_MTP_FEB)),
+    *_version("b200_sxm", _B200_MTP, "593fb431a", "2026-03-18T21:01:02Z", "2026-05-01T20:00:46Z",
+              _spec("mtp", _B200_1K_MTP, _B200_1P2D_MTP, _B200_8K_MAR)),
 )
-"""InferenceX's disaggregated DeepSeek-R1 recipes on SGLang (Dynamo) in the config in force on the
-rows' ``measured=`` dates: H200 2026-02-07 (1 prefill worker and 9, 7, 6, 3 or 1 decode workers of 8
-GPUs, by ISL and concurrency), H100 2026-02-13 (TP16 workers). The CSV's rows of these runs give
-the layouts but not the worker counts; a row takes the counts of the recipes that fit it
-(:meth:`DisaggRecipe.fits`) where they agree, and is left out (:data:`AMBIGUOUS_RECIPE`) where they
-do not: at 8K/1K, c = 4-64, the config runs two or three splits, and a row does not say which it
-measured. B200's rows span configs of 2026-02-07 to 03-18 and are not mapped yet (they keep one
-worker per role). Whether a run decoded with MTP is not in the CSV either: every row is predicted
-without speculative decoding (H100's recipes are all MTP)."""
+"""InferenceX's disaggregated DeepSeek-R1 recipes on SGLang (Dynamo), every version of their config
+keys in force on the CSV's rows' dates (first-parent history of ``nvidia-master.yaml``; entries with
+no workers of a role left out): H200 from 2026-02-05 (1 prefill worker and 9, 7, 6, 3 or 1 decode
+workers of 8 GPUs, by ISL and concurrency), H100 from 2026-02-10 (TP16 workers), B200 from
+2026-02-07 with its MTP key from 2026-02-12. The CSV's rows of these runs give the layouts but not
+the worker counts, and its ``source_file`` rows drop ``dp-attn`` (the same runs in NVIDIA's database
+dump read attention DP 8 where the recipe sets it). A row takes the workers and attention layout of
+the recipes that fit it (:meth:`DisaggRecipe.fits` at its ``measured=`` time: each exact stamp
+falls 3-4 s after a config commit, the run it started; a date-only stamp, its whole day) where they agree, and
+is left out (:data:`AMBIGUOUS_RECIPE`) where they do not: a row does not say which of the splits
+the config runs at its concurrency (STP or MTP among them) it measured. Whether a run decoded with
+MTP is not in the CSV either: every row is predicted without speculative decoding (H100's recipes
+are all MTP from 2026-02-13)."""
 
 REMAPS = ("checkpoint dtypes over the label", "experts ep: tp split refused", "inferencex run: same measurement")
 """Rules that predict a row otherwise than its labels say, as counted in a frame's ``attrs["remapped"]``:
@@ -480,14 +556,41 @@ def _with_recipe_workers(row: dict, case: Case) -> Case | str:
     unchanged when none fits (or the row is not InferenceX's)."""
     if not INFERENCEX_SOURCE.match(str(row.get("silicon_data_source") or "")):
         return case
-    splits = sorted({(r.prefill_workers, r.decode_workers) for r in DISAGG_RECIPES if r.fits(row, case)})
+    span = _measured_span(row)
+    splits = sorted({r.split for r in DISAGG_RECIPES if span and r.fits(row, case, span)})
     if len(splits) > 1:
-        return f"{AMBIGUOUS_RECIPE}: {' or '.join(f'{p}P{d}D' for p, d in splits)}"
+        return f"{AMBIGUOUS_RECIPE}: {' or '.join(_split_name(*s) for s in splits)}"
     if not splits:
         return case
-    (n_prefill, n_decode), = splits
+    (n_prefill, prefill_dp, n_decode, decode_dp), = splits
     return replace(case, prefill_workers=n_prefill, decode_workers=n_decode,
-                   decode_batch=math.ceil(case.concurrency / n_decode))
+                   decode_batch=math.ceil(case.concurrency / n_decode),
+                   layout=_with_dp_attention(case.layout, prefill_dp),
+                   decode_layout=_with_dp_attention(case.decode_layout, decode_dp))
+
+
+def _split_name(n_prefill: int, prefill_dp: bool, n_decode: int, decode_dp: bool) -> str:
+    """``1P6D``, with `` (DP attention)`` after the roles whose attention runs data parallel."""
+    dp = [role for role, on in (("prefill", prefill_dp), ("decode", decode_dp)) if on]
+    return f"{n_prefill}P{n_decode}D" + (f" ({' and '.join(dp)} DP attention)" if dp else "")
+
+
+def _with_dp_attention(layout: Layout, dp: bool) -> Layout:
+    """The worker with attention data parallel over its GPUs (SGLang ``--enable-dp-attention
+    --dp N --tp N``: one GPU per attention replica) where its recipe sets ``dp-attn``."""
+    return replace(layout, attention="dp", attention_tp=None) if dp and layout.attention == "tp" else layout
+
+
+def _measured_span(row: dict) -> tuple[datetime, datetime] | None:
+    """When an InferenceX row was measured, from its ``measured=`` field: that second, or its whole
+    day (UTC) when only the date is given (``T00:00:00.000Z``); None without one."""
+    m = MEASURED.search(str(row.get("silicon_data_source") or ""))
+    if m is None:
+        return None
+    stamp = m.group(1)
+    start = _utc(stamp)
+    whole_day = "T" not in stamp or stamp.endswith("T00:00:00.000Z")
+    return start, start + (timedelta(days=1) if whole_day else timedelta(seconds=1))
 
 
 def _decode_batch(row: dict, decode: Layout, concurrency: int) -> int:
@@ -615,7 +718,7 @@ def _frame(rows: list[dict], strict: bool, moe_routing: str = "balanced") -> pd.
     predictions: dict[Case, tuple[float, float] | str] = {}
     protocols: Counter = Counter()
     remapped: Counter = Counter()
-    budgets = kv_dtypes = 0
+    budgets = kv_dtypes = workers = dp_attention = 0
     cases = [_map_row(row, models, strict, moe_routing) for row in rows]
     inferencex = {_measurement(row, case) for row, case in zip(rows, cases)
                   if isinstance(case, Case) and case.run == INFERENCEX_RUN}
@@ -628,6 +731,9 @@ def _frame(rows: list[dict], strict: bool, moe_routing: str = "balanced") -> pd.
             protocols[protocol_name(case.run)] += 1
             budgets += case.token_budget is not None
             kv_dtypes += case.kv_dtype != "bf16"
+            took_workers, took_dp = _from_recipe(row, case)
+            workers += took_workers
+            dp_attention += took_dp
             remapped.update(_remapped(row, case, _model(models, case.model_id, ()).gemm_dtypes, twin))
             if case not in predictions:
                 predictions[case] = predict(case, models)
@@ -639,7 +745,18 @@ def _frame(rows: list[dict], strict: bool, moe_routing: str = "balanced") -> pd.
     df.attrs["remapped"] = {name: remapped[name] for name in REMAPS}  # mapped rows per relabelling rule
     df.attrs["recipe_budget"] = budgets  # InferenceX runs at their launch script's token budget (RECIPES)
     df.attrs["recipe_kv_dtype"] = kv_dtypes  # ... and at its KV-cache dtype
+    df.attrs["recipe_workers"] = workers  # disaggregated runs at their recipe's workers (DISAGG_RECIPES)
+    df.attrs["recipe_dp_attention"] = dp_attention  # ... and at its DP attention, which the row does not give
     return df
+
+
+def _from_recipe(row: dict, case: Case) -> tuple[bool, bool]:
+    """Whether a disaggregated row took its worker counts, and DP attention, from its recipe
+    (:func:`_with_recipe_workers`): the row gives neither."""
+    if case.decode_layout is None or case.decode_workers is None or _num(row, "decode_num_workers") is not None:
+        return False, False
+    roles = (("prefill", case.layout), ("decode", case.decode_layout))
+    return True, any(lay.attention == "dp" and (_num(row, f"{r}_attention_dp_size") or 1) == 1 for r, lay in roles)
 
 
 def _measurement(row: dict, case: Case) -> tuple:

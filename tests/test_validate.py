@@ -157,6 +157,8 @@ def test_inferencex_runs_take_their_launch_scripts_token_budget(frame):
     assert load_engine("sglang").chunked_prefill_tokens == load_engine("vllm").chunked_prefill_tokens == 8192
     assert frame.attrs["recipe_budget"] == 3  # rows 2, 6, 18 (1, 9, 11: test_agg_predictions_are_the_serving_model)
     assert frame.attrs["recipe_kv_dtype"] == 3  # rows 2, 4, 18 (--kv-cache-dtype fp8; 6: DeepSeek H200 keeps bf16)
+    # row 8, the one disaggregated row without worker counts: its recipe's 1P6D, DP attention both roles
+    assert (frame.attrs["recipe_workers"], frame.attrs["recipe_dp_attention"]) == (1, 1)
     budgets = {(r.system, r.model_id, r.engine, r.tp, r.version, r.precision): r.budget(1024) for r in RECIPES
                if r.budget(1024) is not None}
     assert budgets == {("h200_sxm", "deepseek-v3", "sglang", None, None, None): 32768,
@@ -227,19 +229,23 @@ def test_disagg_prediction_is_prefill_and_decode_workers(frame):
 def test_disagg_inferencex_rows_take_their_recipes_workers(frame, tmp_path):
     """Row 8, an InferenceX DeepSeek-R1 run on H200 (1K/1K, c = 1,024, prefill and decode TP8 x EP8)
     that gives no worker counts: InferenceX's config of its date runs that layout as 1 prefill and 6
-    decode workers (validate.DISAGG_RECIPES, STP and MTP alike), and it is predicted so, not as one
-    decode worker. At 8K/1K, c = 16 the config runs 1P6D and 1P3D: the row is left out, saying so;
-    a concurrency no recipe runs (c = 2,048 at 8K/1K) keeps the row's own (none: one per role)."""
+    decode workers with DP attention (validate.DISAGG_RECIPES, STP and MTP alike; the CSV's row
+    reads attention TP8), and it is predicted so, not as one TP decode worker. At 8K/1K, c = 16
+    the config runs 1P6D and 1P3D: the row is left out, saying so; a concurrency no recipe runs
+    (c = 2,048 at 8K/1K) keeps the row's own (none: one per role)."""
     model = load_model("deepseek-v3")
     eng = _engine("sglang", "0.5.8.post1")
-    pre, dec = (instance("h200", 8, layout=Layout(8, "tp", "ep"), engine=eng) for _ in range(2))
+    pre, dec = (instance("h200", 8, layout=Layout(8, "dp", "ep"), engine=eng) for _ in range(2))
     row = frame.iloc[8]
     assert (row["isl"], row["osl"], row["concurrency"], row["status"]) == (1024, 1024, 1024, "ok")
     six = disaggregated_closed_loop(model, pre, 1, dec, 6, 1024, 1024, 1024)
     assert row["ttft_ms_predicted"] == pytest.approx(six.ttft_s * 1e3, rel=1e-12)
     assert row["tpot_ms_predicted"] == pytest.approx(six.tpot_s * 1e3, rel=1e-12)
-    one = disaggregated_closed_loop(model, pre, 1, dec, 1, 1024, 1024, 1024)
-    assert one.tpot_s > 1.2 * six.tpot_s  # six decode workers hold a sixth of the batch each
+    tp_pre, tp_dec = (instance("h200", 8, layout=Layout(8, "tp", "ep"), engine=eng) for _ in range(2))
+    tp_six = disaggregated_closed_loop(model, tp_pre, 1, tp_dec, 6, 1024, 1024, 1024)
+    assert abs(tp_six.ttft_s / six.ttft_s - 1) > 0.1  # the attention layout matters here
+    one = disaggregated_closed_loop(model, tp_pre, 1, tp_dec, 1, 1024, 1024, 1024)
+    assert one.tpot_s > 1.2 * tp_six.tpot_s  # six decode workers hold a sixth of the batch each
     src = pd.read_csv(ROWS).iloc[[8]]
     variants = pd.concat([src.assign(isl=8192, prefill_moe_ep_size=1, decode_moe_ep_size=1, prefill_moe_tp_size=8,
                                      decode_moe_tp_size=8, silicon_ttft_ms=900.0,
@@ -260,12 +266,69 @@ def test_disagg_inferencex_rows_take_their_recipes_workers(frame, tmp_path):
     assert got.iloc[1]["tpot_ms_predicted"] == pytest.approx(lone.tpot_s * 1e3, rel=1e-12)
 
 
+@pytest.mark.parametrize(("measured", "expected"), [
+    ("2026-02-06T12:00:00Z", (1, "ok")),  # before B200's first disaggregated config: the row's own
+    ("2026-02-07T07:09:01Z", (3, "ok")),  # STP 1P3D only; the MTP key arrives 2026-02-10
+    ("2026-02-07T00:00:00.000Z", (3, "ok")),  # a date-only record: the config of any time that day
+    ("2026-02-13T19:05:38Z", (None, "recipe ambiguous: 1P1D or 1P3D")),  # MTP runs c = 64 as 1P1D
+])
+def test_disagg_recipes_are_those_in_force_when_the_row_was_measured(tmp_path, measured, expected):
+    """Row 8 as a B200 run at 1K/1K, c = 64 (TP8 x EP8 both roles), measured at four times: it
+    takes the recipes of the config versions in force then (validate.DISAGG_RECIPES' since/until)."""
+    src = pd.read_csv(ROWS).iloc[[8]]
+    src = src.assign(system="b200_sxm", silicon_data_source=src.silicon_data_source.str.replace(
+        "silicon_concurrency=1024", "silicon_concurrency=64").str.replace("2026-02-07T22:52:25Z", measured))
+    src.to_csv(tmp_path / "b.csv", index=False)
+    got = validate_silicon(tmp_path / "b.csv").iloc[0]
+    n_decode, status = expected
+    assert got["status"] == status
+    if n_decode is not None:
+        eng = _engine("sglang", "0.5.8.post1")
+        pre, dec = (instance("b200", 8, layout=Layout(8, "tp", "ep"), engine=eng) for _ in range(2))
+        point = disaggregated_closed_loop(load_model("deepseek-v3"), pre, 1, dec, n_decode, 1024, 1024, 64)
+        assert got["tpot_ms_predicted"] == pytest.approx(point.tpot_s * 1e3, rel=1e-12)
+
+
 @pytest.fixture(scope="module")
 def disagg():
     model = load_model("deepseek-v3")
     pre = instance("h200", 8, layout=Layout(8), engine="sglang")
     dec = instance("h200", 8, layout=Layout(8, "dp", "ep"), engine="sglang")
     return model, pre, dec
+
+
+def test_a_busy_attention_dp_prefill_shares_its_moe_over_every_rank():
+    """Every rank of a DP8 worker prefilling 1,024 tokens at once (``every_rank``): attention is one
+    rank's 1,024 tokens, as a lone prefill's; the MoE runs all ranks' 8,192, as a lone 8,192-token
+    prefill's MoE on the same worker. Under attention TP it changes nothing."""
+    model = load_model("deepseek-v3")
+    dp = instance("h200", 8, layout=Layout(8, "dp", "ep"), engine="sglang")
+    busy = prefill_latency(model, dp, 1024, every_rank=True)
+    lone, wide = prefill_latency(model, dp, 1024), prefill_latency(model, dp, 8192)
+    assert busy.ops["moe.experts"] == pytest.approx(wide.ops["moe.experts"], rel=1e-12)
+    assert busy.ops["mla.mla"] == pytest.approx(lone.ops["mla.mla"], rel=1e-12)
+    assert busy.ops["moe.experts"] > 2 * lone.ops["moe.experts"]
+    tp = instance("h200", 8, layout=Layout(8, "tp", "ep"), engine="sglang")
+    assert prefill_latency(model, tp, 1024, every_rank=True).total_s == prefill_latency(model, tp, 1024).total_s
+
+
+def test_an_attention_dp_prefill_rank_chunks_at_its_share_of_the_budget():
+    """SGLang divides the step budget among DP-attention ranks (server_args: chunked_prefill_size //
+    dp_size): one 8K prompt alone on a DP8 prefill worker runs in 1,024-token chunks, as on a
+    worker launched with that budget undivided; vLLM's ranks keep 8,192 each."""
+    model = load_model("deepseek-v3")
+    dec = instance("h200", 8, layout=Layout(8, "tp", "ep"), engine="sglang")
+
+    def ttft(eng) -> float:
+        pre = instance("h200", 8, layout=Layout(8, "dp", "ep"), engine=eng)
+        return disaggregated_closed_loop(model, pre, 1, dec, 1, 8192, 64, 1).ttft_s
+
+    for eid, chunk in (("sglang", 1024), ("vllm", 8192)):
+        eng = load_engine(eid)
+        undivided = eng.model_copy(update={"dp_attention_divides_budget": False})
+        assert ttft(eng) == pytest.approx(ttft(undivided.with_chunked_prefill(chunk)), rel=1e-12)
+    sglang = load_engine("sglang")
+    assert ttft(sglang) > 1.01 * ttft(sglang.model_copy(update={"dp_attention_divides_budget": False}))
 
 
 def test_disagg_one_client_is_prefill_transfer_decode(disagg):

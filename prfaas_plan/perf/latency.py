@@ -56,12 +56,14 @@ def _kv_dtype(settings: CacheSettings | None) -> str:
     return settings.kv_dtype if settings is not None else "bf16"
 
 
-def prefill_latency(model: ModelSpec, inst: Instance, tokens, settings: CacheSettings | None = None) -> OpBreakdown:
+def prefill_latency(model: ModelSpec, inst: Instance, tokens, settings: CacheSettings | None = None,
+                    every_rank: bool = False) -> OpBreakdown:
     """The kernel model's prefill latency of one request of ``tokens`` tokens on ``inst``, with
-    its parts per op family and the source of every op's time."""
+    its parts per op family and the source of every op's time; ``every_rank``: with every
+    attention-DP rank prefilling such a request at once (the shared MoE sees all of them)."""
     l = check_tokens(model, tokens)
     instance_layout(model, inst)
-    return prefill_ops(model, inst, l, inst.engine_profile, _kv_dtype(settings))
+    return prefill_ops(model, inst, l, inst.engine_profile, _kv_dtype(settings), every_rank)
 
 
 def prefill_time_s(model: ModelSpec, inst: Instance, tokens, profile: MeasuredProfile | None = None,

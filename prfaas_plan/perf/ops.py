@@ -36,13 +36,21 @@ from prfaas_plan.vocab import GemmDtype, MoeRouting
 class Work:
     """What one forward pass processes: ``tokens`` new tokens in all (an array of prefill
     lengths, or a decode batch), ``batch`` requests, ``context_tokens`` of cache each attends to,
-    split over ``attn_dp`` attention data-parallel ranks."""
+    split over ``attn_dp`` attention data-parallel ranks. A prefill runs on one rank; with
+    ``every_rank`` every rank carries ``tokens`` of prompt at once (a busy attention-DP prefill
+    worker), so the ops shared across ranks (MoE, all-token GEMMs) see ``attn_dp`` times as many."""
 
     phase: str
     tokens: np.ndarray
     batch: int
     context_tokens: np.ndarray
     attn_dp: int
+    every_rank: bool = False
+
+    @property
+    def shared_tokens(self) -> np.ndarray:
+        """Tokens the ops over every rank's tokens (MoE, ``all``-scope GEMMs) process."""
+        return self.tokens * self.attn_dp if self.every_rank and self.phase == "prefill" else self.tokens
 
     @property
     def rank_tokens(self) -> np.ndarray:
@@ -71,7 +79,7 @@ class Gemm:
     family: str = "gemm"
 
     def time(self, t: KernelTables, w: Work) -> OpTime:
-        m = {"attention": w.rank_tokens, "all": w.tokens}.get(self.scope, np.asarray(float(w.rank_batch)))
+        m = {"attention": w.rank_tokens, "all": w.shared_tokens}.get(self.scope, np.asarray(float(w.rank_batch)))
         return t.gemm(m, self.n, self.k, self.dtype)
 
 
@@ -91,8 +99,8 @@ class MoE:
     family: str = "moe"
 
     def time(self, t: KernelTables, w: Work) -> OpTime:
-        return t.moe(w.tokens, self.hidden, self.inter, self.topk, self.experts, self.moe_tp, self.moe_ep, self.dtype,
-                     self.routing)
+        return t.moe(w.shared_tokens, self.hidden, self.inter, self.topk, self.experts, self.moe_tp, self.moe_ep,
+                     self.dtype, self.routing)
 
 
 @dataclass(frozen=True)
@@ -324,7 +332,7 @@ def _timed(op: Op, tables: KernelTables, work: Work, gemm_chunks: Chunks | None)
 
 def _with_tokens(work: Work, tokens) -> Work:
     t = np.asarray(tokens, dtype=float)
-    return Work(work.phase, t, work.batch, t, work.attn_dp)
+    return Work(work.phase, t, work.batch, t, work.attn_dp, work.every_rank)
 
 
 @dataclass(frozen=True)
@@ -345,13 +353,15 @@ class Chunks:
         return cls(_with_tokens(work, size), _with_tokens(work, np.maximum(rest, 1.0)), full, rest > 0)
 
 
-def prefill_ops(model: ModelSpec, inst: Instance, tokens, engine: EngineProfile, kv_dtype: str = "bf16") -> OpBreakdown:
+def prefill_ops(model: ModelSpec, inst: Instance, tokens, engine: EngineProfile, kv_dtype: str = "bf16",
+                every_rank: bool = False) -> OpBreakdown:
     """Prefill latency of one request of ``tokens`` tokens (array or scalar) on ``inst``: the
     kernels of every layer, the engine's launch time per layer and per-chunk step overhead, and
-    its request overhead."""
+    its request overhead. ``every_rank``: each attention-DP rank prefills such a request at once
+    (:class:`Work`)."""
     l = np.asarray(tokens, dtype=float)
     size = float(engine.chunked_prefill_tokens_on(inst.gpu))
-    work = Work("prefill", l, 1, l, inst.parallel.attn_dp)
+    work = Work("prefill", l, 1, l, inst.parallel.attn_dp, every_rank)
     b = _run(model, inst, engine, work, kv_dtype, Chunks.of(work, size) if np.any(l > size) else None)
     n_chunks = np.ceil(l / size)
     fam = {**b.families, "overhead": engine.request_overhead_s + n_chunks * engine.step_overhead_s}
