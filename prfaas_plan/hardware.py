@@ -23,7 +23,7 @@ from prfaas_plan.engine import EngineProfile, default_engine, load_engine
 from prfaas_plan.errors import InvalidInput
 from prfaas_plan.layout import Layout
 from prfaas_plan.model.arch import Source
-from prfaas_plan.units import GB_BYTES, GIB_BYTES, TB_BYTES
+from prfaas_plan.units import BITS_PER_BYTE, GB_BYTES, GBPS_BITS_PER_S, GIB_BYTES, TB_BYTES
 
 
 class Efficiency(BaseModel):
@@ -56,6 +56,9 @@ class GPU(BaseModel):
     memory_tb_per_s: PositiveFloat
     scaleup_gb_per_s: PositiveFloat = Field(description="NVLink-class bandwidth per GPU per direction, GB/s")
     nic_gbps: PositiveFloat = Field(description="scale-out NIC bandwidth per GPU, Gbps")
+    gpus_per_node: PositiveInt | None = Field(
+        default=None, description="GPUs of one server sharing its scale-up link (an HGX board: 8); a collective over "
+                                  "more crosses the NICs (None: any count is one scale-up domain)")
     tdp_w: PositiveFloat
     arch: Literal["ampere", "ada", "hopper", "blackwell", "cdna3"] | None = Field(
         default=None, description="micro-architecture; kernels carry over best within one (perf.transfer)")
@@ -85,6 +88,11 @@ class GPU(BaseModel):
     @property
     def scaleup_bytes_per_s(self) -> float:
         return self.scaleup_gb_per_s * GB_BYTES
+
+    @property
+    def nic_bytes_per_s(self) -> float:
+        """Scale-out NIC bandwidth per GPU, bytes/s."""
+        return self.nic_gbps * GBPS_BITS_PER_S / BITS_PER_BYTE
 
 
 MAX_INSTANCE_GPUS = 1024

@@ -886,7 +886,7 @@ class _DisaggLoop:
         k = max(budget // isl, 1)
         t_full = t_p if n == 1 and k == 1 else \
             float(prefill_latency(model, prefill_inst, budget if k > 1 else isl, settings, every_rank=True).total_s)
-        nic = min(prefill_inst.gpu.nic_gbps, decode_inst.gpu.nic_gbps) * 1e9 / 8.0
+        nic = min(prefill_inst.gpu.nic_bytes_per_s, decode_inst.gpu.nic_bytes_per_s)
         transfer = per_gpu_kv_bytes(model, isl, instance_layout(model, prefill_inst), settings) / nic
         free = free_cache_bytes_per_gpu(model, decode_inst)
         fit = requests_per_instance_memory(model, instance_layout(model, decode_inst), isl + osl, free, settings)

@@ -75,6 +75,32 @@ def test_attention_and_comm_grid_points_reproduce_the_committed_rows(h200):
     assert isinstance(t.latency_s, np.ndarray)
 
 
+def test_an_all_reduce_over_two_nodes_adds_the_network_to_one_nodes(h200):
+    """TP16 on 8-GPU H200 boards: the 8-GPU table's all-reduce, then each GPU's eighth of the
+    message all-reduced with its peer on the other node over its 400 Gb/s NIC, along NCCL's tree:
+    2 network hops of 5.0 us (NCCL's tuning model) and a 2-node ring's half of the eighth."""
+    assert h200.gpu.gpus_per_node == 8 and h200.gpu.nic_gbps == 400
+    for message in (16 * 7168 * 2, 8192 * 7168 * 2):  # a decode step's and a prefill chunk's hidden states
+        node = float(h200.all_reduce(message, 8).latency_s)
+        two = h200.all_reduce(message, 16)
+        network = 2 * 5.0e-6 + 2 * (2 - 1) / 2 * (message / 8) / (400e9 / 8)
+        assert float(two.latency_s) == pytest.approx(node + network, rel=1e-12)
+        assert "2 nodes over the NIC" in two.source
+    four = float(h200.all_reduce(16 * 7168 * 2, 32).latency_s)  # 4 nodes: 4 hops, 3/4 of the eighth
+    assert four == pytest.approx(float(h200.all_reduce(16 * 7168 * 2, 8).latency_s) + 4 * 5.0e-6
+                                 + 2 * 3 / 4 * (16 * 7168 * 2 / 8) / 50e9, rel=1e-12)
+    # a GPU entry that states no node size keeps every count in one scale-up domain (the table's nearest)
+    flat = kernel_tables(h200.gpu.model_copy(update={"gpus_per_node": None}), "sglang").all_reduce(16 * 7168 * 2, 16)
+    assert "NIC" not in flat.source and flat.latency_s < h200.all_reduce(16 * 7168 * 2, 16).latency_s
+
+
+def test_every_bundled_gpu_states_its_node_size():
+    from prfaas_plan.hardware import list_gpus
+
+    assert {g.id: g.gpus_per_node for g in list_gpus()} == dict.fromkeys(
+        ("a100-80g", "b200", "h100", "h20", "h200", "l40s", "mi300x"), 8)
+
+
 @pytest.mark.skipif(not WHEEL_DIR.is_dir(), reason="needs the unpacked aiconfigurator-core wheel")
 def test_lookup_returns_the_raw_wheel_measurement(h200):
     import pandas as pd

@@ -171,6 +171,24 @@ def all_reduce_cost(message_bytes, gpus):
     return 0.0, 2 * (gpus - 1) / gpus * np.asarray(message_bytes, dtype=float), "link"
 
 
+NET_HOP_LATENCY_S = 5.0e-6
+"""Latency of one network hop of NCCL's tree all-reduce with its low-latency protocol, the one it
+picks for decode-sized messages: ``hwLat[NET][Tree][LL]`` = 5.0 us in NCCL's tuning model
+(https://github.com/NVIDIA/nccl/blob/b6475625fbcaa2c3c0e50eed2fa1255d7514d4a2/src/graph/tuning.cc),
+which charges a tree all-reduce ``2 log2(nodes)`` of them beyond its intra-node hops."""
+
+
+def inter_node_all_reduce_s(message_bytes, nodes: int, gpu: GPU):
+    """Seconds an all-reduce over ``nodes`` nodes adds to one node's, hierarchically as NCCL runs
+    it: within each node the GPUs reduce-scatter and finally all-gather (one node's all-reduce),
+    and in between each GPU all-reduces its ``1 / gpus_per_node`` share with its peers on the other
+    nodes over its own NIC: ``2 ceil(log2 nodes)`` network hops (:data:`NET_HOP_LATENCY_S`) plus a
+    ring's ``2 (nodes - 1) / nodes`` of the share at ``gpu.nic_bytes_per_s``."""
+    share = np.asarray(message_bytes, dtype=float) / (gpu.gpus_per_node or 1)
+    hops = 2 * math.ceil(math.log2(nodes))
+    return hops * NET_HOP_LATENCY_S + 2 * (nodes - 1) / nodes * share / gpu.nic_bytes_per_s
+
+
 def all_to_all_cost(tokens, hidden, topk, ep):
     """MoE dispatch (fp8) + combine (bf16) per rank: ``tokens * topk * hidden`` elements each way,
     the (ep - 1) / ep of them that leave the GPU."""
@@ -746,9 +764,17 @@ class KernelTables:
         return source if kind != "lightning" else OpTime(source.latency_s, f"{source.source}; gdn table stands in for lightning")
 
     def all_reduce(self, message_bytes, gpus: int) -> OpTime:
-        """All-reduce of a bf16 message of ``message_bytes`` over ``gpus`` GPUs (0 s on one GPU)."""
+        """All-reduce of a bf16 message of ``message_bytes`` over ``gpus`` GPUs (0 s on one GPU). Over
+        more GPUs than a node holds (``gpu.gpus_per_node``) it is the node's all-reduce plus
+        :func:`inter_node_all_reduce_s` (the tables measure one node)."""
         if gpus <= 1:
             return OpTime(_value(np.zeros(np.shape(message_bytes)), np.ndim(message_bytes) == 0), "one GPU: no all-reduce")
+        per_node = self.gpu.gpus_per_node
+        if per_node is not None and gpus > per_node:
+            node = self.all_reduce(message_bytes, per_node)
+            nodes = math.ceil(gpus / per_node)
+            return OpTime(node.latency_s + inter_node_all_reduce_s(message_bytes, nodes, self.gpu),
+                          f"{node.source}; + {nodes} nodes over the NIC (NCCL tree latency, ring bandwidth)")
         return self._op("all_reduce", {}, {"gpus": gpus}, {"message_bytes": message_bytes},
                         lambda message_bytes: all_reduce_cost(message_bytes, gpus))
 
