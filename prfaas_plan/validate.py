@@ -121,8 +121,8 @@ missing ones) run the profile's own kernel_version, the newest tables collected.
 CONCURRENCY = re.compile(r"silicon_concurrency=(-?\d+)")
 
 MEASURED = re.compile(r"(?:^|; )measured=([^;]+)")
-"""When a row's run was measured (InferenceX: the workflow's start, a second or so after the config
-commit that triggered it; ``T00:00:00.000Z`` where the record keeps only the date)."""
+"""When a row's run was measured (InferenceX: the workflow's start, 3-4 s after the config commit
+that triggered it; ``T00:00:00.000Z`` where the record keeps only the date)."""
 INFERENCEX_SOURCE = re.compile(r"^(source_file=\d{4}-\d{2}-\d{2}\.csv|db-dump/\d{4}-\d{2}-\d{2});")
 """A ``silicon_data_source`` of an InferenceX run: its dated result files or its database dump
 (their fields ``measured=``, ``image=``/``wip=``/``workflow_run_id=`` are InferenceX's run records)."""
@@ -333,8 +333,8 @@ workers of 8 GPUs, by ISL and concurrency), H100 from 2026-02-10 (TP16 workers),
 the worker counts, and its ``source_file`` rows drop ``dp-attn`` (the same runs in NVIDIA's database
 dump read attention DP 8 where the recipe sets it). A row takes the workers and attention layout of
 the recipes that fit it (:meth:`DisaggRecipe.fits` at its ``measured=`` time: each exact stamp
-falls 3-4 s after a config commit, the run it started; a date-only stamp, its whole day) where they agree, and
-is left out (:data:`AMBIGUOUS_RECIPE`) where they do not: a row does not say which of the splits
+falls 3-4 s after a config commit, the run it started; a date-only stamp, its whole day) where
+they agree, and is left out (:data:`AMBIGUOUS_RECIPE`) where they do not: a row does not say which of the splits
 the config runs at its concurrency (STP or MTP among them) it measured. Whether a run decoded with
 MTP is not in the CSV either: every row is predicted without speculative decoding (H100's recipes
 are all MTP from 2026-02-13)."""
@@ -547,13 +547,13 @@ def _map_row(row: dict, models: dict, strict: bool = False, moe_routing: str = "
     case = Case(model_id, dtypes, gpu_id, engine, version, layout, decode, int(row["isl"]), int(row["osl"]),
                 concurrency, batch, *(int(w) if w else None for w in workers), run=_protocol(row),
                 moe_routing=moe_routing)
-    return _with_recipe_workers(row, case) if disagg and case.decode_workers is None else case
+    return _with_recipe_workers(row, case, model) if disagg and case.decode_workers is None else case
 
 
-def _with_recipe_workers(row: dict, case: Case) -> Case | str:
+def _with_recipe_workers(row: dict, case: Case, model: ModelSpec) -> Case | str:
     """A disaggregated InferenceX row without worker counts, with those of its recipe
-    (:data:`DISAGG_RECIPES`); :data:`AMBIGUOUS_RECIPE` when the recipes that fit it disagree;
-    unchanged when none fits (or the row is not InferenceX's)."""
+    (:data:`DISAGG_RECIPES`) and its DP attention (checked on ``model``); :data:`AMBIGUOUS_RECIPE`
+    when the recipes that fit it disagree; unchanged when none fits (or the row is not InferenceX's)."""
     if not INFERENCEX_SOURCE.match(str(row.get("silicon_data_source") or "")):
         return case
     span = _measured_span(row)
@@ -563,10 +563,13 @@ def _with_recipe_workers(row: dict, case: Case) -> Case | str:
     if not splits:
         return case
     (n_prefill, prefill_dp, n_decode, decode_dp), = splits
+    try:
+        layouts = [check_layout(model, _with_dp_attention(lay, dp))
+                   for lay, dp in ((case.layout, prefill_dp), (case.decode_layout, decode_dp))]
+    except PlanError as exc:
+        return f"{LAYOUT_REJECTED}: {exc}"
     return replace(case, prefill_workers=n_prefill, decode_workers=n_decode,
-                   decode_batch=math.ceil(case.concurrency / n_decode),
-                   layout=_with_dp_attention(case.layout, prefill_dp),
-                   decode_layout=_with_dp_attention(case.decode_layout, decode_dp))
+                   decode_batch=math.ceil(case.concurrency / n_decode), layout=layouts[0], decode_layout=layouts[1])
 
 
 def _split_name(n_prefill: int, prefill_dp: bool, n_decode: int, decode_dp: bool) -> str:
