@@ -331,6 +331,23 @@ def test_an_attention_dp_prefill_rank_chunks_at_its_share_of_the_budget():
     assert ttft(sglang) > 1.01 * ttft(sglang.model_copy(update={"dp_attention_divides_budget": False}))
 
 
+def test_an_attention_dp_prefill_worker_is_one_server_per_rank():
+    """A DP8 prefill worker at 1K prompts: 8 servers (one scheduler per rank), each serving one
+    prompt per busy forward (its 1,024-token share of SGLang's 8,192 budget, the MoE over all
+    ranks' tokens). Its utilisation is then the arrival rate times that forward over 8 (M/D/c),
+    the others' arrivals ``X (c - 1) / c`` by the closed loop."""
+    model = load_model("deepseek-v3")
+    eng = load_engine("sglang")
+    pre = instance("h200", 8, layout=Layout(8, "dp", "ep"), engine=eng)
+    dec = instance("h200", 8, layout=Layout(8, "tp", "ep"), engine=eng)
+    c = 64
+    point = disaggregated_closed_loop(model, pre, 1, dec, 4, 1024, 256, c)
+    rank = instance("h200", 8, layout=Layout(8, "dp", "ep"), engine=eng.with_chunked_prefill(1024))
+    forward_s = float(prefill_latency(model, rank, 1024, every_rank=True).total_s)
+    assert point.prefill_share == pytest.approx(point.throughput_rps * (c - 1) / c * forward_s / 8, rel=1e-9)
+    assert 0.1 < point.prefill_share < 0.9  # one server per worker would saturate it
+
+
 def test_disagg_one_client_is_prefill_transfer_decode(disagg):
     model, pre, dec = disagg
     for isl in (1024, 8192):  # a prompt below and at/above the prefill budget
