@@ -113,6 +113,10 @@ class EngineProfile(BaseModel):
     dp_attention_divides_budget: under attention data parallelism the engine divides the step
     budget among the DP ranks (SGLang: each rank takes ``budget // dp`` tokens a step); False: each
     rank keeps the whole budget (vLLM: every DP rank is an engine core with its own scheduler).
+    mixed_prefill: whether a step carries prompt chunks beside the running decodes (vLLM V1:
+    decodes first, prompts fill the budget they leave); False: a step either prefills or decodes,
+    prefill first while prompts wait (SGLang without ``--enable-mixed-chunk``), so a burst of
+    prompts is prefilled before any of them decodes.
     speculative: speculative decoding (:class:`Speculative`), or None (off); a profile that sets
     it names its acceptance's source (a ``sources`` entry covering ``speculative``).
     """
@@ -135,6 +139,7 @@ class EngineProfile(BaseModel):
     cuda_graphs: bool = True
     kv_reserve_at: KvReserveAt
     dp_attention_divides_budget: bool = False
+    mixed_prefill: bool = True
     speculative: Speculative | None = None
     provenance: str = Field(min_length=1, description="where the numbers come from, and what was fitted to what")
     sources: list[Source] = Field(min_length=1)

@@ -31,6 +31,13 @@ open loop: Poisson arrivals at ``rate``, which by PASTA see time averages):
   gives the mean step over steps (TPOT, per accepted token) and, by Little's law on the prompts
   present, a prompt's time from arrival to the end of its last chunk's step (TTFT, with the
   overhead; the step in progress is waited for with probability ``1 - exp(-rate R)``, M/G/inf).
+* Prefill-first engines (``mixed_prefill`` false in the profile: SGLang without
+  ``--enable-mixed-chunk``): a step with prompts waiting prefills them alone, with the whole
+  budget and no decode beside them, and the decodes advance only in the other steps. The same
+  forms with the prompt steps timed at decode batch 0: closed loop ``TPOT = s_0 / (1 - X_o S_p)``
+  (the decode step over the share of time the prompt steps leave), the step in progress a decode
+  step or a prompt step by their shares of time; open loop, the chain's mean step over the steps
+  without backlog (``step / P(backlog 0)``).
 * Memory: vLLM and SGLang allocate KV pages on demand (:data:`~prfaas_plan.perf.latency.ON_DEMAND_KV_ENGINES`,
   sources there): a running request holds its prompt and the tokens generated so far, so the pool
   (:func:`~prfaas_plan.perf.latency.free_cache_bytes_per_gpu`) holds the running requests'
@@ -107,6 +114,10 @@ if TYPE_CHECKING:
 TOLERANCE = 1e-12
 """Relative change of TTFT and TPOT below which the fixed-point iteration stops."""
 MAX_ROUNDS = 2000
+PREFILL_FIRST_FLOOR = 1e-6
+"""Least share of time a prefill-first engine's decodes are taken to get in a closed-loop round
+(a round whose prompt steps would fill the time: the fixed point's next round, at the lower
+rate its long TPOT gives, pulls back)."""
 CHAIN_QUANTUM_TOKENS = 256
 """Largest backlog unit of the open loop's step chain (tokens): a prompt is ``ceil(isl / 256)`` units."""
 CHAIN_TAIL = 1e-12
@@ -250,6 +261,12 @@ class StepTable:
     request_s: float
     held_tokens: float
 
+    @property
+    def mixed(self) -> bool:
+        """Whether prompt chunks ride in the decodes' steps (the profile's ``mixed_prefill``); else a
+        step with prompts waiting prefills them alone (prefill first)."""
+        return self.case.inst.engine_profile.mixed_prefill
+
     def times(self, b: int) -> StepTimes:
         """The steps beside an integer decode batch ``b`` (cached per content of the case)."""
         return _point_times(self.case, self.isl, self.osl, int(b))
@@ -364,18 +381,26 @@ def _solve(t: StepTable, isl: int, osl: int, clients: float | None, rate: float 
         others = (clients - 1) * d / r
         x_o = x * (clients - 1) / clients
         busy = 1.0 if clients > 1 else 0.0  # another client's step is in progress
-        _, sp_pre, _, full_pre = t.at(others)
-        avail = max(t.budget - others * (t.k + 1), 1.0)
+        beside = others if t.mixed else 0.0  # decodes a prompt's steps carry
+        _, sp_pre, n_pre, full_pre = t.at(beside)
+        avail = max(t.budget - beside * (t.k + 1), 1.0)
         own = isl / avail * full_pre  # a prompt's share of full-budget steps: the prefill server's time
         rho = x_o * own
         s0, sp, n, full = t.at(1.0 + others)
+        if not t.mixed:
+            sp, n, full = sp_pre, n_pre, full_pre
         share = min(rho, 1.0)
         chunk_time = x_o * ((1.0 - share) * sp + share * own)  # fraction of engine time in chunk steps
         n_eff = (1.0 - share) * n + share * isl / avail
-        # saturated: prompts queue, every step carries the whole prefill budget
-        step = full if chunk_time >= 1.0 else 1.0 / (x_o * n_eff + (1.0 - chunk_time) / s0)
+        if t.mixed:  # saturated: prompts queue, every step carries the whole prefill budget
+            step = full if chunk_time >= 1.0 else 1.0 / (x_o * n_eff + (1.0 - chunk_time) / s0)
+            residual = step / 2.0
+        else:  # decodes advance only in the time prompt steps leave (a saturated round: the next pulls back)
+            idle = max(1.0 - chunk_time, PREFILL_FIRST_FLOOR)
+            step = s0 / idle
+            residual = (idle * s0 + (1.0 - idle) * sp / n_eff) / 2.0 if n_eff else s0 / 2.0
         queue = min(rho / (1.0 - rho) * own / 2.0 if rho < 1.0 else math.inf, (clients - 1) * sp_pre)
-        new_ttft = t.request_s + busy * step / 2.0 + queue + sp_pre
+        new_ttft = t.request_s + busy * residual + queue + sp_pre
         new_tpot = step / accepted
         if not math.isfinite(new_ttft):
             break
@@ -410,7 +435,7 @@ def _solve_open(t: StepTable, isl: int, osl: int, rate: float) -> dict:
         ttft, change = new, abs(new - ttft) / ttft
         if change < TOLERANCE:
             break
-    return dict(step=chain["step_s"], share=chain["share"], rho=_stable(t, rate, osl, tpot)[1],
+    return dict(step=chain["token_s"], share=chain["share"], rho=_stable(t, rate, osl, tpot)[1],
                 saturated=chain["share"] >= 1.0, ttft=ttft, tpot=tpot, converged=True)
 
 
@@ -418,7 +443,7 @@ def _excess(chains: Callable[[float], dict], t: StepTable, osl: int, rate: float
     """``g(TPOT) - TPOT`` (s): the step chain's mean step per accepted token beside the decode
     batch ``1 + rate (osl - 1) TPOT`` that a decoding request sees, less the TPOT assumed;
     ``chains(b)`` is :func:`_step_chain` at ``rate`` beside the decode batch ``b``."""
-    return chains(1.0 + rate * (osl - 1) * tpot)["step_s"] / t.accepted - tpot
+    return chains(1.0 + rate * (osl - 1) * tpot)["token_s"] / t.accepted - tpot
 
 
 def _open_bracket(chains: Callable[[float], dict], t: StepTable, osl: int,
@@ -451,7 +476,8 @@ def _stable(t: StepTable, rate: float, osl: int, tpot: float) -> tuple[bool, flo
     (full steps take more than arrive, and ``rho``, the prefill budget's utilisation with prompts
     packed into full-budget steps beside ``rate D`` decodes, is below 1), and ``rho``."""
     others = rate * (osl - 1) * tpot
-    rho = rate * t.isl / max(t.budget - others * (t.k + 1), 1.0) * t.at(others).full_s
+    beside = others if t.mixed else 0.0  # decodes a prompt's steps carry
+    rho = rate * t.isl / max(t.budget - beside * (t.k + 1), 1.0) * t.at(beside).full_s
     m, a, s_c = _chain_steps(t, 1.0 + others)
     return bool(rho < 1.0 and m * rate * s_c[a] < a), float(rho)
 
@@ -460,10 +486,12 @@ def _chain_steps(t: StepTable, b: float) -> tuple[int, int, np.ndarray]:
     """The step chain's units per prompt ``m`` (:data:`CHAIN_QUANTUM_TOKENS`), units a step takes
     ``a`` beside a decode batch ``b`` (the budget it leaves, rounded to a unit), and the step
     times ``s(c)`` for ``c = 0 .. a`` units (s): a pure decode step at 0, else a step of one chunk of
-    ``c isl / m`` tokens at prefix 0 (:func:`_chunk_steps`)."""
+    ``c isl / m`` tokens at prefix 0 (:func:`_chunk_steps`) beside the ``b`` decodes, or beside none
+    on a prefill-first engine (its prompt steps carry no decode and have the whole budget)."""
     m = max(1, math.ceil(t.isl / CHAIN_QUANTUM_TOKENS))
-    a = max(1, round(max(t.budget - b * (t.k + 1), 1.0) * m / t.isl))
-    return m, a, np.concatenate([[t.at(b).decode_s], _chunk_steps(t, b, m, a)])
+    beside = b if t.mixed else 0.0
+    a = max(1, round(max(t.budget - beside * (t.k + 1), 1.0) * m / t.isl))
+    return m, a, np.concatenate([[t.at(b).decode_s], _chunk_steps(t, beside, m, a)])
 
 
 def _step_chain(t: StepTable, rate: float, b: float) -> dict:
@@ -478,7 +506,9 @@ def _step_chain(t: StepTable, rate: float, b: float) -> dict:
     mean excess over ``a``, ``E[(X - a)+] = (m^2 E[N^2] - E[C^2]) / 2 (a - m E[N | full])`` with
     ``C`` the units a step takes and ``N`` its arrivals, from ``E[X'^2] = E[X^2]``, exact for the
     untruncated chain, replaces the truncated one's). Returns the mean step over steps
-    ``step_s``, the mean residual of the step in progress at a random time ``residual_s = E[s^2] /
+    ``step_s``, the time per step that advances the decodes ``token_s`` (``step_s``, every step
+    doing so, but on a prefill-first engine, whose decodes advance only in the steps with no
+    backlog: ``step_s / P(backlog 0)``), the mean residual of the step in progress at a random time ``residual_s = E[s^2] /
     2 E[s]``, a prompt's mean time from the next step's start to the end of its last chunk's step
     ``prefill_s`` (Little: the prompts present in steps, ``ceil(units / m)`` at a step's start, per
     arrival rate), and ``share``, the fraction of time in steps carrying a chunk. Seconds."""
@@ -506,7 +536,8 @@ def _step_chain(t: StepTable, rate: float, b: float) -> dict:
     p_c = np.bincount(c, weights=pi, minlength=a + 1)  # the units a step takes
     excess = (m * m * float(p_c @ (lam_c + lam_c ** 2)) - float(p_c @ np.arange(a + 1) ** 2)) / (2.0 * (a - m * full))
     waiting = float(pi @ (s * np.ceil(j / m))) + s_c[a] * (excess - float(pi @ np.maximum(j - a, 0))) / m
-    return dict(step_s=step, residual_s=float(pi @ s ** 2) / (2.0 * step), prefill_s=waiting / (rate * step),
+    return dict(step_s=step, token_s=step if t.mixed else step / float(pi[0]),
+                residual_s=float(pi @ s ** 2) / (2.0 * step), prefill_s=waiting / (rate * step),
                 share=float(pi[1:] @ s[1:]) / step)
 
 
@@ -602,10 +633,16 @@ class BenchmarkRun:
     InferenceX (https://github.com/SemiAnalysisAI/InferenceX, benchmarks/benchmark_lib.sh
     ``run_benchmark_serving``; ``--num-prompts $((CONC * 10))`` in its per-model scripts;
     ``RANDOM_RANGE_RATIO: 0.8`` in .github/workflows/benchmark-tmpl.yml): ``BenchmarkRun(10, 0.8)``.
+
+    ``warmup_per_client``: requests per client sent first and not measured (aiperf's
+    ``--warmup-request-count``, as a multiple of ``c``); the burst is then one of them, and the
+    measured requests see the steady state, but where every wave repeats the first (fixed lengths
+    on a prefill-first engine: :func:`colocated_benchmark`).
     """
 
     prompts_per_client: int = 10
     range_ratio: float = 1.0
+    warmup_per_client: int = 0
 
     def __post_init__(self) -> None:
         n = self.prompts_per_client
@@ -614,6 +651,9 @@ class BenchmarkRun:
         r = self.range_ratio
         if isinstance(r, bool) or not isinstance(r, int | float) or not 0.0 <= r <= 1.0:
             raise InvalidInput(f"run.range_ratio: must be a number in [0, 1], got {r!r}")
+        w = self.warmup_per_client
+        if isinstance(w, bool) or not isinstance(w, int | np.integer) or w < 0:
+            raise InvalidInput(f"run.warmup_per_client: must be a whole number >= 0, got {w!r}")
 
     def mean_tokens(self, nominal_tokens: int) -> int:
         """The mean of the uniform whole lengths in ``[int(range_ratio L), L]``, rounded half up, at least 1."""
@@ -624,12 +664,21 @@ class BenchmarkRun:
 def colocated_benchmark(model: ModelSpec, inst: Instance, isl_tokens: int, osl_tokens: int, concurrency: int,
                         run: BenchmarkRun = BenchmarkRun(), settings: CacheSettings | None = None,
                         spec: SpecDecode | None = None) -> ServingPoint:
-    """The mean TTFT and TPOT over all requests of a finite benchmark ``run`` (:class:`BenchmarkRun`)
-    of ``concurrency`` clients: the first wave, ``w = min(c, fit)`` requests sent together
-    (:func:`_first_wave`), and the other ``prompts_per_client c - w`` at the steady state of
-    :func:`colocated_closed_loop`, every request weighted alike (the benchmark's mean over its
-    requests); lengths at the run's means (:meth:`BenchmarkRun.mean_tokens`). The other fields
-    (step, shares, batch, throughput) are the steady state's."""
+    """The mean TTFT and TPOT over the measured requests of a finite benchmark ``run``
+    (:class:`BenchmarkRun`) of ``concurrency`` clients; lengths at the run's means
+    (:meth:`BenchmarkRun.mean_tokens`).
+
+    * In general: the first wave, ``w = min(c, fit)`` requests sent together (:func:`_first_wave`),
+      and the other ``prompts_per_client c - w`` at the steady state of :func:`colocated_closed_loop`,
+      every request weighted alike (the benchmark's mean over its requests); the first wave is not
+      measured after a warm-up (``warmup_per_client`` >= 1). The other fields (step, shares,
+      batch, throughput) are the steady state's.
+    * Lockstep: fixed lengths (``range_ratio`` 1) on a prefill-first engine (``mixed_prefill``
+      false) with every client running (``w = c``): the wave's prompts are all prefilled before
+      any decodes, so they decode together, end in the same step and send the next wave together;
+      every wave, warm-up or measured, is the first. TTFT and TPOT are its means; throughput is
+      ``c`` per wave period (the request overhead, the burst's steps and the decode steps), the
+      batch and shares over that period."""
     _check(isl_tokens, osl_tokens)
     if not isinstance(run, BenchmarkRun):
         raise InvalidInput("run: give a BenchmarkRun")
@@ -638,11 +687,32 @@ def colocated_benchmark(model: ModelSpec, inst: Instance, isl_tokens: int, osl_t
     t = step_table(model, with_spec(inst, spec), isl, osl, settings)
     wave = min(int(concurrency), t.fit)
     ttft_s, tpot_s = _first_wave(t, wave, steady.tpot_s)
+    if run.range_ratio == 1.0 and not inst.engine_profile.mixed_prefill and wave == concurrency and osl > 1:
+        return _lockstep(t, wave, ttft_s, tpot_s)
     n = run.prompts_per_client * int(concurrency)
+    first = 0 if run.warmup_per_client else wave  # first-wave requests measured
     note = (f"benchmark run: {run.prompts_per_client} requests per client from a burst start; first wave of "
-            f"{wave}: mean TTFT {ttft_s.mean() * 1e3:.4g} ms, TPOT {tpot_s.mean() * 1e3:.4g} ms")
-    return replace(steady, ttft_s=float((ttft_s.sum() + (n - wave) * steady.ttft_s) / n),
-                   tpot_s=float((tpot_s.sum() + (n - wave) * steady.tpot_s) / n), notes=(*steady.notes, note))
+            f"{wave}: mean TTFT {ttft_s.mean() * 1e3:.4g} ms, TPOT {tpot_s.mean() * 1e3:.4g} ms"
+            + (f", a warm-up of {run.warmup_per_client} per client (not measured)" if run.warmup_per_client else ""))
+    weight = first / wave
+    return replace(steady, ttft_s=float((weight * ttft_s.sum() + (n - first) * steady.ttft_s) / n),
+                   tpot_s=float((weight * tpot_s.sum() + (n - first) * steady.tpot_s) / n), notes=(*steady.notes, note))
+
+
+def _lockstep(t: StepTable, wave: int, ttft_s: np.ndarray, tpot_s: np.ndarray) -> ServingPoint:
+    """The lockstep regime of :func:`colocated_benchmark`: every wave is the first, whose ``wave``
+    requests have first tokens at ``ttft_s`` and decode together ``ceil((osl - 1) / accepted)``
+    steps from the burst's last prefill step (the latest first token) on."""
+    steps = math.ceil((t.osl - 1) / t.accepted)
+    decode_s = t.at(float(wave)).decode_s
+    burst_s = float(ttft_s.max())  # the request overhead and the burst's prefill steps
+    period_s = burst_s + steps * decode_s
+    x = wave / period_s
+    note = (f"lockstep: fixed lengths on a prefill-first engine; every wave of {wave} is prefilled "
+            f"({burst_s * 1e3:.4g} ms with the request overhead) before it decodes {steps} steps together")
+    return ServingPoint(ttft_s=float(ttft_s.mean()), tpot_s=float(tpot_s.mean()), step_s=decode_s,
+                        prefill_share=(burst_s - t.request_s) / period_s, batch=wave * steps * decode_s / period_s,
+                        throughput_rps=x, output_tokens_per_s=x * t.osl, notes=(note,))
 
 
 def _first_wave(t: StepTable, wave: int, tail_tpot_s: float) -> tuple[np.ndarray, np.ndarray]:
@@ -653,11 +723,14 @@ def _first_wave(t: StepTable, wave: int, tail_tpot_s: float) -> tuple[np.ndarray
     served, a prompt's first token out at the end of the step that finishes it, its decodes from
     the next step on, ``accepted`` tokens a step. A step carrying ``b`` decodes and a full share of
     prompt tokens is the table's ``full_s`` at ``b`` (linear between grid batches); the last,
-    partial one is a step of its tokens (:meth:`StepTable.chunk_s`). Once every prompt is in,
+    partial one is a step of its tokens (:meth:`StepTable.chunk_s`). A prefill-first engine
+    (``mixed_prefill`` false) runs no decode while prompts wait: its steps are prompt tokens alone
+    and every request of the wave decodes from the step after the burst. Once every prompt is in,
     pure decode steps at batch ``wave`` run until the first request ends (no prompt arrives before:
     the clients send their next requests as theirs end); the tokens left after that run at the
     steady state's ``tail_tpot_s`` per token. With ``osl = 1`` TPOT is nan (no decode)."""
     isl, osl, per = t.isl, t.osl, t.k + 1
+    mixed = t.case.inst.engine_profile.mixed_prefill
     steps = math.ceil((osl - 1) / t.accepted)  # decode steps a request runs
     ends = [t.request_s]  # ends[m + 1]: when step m ends
     done_at: list[int] = []  # the step that finishes each prompt, in order
@@ -665,7 +738,8 @@ def _first_wave(t: StepTable, wave: int, tail_tpot_s: float) -> tuple[np.ndarray
     left = total  # prompt tokens still to prefill
     while left > 0:
         m = len(ends) - 1
-        b = len(done_at) - bisect_left(done_at, m - steps) if steps else 0  # decodes running in step m
+        # decodes running in step m; a prefill-first engine runs none while prompts wait
+        b = len(done_at) - bisect_left(done_at, m - steps) if steps and mixed else 0
         now = t.at(b)
         avail = max(t.budget - b * per, 1)
         take = min(avail, left)
@@ -678,15 +752,16 @@ def _first_wave(t: StepTable, wave: int, tail_tpot_s: float) -> tuple[np.ndarray
     if osl == 1:
         return ttft, np.full(wave, math.nan)
     last = len(ends) - 2  # the burst's last step
-    stop = max(last, done_at[0] + steps)  # the loop's last step: the first request's last, if after the burst
+    start = first if mixed else np.full(wave, last)  # each decodes from the step after ``start``
+    stop = max(last, int(start[0]) + steps)  # the loop's last step: the first request's last, if after the burst
     pure_s = t.at(float(wave)).decode_s  # a decode step beside no prompt, every request of the wave running
 
     def end_s(m: np.ndarray) -> np.ndarray:  # when step m ends
         return np.where(m <= last, ends_s[np.minimum(m, last) + 1], ends_s[last + 1] + (m - last) * pure_s)
 
-    run = np.minimum(first + steps, stop) - first  # decode steps each runs within the loop
+    run = np.minimum(start + steps, stop) - start  # decode steps each runs within the loop
     tail = np.maximum(osl - 1 - run * t.accepted, 0.0) * tail_tpot_s
-    return ttft, (end_s(first + run) - ttft + tail) / (osl - 1)
+    return ttft, (end_s(start + run) - ttft + tail) / (osl - 1)
 
 
 def colocated_open_loop(model: ModelSpec, inst: Instance, isl_tokens: int, osl_tokens: int, rate_rps: float,

@@ -43,9 +43,13 @@ The benchmark protocol of a row (:func:`_protocol`, counted in the frame's
   the recipe's DP attention, which such rows drop; where the recipes that fit it disagree, it is
   left out (:data:`AMBIGUOUS_RECIPE`); counted in ``attrs["recipe_workers"]`` and
   ``attrs["recipe_dp_attention"]``;
-* any other source (NVIDIA's ``aic-auto-gap-analysis`` files: protocol not published) and every
-  disaggregated row keep the steady state (:func:`~prfaas_plan.serving.colocated_closed_loop`,
-  :func:`~prfaas_plan.serving.disaggregated_closed_loop`).
+* NVIDIA's ``aic-auto-gap-analysis`` files (:data:`AIC_SOURCE`) do not say how they were
+  measured; they are taken as runs of AIConfigurator's own benchmark, :data:`AIC_RUN`: fixed
+  lengths, 10 requests per client after a warm-up of 2 from a burst start, predicted by
+  :func:`~prfaas_plan.serving.colocated_benchmark` (on SGLang, a prefill-first engine, every wave
+  then repeats the burst: its lockstep regime; on vLLM the measured requests see the steady state);
+* any other source and every disaggregated row keep the steady state
+  (:func:`~prfaas_plan.serving.colocated_closed_loop`, :func:`~prfaas_plan.serving.disaggregated_closed_loop`).
 
 Units: lengths in tokens, times in milliseconds where a name says ``_ms`` (the CSV's unit), errors
 in percent of the measured value (``_pct``).
@@ -96,6 +100,12 @@ MODEL_IDS = {
     "deepseek-ai/DeepSeek-V3": "deepseek-v3",
     "deepseek-ai/DeepSeek-R1": "deepseek-v3",
     "meta-llama/Llama-3.1-70B": "llama-3.1-70b",
+    "meta-llama/Llama-3.1-8B-Instruct": "llama-3.1-8b",
+    # NVIDIA's ModelOpt FP8 copy of it: per-tensor FP8 weights and activations of the linear layers
+    # in the transformer blocks, LM head bf16 (https://huggingface.co/nvidia/Llama-3.1-8B-Instruct-FP8);
+    # its rows' gemm_quant_mode fp8 is that scheme, applied to the bf16 entry's attention and FFN
+    "nvidia/Llama-3.1-8B-Instruct-FP8": "llama-3.1-8b",
+    "Qwen/Qwen3-32B": "qwen3-32b",
     # Kimi-K2.5's text model is Kimi-K2's architecture (61 MLA layers, 64 heads, 384 routed top-8
     # experts of 2048, 1 shared, first layer dense; aiconfigurator_core/model_configs/
     # moonshotai--Kimi-K2.5_config.json) with the same INT4 QAT block as K2-Thinking (routed experts
@@ -131,6 +141,20 @@ INFERENCEX_RUN = BenchmarkRun(prompts_per_client=10, range_ratio=0.8)
 """InferenceX's protocol: ``--num-prompts $((CONC * 10))``, ``--request-rate inf``,
 ``RANDOM_RANGE_RATIO: 0.8`` (https://github.com/SemiAnalysisAI/InferenceX: benchmarks/benchmark_lib.sh,
 .github/workflows/benchmark-tmpl.yml)."""
+
+AIC_SOURCE = re.compile(r"^source_file=[^;]*aic-auto-gap-analysis/")
+"""A ``silicon_data_source`` of NVIDIA's AIConfigurator gap-analysis files (``.../aic-auto-gap-analysis/data/<system>/<backend>/<version>/<model>.csv``)."""
+
+AIC_RUN = BenchmarkRun(prompts_per_client=10, range_ratio=1.0, warmup_per_client=2)
+"""AIConfigurator's own benchmark drivers, an assumption for the gap-analysis files, which name no
+protocol. Its eval runner (ai-dynamo/aiconfigurator src/aiconfigurator/eval/benchmarks/
+genai_perf_runner.py, the same from its first commit 961028348 of 2025-08-22 to its removal in
+c0c44d911 of 2026-03-03): ``genai-perf profile --concurrency c --request-count 10c
+--warmup-request-count 2c`` with ``--synthetic-input-tokens-stddev 0 --output-tokens-stddev 0``
+(fixed lengths, ``min_tokens`` = ``max_tokens`` = OSL); its later generated benchmark
+(generator/config/backend_templates/benchmark/bench_run.sh.j2 @095f58a51, from 2026-02-11) runs
+``aiperf`` alike with 20c requests. After the warm-up the count does not change a prediction
+(:func:`~prfaas_plan.serving.colocated_benchmark`)."""
 
 _IX = "https://github.com/SemiAnalysisAI/InferenceX/blob"
 RECIPE_NODE_GPUS = 8
@@ -347,7 +371,7 @@ configuration and measured TTFT and TPOT (to the file's 0.01 ms) is that Inferen
 under its protocol (:func:`_frame`; NVIDIA's ``kimi-k2.5-gap-analysis.csv`` and
 ``qwen3.5-397b-gap-analysis.csv`` collect InferenceX runs)."""
 
-PROTOCOLS = ("inferencex run", "vllm bench serve run", "steady state")
+PROTOCOLS = ("inferencex run", "vllm bench serve run", "aiconfigurator run", "steady state")
 """The names :func:`_protocol` gives, as counted in a frame's ``attrs["protocols"]``."""
 
 RUN_KEYS = ("completed", "total_input_tokens", "total_output_tokens", "mean_ttft_ms", "mean_tpot_ms", "max_concurrency")
@@ -463,7 +487,7 @@ def _layout(model: ModelSpec, row: dict, prefix: str = "") -> Layout | str:
         dp = moe_tp * moe_ep // tp
     dp = dp or 1
     gpus = tp * dp
-    if moe_tp is None and moe_ep is None:
+    if (moe_tp is None and moe_ep is None) or not moe:  # a dense model's MoE sizes say nothing (the CSV's 1 x 1)
         moe_tp, moe_ep = gpus, 1
     elif moe_tp is None:
         moe_tp = gpus // moe_ep
@@ -473,7 +497,7 @@ def _layout(model: ModelSpec, row: dict, prefix: str = "") -> Layout | str:
         return f"{UNSUPPORTED_LAYOUT}: pipeline parallel {pp}"
     if moe_tp * moe_ep != gpus or (moe_tp > 1 and moe_ep > 1):
         return f"{UNSUPPORTED_LAYOUT}: experts tp {moe_tp} x ep {moe_ep} on {gpus} GPUs"
-    experts = "ep" if moe_ep > 1 and moe else "tp"  # a dense model's "MoE" sizes are the TP group's
+    experts = "ep" if moe_ep > 1 else "tp"
     if experts == "tp" and moe and expert_tp_problem(model, moe_tp):
         experts = "ep"  # the engines refuse the labelled expert split; their fix, and so the run's: EP
     try:
@@ -498,18 +522,21 @@ def _concurrency(row: dict, strict: bool) -> int | str:
 def _protocol(row: dict) -> BenchmarkRun | None:
     """The finite run an aggregated row measured (see the module docstring), None for the steady
     state: a user's run carries its own (``run_prompts_per_client``, :func:`_run_row`); an InferenceX
-    source (:data:`INFERENCEX_SOURCE`) is :data:`INFERENCEX_RUN`; any other source, the steady state."""
+    source (:data:`INFERENCEX_SOURCE`) is :data:`INFERENCEX_RUN`, a gap-analysis file
+    (:data:`AIC_SOURCE`) :data:`AIC_RUN`; any other source, the steady state."""
     if row["mode"] == "disagg":
         return None
     per_client = row.get("run_prompts_per_client")
     if per_client is not None:
         return BenchmarkRun(int(per_client))
-    return INFERENCEX_RUN if INFERENCEX_SOURCE.match(str(row.get("silicon_data_source") or "")) else None
+    source = str(row.get("silicon_data_source") or "")
+    return INFERENCEX_RUN if INFERENCEX_SOURCE.match(source) else AIC_RUN if AIC_SOURCE.match(source) else None
 
 
 def protocol_name(run: BenchmarkRun | None) -> str:
     """The :data:`PROTOCOLS` name of a case's run."""
-    return PROTOCOLS[2] if run is None else PROTOCOLS[0] if run == INFERENCEX_RUN else PROTOCOLS[1]
+    return PROTOCOLS[3] if run is None else PROTOCOLS[0] if run == INFERENCEX_RUN else \
+        PROTOCOLS[2] if run == AIC_RUN else PROTOCOLS[1]
 
 
 def _map_row(row: dict, models: dict, strict: bool = False, moe_routing: str = "balanced") -> Case | str:
@@ -729,7 +756,7 @@ def _frame(rows: list[dict], strict: bool, moe_routing: str = "balanced") -> pd.
     for row, case in zip(rows, cases):
         got: tuple[float, float] | str | None = None
         if isinstance(case, Case):
-            twin = case.run is None and case.decode_layout is None and _measurement(row, case) in inferencex
+            twin = case.run != INFERENCEX_RUN and case.decode_layout is None and _measurement(row, case) in inferencex
             case = _as_launched(row, replace(case, run=INFERENCEX_RUN) if twin else case)
             protocols[protocol_name(case.run)] += 1
             budgets += case.token_budget is not None
@@ -961,7 +988,7 @@ def worst_rows(df: pd.DataFrame, n: int = 20) -> pd.DataFrame:
     return ok.loc[key.sort_values(ascending=False).index[:n]].reset_index(drop=True)
 
 
-__all__ = ["COLUMNS", "Case", "DISAGG_RECIPES", "DisaggRecipe", "INFERENCEX_RUN", "INFERENCEX_SOURCE", "MODEL_IDS", "PROTOCOLS", "RECIPES",
+__all__ = ["AIC_RUN", "AIC_SOURCE", "COLUMNS", "Case", "DISAGG_RECIPES", "DisaggRecipe", "INFERENCEX_RUN", "INFERENCEX_SOURCE", "MODEL_IDS", "PROTOCOLS", "RECIPES",
            "REMAPS", "REQUIRED_COLUMNS", "Recipe", "SYSTEM_GPUS", "default_csv", "errors_pct", "off_factor",
            "predict", "protocol_name", "status_counts", "summary", "system_names", "validate_runs",
            "validate_silicon", "worst_rows"]

@@ -29,6 +29,8 @@ FIXTURES = {
     "kimi-k2.json": "kimi-k2",
     "kimi-linear-48b-a3b.json": "kimi-linear-48b-a3b",
     "llama-3.3-70b.json": "llama-3.1-70b",        # Llama-3.3-70B = Llama-3.1-70B architecture
+    "llama-3.1-8b.json": "llama-3.1-8b",          # the base model's config: the Instruct model's architecture
+    "qwen3-32b.json": "qwen3-32b",
     "minimax-m2.7.json": "minimax-m2.5",          # M2.7 = M2.5 architecture (context differs)
     "qwen3-235b-a22b.json": "qwen3-235b-a22b",
     "qwen3-next-80b-a3b.json": "qwen3-next-80b-a3b",

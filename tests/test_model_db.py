@@ -14,7 +14,7 @@ MODEL_DB = Path(__file__).parent.parent / "prfaas_plan" / "data" / "model_db"
 EXPECTED_IDS = {
     "minimax-m2.5", "mimo-v2-flash", "qwen3.5-397b-a17b", "qwen3-235b-a22b", "qwen3-next-80b-a3b",
     "ring-2.5-1t", "kimi-linear-48b-a3b", "kimi-linear-1t", "deepseek-v3", "kimi-k2", "kimi-k2-thinking",
-    "llama-3.1-70b", "qwen3-235b-a22b-fp8",
+    "llama-3.1-70b", "qwen3-235b-a22b-fp8", "llama-3.1-8b", "qwen3-32b",
 }
 
 
@@ -47,6 +47,13 @@ def test_count_params_by_hand():
     # = 70,552,387,584 total.
     total, active = count_params(load_model("llama-3.1-70b"))
     assert (total, active) == (70_552_387_584, 68_451_041_280)
+    # Llama-3.1-8B: 32 x (4096 x (32 + 16) x 128 + 32 x 128 x 4096 + 3 x 4096 x 14336) = 32 x 218,103,808
+    # = 6,979,321,856 active; + 2 x 128,256 x 4096 (1,050,673,152) = 8,029,995,008 total (the
+    # checkpoint's 8,030,261,248 less its 266,240 norm weights: 65 x 4096)
+    assert count_params(load_model("llama-3.1-8b")) == (8_029_995_008, 6_979_321_856)
+    # Qwen3-32B: 64 x (5120 x (64 + 16) x 128 + 64 x 128 x 5120 + 3 x 5120 x 25600) = 64 x 487,587,840
+    # = 31,205,621,760 active (the card's "31.2B non-embedding"); + 2 x 151,936 x 5120 = 32,761,446,400
+    assert count_params(load_model("qwen3-32b")) == (32_761_446_400, 31_205_621_760)
 
 
 @pytest.fixture

@@ -24,6 +24,7 @@ from prfaas_plan.serving import (
     colocated_closed_loop,
     colocated_open_loop,
     speedup_curve,
+    step_table,
 )
 
 ISL, OSL = 1024, 1024
@@ -296,10 +297,52 @@ def test_range_ratio_runs_the_mean_lengths(minimax):
     (dict(prompts_per_client=2.5), "run.prompts_per_client"),
     (dict(range_ratio=1.5), "run.range_ratio"),
     (dict(range_ratio=-0.1), "run.range_ratio"),
+    (dict(warmup_per_client=-1), "run.warmup_per_client"),
+    (dict(warmup_per_client=1.5), "run.warmup_per_client"),
 ])
 def test_bad_benchmark_run_names_the_field(kwargs, field):
     with pytest.raises(InvalidInput, match=rf"^{field}:"):
         BenchmarkRun(**kwargs)
+
+
+def test_a_warm_up_leaves_the_measured_requests_at_the_steady_state(minimax):
+    """On a mixed engine the burst is the warm-up's: 20 per client after 2 of warm-up are the steady state."""
+    model, inst = minimax
+    steady = colocated_closed_loop(model, inst, 8192, OSL, 16)
+    got = colocated_benchmark(model, inst, 8192, OSL, 16, BenchmarkRun(20, warmup_per_client=2))
+    assert (got.ttft_s, got.tpot_s) == (steady.ttft_s, steady.tpot_s)
+    assert colocated_benchmark(model, inst, 8192, OSL, 16, BenchmarkRun(20)).ttft_s > steady.ttft_s
+
+
+def test_fixed_lengths_on_a_prefill_first_engine_repeat_the_burst(deepseek):
+    """SGLang (prefill first, no mixed steps), 6 prompts of 3000 tokens at once, budget 8192: prompt
+    steps of 8192, 8192 and 1616 tokens, no decode beside them (prompts 1-2 end in the first,
+    3-5 in the second, 6 in the third); then the 6 decode together and end in one step, so every
+    wave, warm-up or not, repeats it: TTFT and TPOT are the wave's, whatever the run's length."""
+    model, inst = deepseek
+    isl, osl, c = 3000, 64, 6
+    assert not inst.engine_profile.mixed_prefill and inst.engine_profile.chunked_prefill_tokens_on(inst.gpu) == 8192
+    r = inst.engine_profile.request_overhead_s
+    step = [_chunk_s(model, inst, n) for n in (8192, 8192, 1616)]
+    ends = r + np.cumsum(step)
+    first = ends[[0, 0, 1, 1, 1, 2]]
+    decode = decode_step_s(model, inst, c, isl + osl / 2)
+    tpot = (ends[2] - first + (osl - 1) * decode) / (osl - 1)
+    runs = [colocated_benchmark(model, inst, isl, osl, c, run)
+            for run in (BenchmarkRun(1), BenchmarkRun(20), BenchmarkRun(20, warmup_per_client=2))]
+    for got in runs:
+        assert (got.ttft_s, got.tpot_s) == pytest.approx((first.mean(), tpot.mean()), rel=1e-9)
+        period = ends[2] + (osl - 1) * decode
+        assert got.throughput_rps == pytest.approx(c / period, rel=1e-9)
+        assert got.notes[0].startswith("lockstep: fixed lengths on a prefill-first engine")
+    # lengths spread (InferenceX's range ratio) break the lockstep: the later waves at the steady state
+    spread = colocated_benchmark(model, inst, isl, osl, c, BenchmarkRun(10, 0.8))
+    assert spread.notes[-1].startswith("benchmark run:")
+    # so do clients beyond what memory holds (18 of 30,000 + 2,000 tokens here): they wait, out of phase
+    fit = step_table(model, inst, 30000, 2000).fit
+    over = colocated_benchmark(model, inst, 30000, 2000, fit + 4, BenchmarkRun(2))
+    assert fit == 18 and over.notes[-1].startswith(f"benchmark run: 2 requests per client from a burst start; "
+                                                   f"first wave of {fit}:")
 
 
 def test_bad_run_argument(minimax):

@@ -59,6 +59,16 @@ run's mean TTFT 344 ms at c = 4 against the closed form's 170 ms), a convoy the 
 does not hold (a strict xfail below). A spread of lengths as small as InferenceX's own
 (``--random-range-ratio 0.8``: uniform in [0.8 L, L], relative deviation 0.2 / sqrt(12) / 0.9 =
 6.4%, here lognormal ``length_sigma = 0.064``) dissolves it, and the run means agree.
+
+A prefill-first engine (the sglang profile, same model and layout): a step with prompts waiting
+prefills them alone, so a burst of fixed lengths is prefilled before any of it decodes, its
+requests end in one step, and every wave repeats it (the lockstep regime of
+:func:`~prfaas_plan.serving.colocated_benchmark`: equal to the simulation's runs to 1e-6 at
+ISL 8192 = the budget). Steady state, simulation against the closed form:
+    closed c = 4 / 16 / 64    TTFT +15.9 / +36.9 / +181%    TPOT -0.6 / -1.3 / -6.8% (16 seeds)
+    open 30 / 60 / 85%        TTFT -0.0 / -1.4 / -1.2%      TPOT +3.8 / +3.0 / -1.9% (4 seeds)
+(the closed loop's TTFT gap is the convoys' of the mixed engine, larger: a prompt that arrives
+behind another waits for its whole prompt step).
 """
 
 from __future__ import annotations
@@ -68,6 +78,7 @@ import pytest
 
 from prfaas_plan.errors import InvalidInput
 from prfaas_plan.hardware import instance
+from prfaas_plan.layout import Layout
 from prfaas_plan.model import load_model
 from prfaas_plan.perf.latency import decode_step_s, prefill_latency
 from prfaas_plan.serving import (
@@ -364,3 +375,81 @@ def test_a_fixed_length_run_of_ten_per_client_agrees(minimax):
     ttft, _ = _run_means(model, inst, 4, 10)
     assert colocated_benchmark(model, inst, BURST_ISL, BURST_OSL, 4, BenchmarkRun(10)).ttft_s == \
         pytest.approx(ttft, rel=0.10)
+
+
+# ----------------------------------------------------------------------------- prefill-first engines
+@pytest.fixture(scope="module")
+def minimax_sglang():
+    """The same model and layout under the sglang profile: a step prefills or decodes, prefill first."""
+    model = load_model("minimax-m2.5")
+    inst = instance("h200", 8, layout=Layout(8, "tp", "ep"), engine="sglang")
+    assert not inst.engine_profile.mixed_prefill and instance("h200", 8, engine="vllm").engine_profile.mixed_prefill
+    return model, inst
+
+
+@pytest.mark.parametrize("c", CONCURRENCIES)
+def test_a_prefill_first_engines_fixed_length_run_is_lockstep_and_agrees(minimax_sglang, c):
+    """Fixed lengths on a prefill-first engine: every wave is prefilled before it decodes, ends in
+    one step and sends the next wave together, so the simulated run of 3 per client is the closed
+    form's lockstep wave (measured: TTFT, TPOT and throughput equal to 1e-6 at c = 4 / 16 / 64,
+    ISL 8192 = the budget: each step is one whole prompt)."""
+    model, inst = minimax_sglang
+    df, s = simulate_colocated(model, inst, BURST_ISL, BURST_OSL, concurrency=c, prompts_per_client=3)
+    p = colocated_benchmark(model, inst, BURST_ISL, BURST_OSL, c, BenchmarkRun(3))
+    assert p.notes[-1].startswith(f"lockstep: fixed lengths on a prefill-first engine; every wave of {c}")
+    assert (p.ttft_s, p.tpot_s, p.throughput_rps) == pytest.approx(
+        (s["mean_ttft_s"], s["mean_tpot_s"], s["throughput_rps"]), rel=1e-3)
+    # every wave alike: the first prompts' TTFT recurs in the last wave
+    first, last = df.sort_values("issue_s").head(c), df.sort_values("issue_s").tail(c)
+    assert np.sort(last["ttft_s"].to_numpy()) == pytest.approx(np.sort(first["ttft_s"].to_numpy()), rel=1e-9)
+
+
+def test_a_prefill_first_burst_runs_no_decode_until_every_prompt_is_in(minimax_sglang):
+    """4 prompts of 8192 at once: 4 prompt-only steps (no decode beside them), then all 4 decode
+    together; request i's TPOT carries the 4 - i prompt steps after its first token."""
+    model, inst = minimax_sglang
+    df, _ = simulate_colocated(model, inst, BURST_ISL, BURST_OSL, concurrency=4, prompts_per_client=1)
+    r = inst.engine_profile.request_overhead_s
+    step = float(prefill_latency(model, inst, BURST_ISL).total_s) - r  # one whole-budget prompt step
+    ttft = np.sort(df["ttft_s"].to_numpy())
+    assert ttft == pytest.approx(r + step * np.arange(1, 5), rel=1e-9)
+    decode = decode_step_s(model, inst, 4, BURST_ISL + BURST_OSL / 2)
+    tpot = ((4 - np.arange(1, 5)) * step + (BURST_OSL - 1) * decode) / (BURST_OSL - 1)
+    assert np.sort(df["tpot_s"].to_numpy())[::-1] == pytest.approx(tpot, rel=1e-6)
+
+
+def _pooled_on(model, inst, **kw) -> tuple[float, float]:
+    """Mean TTFT and TPOT over the measured requests of the seeded runs ``kw`` asks for."""
+    seeds = kw.pop("seeds")
+    ttft, tpot = [], []
+    for seed in seeds:
+        df, _ = simulate_colocated(model, inst, ISL, OSL, seed=seed, **kw)
+        m = df[df["measured"]]
+        ttft.append(m["ttft_s"].to_numpy())
+        tpot.append(m["tpot_s"].to_numpy())
+    return float(np.concatenate(ttft).mean()), float(np.concatenate(tpot).mean())
+
+
+@pytest.mark.parametrize("load", [0.30, 0.60, 0.85])
+def test_a_prefill_first_open_loop_agrees_at_30_60_85_percent(minimax_sglang, load):
+    """SGLang's steps (a prompt step carries no decode; decodes advance only when no prompt waits)
+    in the closed form's step chain and in the simulator: mean TTFT and TPOT within 5% (measured
+    TTFT -0.0 / -1.4 / -1.2%, TPOT +3.8 / +3.0 / -1.9%, simulation against closed form)."""
+    model, inst = minimax_sglang
+    rate = load * max_sustainable_rate(model, inst, ISL, OSL)
+    p = colocated_open_loop(model, inst, ISL, OSL, rate)
+    ttft, tpot = _pooled_on(model, inst, rate_rps=rate, duration_s=OPEN_DURATION_S, warmup_s=OPEN_WARMUP_S,
+                            seeds=OPEN_SEEDS)
+    assert (ttft, tpot) == pytest.approx((p.ttft_s, p.tpot_s), rel=TOLERANCE)
+
+
+@pytest.mark.parametrize("c", [4, 16, pytest.param(64, marks=pytest.mark.xfail(
+    strict=True, reason="simulated TPOT 6.8% below the closed form at c = 64 (prompts arriving in convoys share "
+                        "prompt steps; module docstring)"))])
+def test_a_prefill_first_closed_loop_tpot_agrees_within_5_percent(minimax_sglang, c):
+    """Closed loop on SGLang: TPOT, the decode step over the share of time prompt steps leave it,
+    within 5% of the simulation's (measured -0.6 / -1.3 / -6.8% at c = 4 / 16 / 64, 16 seeds)."""
+    model, inst = minimax_sglang
+    p = colocated_closed_loop(model, inst, ISL, OSL, c)
+    _, tpot = _pooled_on(model, inst, concurrency=c, duration_s=CLOSED_DURATION_S, seeds=SEEDS)
+    assert tpot == pytest.approx(p.tpot_s, rel=TOLERANCE)

@@ -26,6 +26,7 @@ from prfaas_plan.model.cache import CacheSettings
 from prfaas_plan.perf.latency import decode_step_s, prefill_latency
 from prfaas_plan.serving import BenchmarkRun, colocated_benchmark, colocated_closed_loop, disaggregated_closed_loop
 from prfaas_plan.validate import (
+    AIC_RUN,
     COLUMNS,
     INFERENCEX_RUN,
     RECIPES,
@@ -61,14 +62,15 @@ def test_status_per_rule(frame):
         "ok", "ok", "ok", "ok", "ok", "ok", "ok",
         "ok",  # vLLM Qwen3-235B tp1 with moe_tp 2: attention dp 2 (the SDK's tp x dp == moe_tp x moe_ep)
         "engine without kernel tables (trtllm)",
-        "unknown model", "unknown model",  # gpt-oss-120b, Llama-3.1-8B
+        "unknown model",  # gpt-oss-120b
+        "ok",  # Llama-3.1-8B on SGLang, one GPU
         "no hardware entry",  # b300_sxm
         "unsupported precision nvfp4", "unsupported precision nvfp4",  # NVIDIA's NVFP4 checkpoint; fp4 DeepSeek-R1
         "ok",  # vLLM tp2 x dp2 on b200: attention TP groups inside DP replicas
     ]
     counts = status_counts(frame).groupby("rule")["rows"].sum()
-    assert counts.to_dict() == {"engine without kernel tables (trtllm)": 1, "no hardware entry": 1, "ok": 12,
-                                "unknown model": 2, "unsupported layout": 1, "unsupported precision nvfp4": 2}
+    assert counts.to_dict() == {"engine without kernel tables (trtllm)": 1, "no hardware entry": 1, "ok": 13,
+                                "unknown model": 1, "unsupported layout": 1, "unsupported precision nvfp4": 2}
 
 
 def _engine(eid: str, version: str | None):
@@ -99,7 +101,8 @@ def test_agg_predictions_are_the_serving_model(frame):
     llama = load_model("llama-3.1-70b").with_gemm_dtypes(**fp8)
     kimi = load_model("kimi-k2-thinking").with_gemm_dtypes(experts="int4_w4a16", group_size=32)
     qwen3 = load_model("qwen3-235b-a22b-fp8")
-    ix = INFERENCEX_RUN  # InferenceX sources: its finite run; NVIDIA's gap-analysis files (9, 11): the steady state
+    llama8 = load_model("llama-3.1-8b").with_gemm_dtypes(attention="fp8_block", dense_ffn="fp8_block")
+    ix, aic = INFERENCEX_RUN, AIC_RUN  # InferenceX sources: its finite run; NVIDIA's gap-analysis files (9, 11, 14): AIC's
     expect = {
         # its labelled experts TP8 leave 192 channels per GPU, no whole 128-block: the engines refuse it, so EP8
         0: _agg(minimax, 8, _engine("vllm", "0.18.0"), 8192, 1024, 8, Layout(8, "tp", "ep"), run=ix),
@@ -110,8 +113,9 @@ def test_agg_predictions_are_the_serving_model(frame):
         # no version in the CSV: the profile's; kv-cache-dtype: fp8 in InferenceX's config.yaml
         4: _agg(llama, 2, _engine("vllm", None), 1024, 8192, 8, run=ix, settings=FP8_KV),
         5: _agg(kimi, 8, _engine("vllm", "0.16.0"), 8192, 1024, 4, run=ix),
-        9: _agg(qwen3, 2, _engine("vllm", "0.12.0"), 2000, 500, 16, Layout(2, "tp", "ep")),
-        11: _agg(qwen3, 2, _engine("vllm", "0.12.0"), 1000, 100, 8, Layout(2, "dp", "tp")),
+        9: _agg(qwen3, 2, _engine("vllm", "0.12.0"), 2000, 500, 16, Layout(2, "tp", "ep"), run=aic),
+        11: _agg(qwen3, 2, _engine("vllm", "0.12.0"), 1000, 100, 8, Layout(2, "dp", "tp"), run=aic),
+        14: _agg(llama8, 1, _engine("sglang", "0.5.6.post2"), 1000, 100, 160, run=aic),  # bf16 checkpoint: online FP8
         # --max-num-batched-tokens $((ISL * 2)) --kv-cache-dtype fp8 in InferenceX's B200 MiniMax vLLM 0.19.0 script
         18: _agg(minimax, 4, _budget(_engine("vllm", "0.19.0"), 2048), 1024, 1024, 512,
                  Layout(4, "dp", "ep", attention_tp=2), "b200", run=ix, settings=FP8_KV),
@@ -129,17 +133,23 @@ def test_agg_predictions_are_the_serving_model(frame):
 
 def test_protocol_rule_per_source(frame):
     """InferenceX sources (dated result files, database dump) get its run; NVIDIA's gap-analysis
-    files, unknown sources and every disaggregated row the steady state; a user's run its own."""
+    files AIConfigurator's benchmark; unknown sources and every disaggregated row the steady state;
+    a user's run its own."""
     rows = pd.read_csv(ROWS).to_dict("records")
     got = [_protocol(r) for r in rows]
     inferencex = {0, 1, 2, 3, 4, 5, 6, 12, 13, 15, 17, 18}  # agg rows whose source is source_file=DATE.csv / db-dump/
+    aic = {9, 10, 11, 14, 16}  # source_file=.../aic-auto-gap-analysis/data/...
     assert [i for i, g in enumerate(got) if g == INFERENCEX_RUN] == sorted(inferencex)
-    assert all(got[i] is None for i in set(range(len(rows))) - inferencex)  # 7, 8 disagg; 9-11, 14, 16 gap-analysis
+    assert [i for i, g in enumerate(got) if g == AIC_RUN] == sorted(aic)
+    assert all(got[i] is None for i in set(range(len(rows))) - inferencex - aic)  # 7, 8 disagg
     assert INFERENCEX_RUN == BenchmarkRun(prompts_per_client=10, range_ratio=0.8)
+    # genai-perf --request-count 10c --warmup-request-count 2c, fixed lengths (AIConfigurator's eval runner)
+    assert AIC_RUN == BenchmarkRun(prompts_per_client=10, range_ratio=1.0, warmup_per_client=2)
     assert _protocol({**rows[9], "silicon_data_source": "source_file=2026-04-06.csv.bak; silicon_concurrency=8"}) is None
     assert _protocol({**rows[9], "run_prompts_per_client": 3}) == BenchmarkRun(3)
-    # mapped rows (status ok): InferenceX 0, 1, 2, 4, 5, 6, 18; steady state 7, 8 (disagg), 9, 10, 11
-    assert frame.attrs["protocols"] == {"inferencex run": 7, "vllm bench serve run": 0, "steady state": 5}
+    # mapped rows (status ok): InferenceX 0, 1, 2, 4, 5, 6, 18; AIConfigurator 9, 10, 11, 14; steady state 7, 8 (disagg)
+    assert frame.attrs["protocols"] == {"inferencex run": 7, "vllm bench serve run": 0, "aiconfigurator run": 4,
+                                        "steady state": 2}
 
 
 def test_inferencex_runs_take_their_launch_scripts_token_budget(frame):
@@ -206,7 +216,8 @@ def test_a_repeated_inferencex_measurement_is_that_run(tmp_path):
         assert got.iloc[i][["ttft_ms_predicted", "tpot_ms_predicted"]].tolist() == pytest.approx([ttft, tpot],
                                                                                                   rel=1e-12), i
     assert got.iloc[2].ttft_ms_predicted != pytest.approx(got.iloc[1].ttft_ms_predicted, rel=1e-3)
-    assert got.attrs["protocols"] == {"inferencex run": 2, "vllm bench serve run": 0, "steady state": 1}
+    assert got.attrs["protocols"] == {"inferencex run": 2, "vllm bench serve run": 0, "aiconfigurator run": 0,
+                                      "steady state": 1}
     assert got.attrs["remapped"]["inferencex run: same measurement"] == 1
 
 
@@ -398,7 +409,7 @@ def test_summary_counts_and_errors(frame):
     assert got["n"] == 2
     assert got["ttft_median_abs_error_pct"] == pytest.approx(err.median())
     assert got["ttft_max_abs_error_pct"] == pytest.approx(err.max())
-    assert s.loc[("h200_sxm", "agg", "all"), "n"] == 9
+    assert s.loc[("h200_sxm", "agg", "all"), "n"] == 10
     assert s.loc[("b200_sxm", "agg", "all"), "n"] == 1
 
 
@@ -456,6 +467,25 @@ def test_bad_inputs_exit_2_one_line(tmp_path):
         assert len(lines) == 1 and words in lines[0] and "Traceback" not in r.stderr, (args, r.stderr)
 
 
+# a dense model's row from silicon_sample.csv (line 917) with MoE sizes 1 x 1 on its two GPUs
+QWEN3_32B_TP2 = ("qwen_qwen3_32b_qwen_qwen3_32b_h100_sxm_sglang_agg_1024x128_c16_tp2_epnone_1,source_file=/Users/"
+                 "harrli/projects/aic-auto-gap-analysis/data/h100_sxm/sglang/0.5.1.post1/Qwen_Qwen3-32B.csv; "
+                 "silicon_concurrency=16,sglang,0.5.1.post1,Qwen/Qwen3-32B,h100_sxm,,agg,1024,128,,,16,2,1,,1,1,,,,,,,,"
+                 ",,,,,,,840.8064807531249,16.538571871875")
+
+
+def test_a_dense_models_moe_sizes_do_not_make_its_layout(tmp_path):
+    # the CSV writes moe_tp 1 x moe_ep 1 for dense models whatever their GPUs: the worker is TP over tp_size
+    header = ROWS.read_text().splitlines()[0]
+    (tmp_path / "dense.csv").write_text(f"{header}\n{QWEN3_32B_TP2}\n")
+    row = validate_silicon(tmp_path / "dense.csv").iloc[0]
+    assert row["status"] == "ok"
+    ttft, tpot = _agg(load_model("qwen3-32b"), 2, _engine("sglang", "0.5.1.post1"), 1024, 128, 16, gpu="h100",
+                      run=AIC_RUN)
+    assert (row["ttft_ms_predicted"], row["tpot_ms_predicted"]) == (pytest.approx(ttft, rel=1e-12),
+                                                                  pytest.approx(tpot, rel=1e-12))
+
+
 def test_zero_concurrency_is_a_status(tmp_path):
     rows = pd.read_csv(ROWS, dtype=str, keep_default_na=False).iloc[:1].copy()
     rows["silicon_data_source"] = rows["silicon_data_source"].str.replace("silicon_concurrency=8", "silicon_concurrency=0")
@@ -479,7 +509,8 @@ def test_html_page_and_json(tmp_path):
     assert 'data-table="worst"' in text and "Content-Security-Policy" in text
     # the rows per protocol and per relabelling rule, as the frame counts them (test_protocol_rule_per_source)
     mapping = re.search(r'data-table="mapping".*?</table>', text, re.S).group(0)
-    for rule, n in (("inferencex run", 7), ("steady state", 5), ("checkpoint dtypes over the label", 8),
+    for rule, n in (("inferencex run", 7), ("aiconfigurator run", 4), ("steady state", 2),
+                    ("checkpoint dtypes over the label", 8),
                     ("experts ep: tp split refused", 1), ("token budget per step of the launch script", 3),
                     ("KV-cache dtype of the launch script", 3)):
         assert re.search(rf"{re.escape(rule)}</td>\s*<td[^>]*>{n}</td>", mapping), rule
@@ -489,9 +520,9 @@ def test_html_page_and_json(tmp_path):
 def test_table_says_how_many_rows_each_run_protocol_predicted():
     r = _cli("--csv", str(ROWS))
     assert r.returncode == 0, r.stderr
-    # the fixture's mapped rows: 7 InferenceX runs, 5 steady state (test_protocol_rule_per_source)
+    # the fixture's mapped rows: 7 InferenceX runs, 4 AIConfigurator runs, 2 steady state (test_protocol_rule_per_source)
     lines = r.stdout.splitlines()
-    assert "rows mapped per run protocol: inferencex run 7, steady state 5" in lines
+    assert "rows mapped per run protocol: inferencex run 7, aiconfigurator run 4, steady state 2" in lines
     assert "rows run at their launch script's token budget per step: 3" in lines  # RECIPES: 2, 6, 18
     assert "rows run at their launch script's KV-cache dtype: 3" in lines  # RECIPES: 2, 4, 18
     # relabelled (validate.REMAPS): per-tensor "fp8" on the block-128 checkpoints of MiniMax-M2.5

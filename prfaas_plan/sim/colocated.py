@@ -12,7 +12,10 @@ linear interpolation between batches) can be checked:
 * **Engine step**: at each step boundary the running decodes take one token each of the budget
   ``engine.chunked_prefill_tokens_on(gpu)``; prefill chunks fill the rest first come, first served (a
   started prompt first, then waiting ones, several per step when they fit, a prompt split where
-  the budget ends). A request arriving during a step waits for its end.
+  the budget ends). A request arriving during a step waits for its end. A prefill-first engine
+  (``mixed_prefill`` false: SGLang's default) runs a step of the waiting prompts alone, with the
+  whole budget, whenever one can be scheduled, and a decode step only when none can: its decodes
+  advance only in decode steps (the decode bookkeeping counts those steps alone).
 * **Memory** (:class:`_Pool`): KV pages are allocated on demand (vLLM, SGLang:
   :data:`~prfaas_plan.perf.latency.ON_DEMAND_KV_ENGINES`): a prompt takes its pages at its first
   chunk, only if they fit beside what the running requests hold after the next step (else
@@ -335,8 +338,11 @@ def _prompt_done(r: int, t: float, step_no: int, reqs: _Requests, pool: _Pool, f
 
 def _run(steps: _StepTimes, source: _Source, reqs: _Requests, pool: _Pool, duration_s: float, warmup_s: float,
          closed: bool, accept: tuple[np.random.Generator | None, np.ndarray]) -> dict:
-    """The step loop; returns time-weighted figures over the steps starting in the window."""
+    """The step loop; returns time-weighted figures over the steps starting in the window. A
+    prefill-first engine's prompt steps carry no decode and do not count as decode steps
+    (``step_no`` counts the steps that advance the decodes)."""
     budget, per_decode = steps.table.budget, steps.k + 1
+    mixed = steps.inst.engine_profile.mixed_prefill
     queue: deque = deque()  # requests waiting for or in prefill, FCFS
     finishing: dict[int, list[int]] = {}  # step index -> requests whose last token it yields
     t, step_no, batch = 0.0, 0, 0
@@ -349,18 +355,24 @@ def _run(steps: _StepTimes, source: _Source, reqs: _Requests, pool: _Pool, durat
                 break
             t = nxt
             continue
-        if batch:
+        # a prefill-first engine: a step of the waiting prompts alone while any can be scheduled
+        chunks = [] if mixed else _schedule(queue, reqs, budget, pool, step_no - 1)
+        decoding = batch if mixed or not chunks else 0  # decodes this step advances
+        if decoding:
             gone = _preempt(pool, queue, reqs, finishing, step_no)
             batch -= gone
+            decoding = batch
             acc["preemptions"] += gone
-        chunks = _schedule(queue, reqs, budget - batch * per_decode, pool, step_no)
-        s = steps(batch, tuple((c[1], c[2]) for c in chunks))
+        if mixed:
+            chunks = _schedule(queue, reqs, budget - batch * per_decode, pool, step_no)
+        s = steps(decoding, tuple((c[1], c[2]) for c in chunks))
         if warmup_s <= t < duration_s:
             acc["time_s"] += s
-            acc["batch_s"] += batch * s
+            acc["batch_s"] += decoding * s
             acc["chunk_s"] += s if chunks else 0.0
             acc["steps"] += 1
         t += s
+        done_no = step_no if mixed or decoding else step_no - 1  # its prompts decode from the next decode step
         for r, take, _ in chunks:
             if math.isnan(reqs.start[r]):
                 reqs.start[r] = t - s
@@ -370,12 +382,13 @@ def _run(steps: _StepTimes, source: _Source, reqs: _Requests, pool: _Pool, durat
                     queue.popleft()
                 else:
                     queue.remove(r)
-                batch += _prompt_done(r, t, step_no, reqs, pool, finishing, source, closed, duration_s, accept)
-        for r in finishing.pop(step_no, ()):
-            pool.release(r)
-            _finish(reqs, r, t, source, closed, duration_s)
-            batch -= 1
-        step_no += 1
+                batch += _prompt_done(r, t, done_no, reqs, pool, finishing, source, closed, duration_s, accept)
+        if mixed or decoding:
+            for r in finishing.pop(step_no, ()):
+                pool.release(r)
+                _finish(reqs, r, t, source, closed, duration_s)
+                batch -= 1
+            step_no += 1
         if t >= duration_s and _all_done(reqs, duration_s, t):
             break
     return acc
