@@ -117,6 +117,11 @@ class EngineProfile(BaseModel):
     decodes first, prompts fill the budget they leave); False: a step either prefills or decodes,
     prefill first while prompts wait (SGLang without ``--enable-mixed-chunk``), so a burst of
     prompts is prefilled before any of them decodes.
+    max_running_requests: the most requests the engine runs at once (SGLang
+    ``--max-running-requests``); None: as many as the KV cache holds. More clients wait in its queue.
+    recv_interval_steps: the scheduler takes in newly arrived requests once every this many decode
+    steps, and at once after a prompt step or when idle (SGLang ``--scheduler-recv-interval``,
+    default 1: every step).
     speculative: speculative decoding (:class:`Speculative`), or None (off); a profile that sets
     it names its acceptance's source (a ``sources`` entry covering ``speculative``).
     """
@@ -140,6 +145,8 @@ class EngineProfile(BaseModel):
     kv_reserve_at: KvReserveAt
     dp_attention_divides_budget: bool = False
     mixed_prefill: bool = True
+    max_running_requests: PositiveInt | None = None
+    recv_interval_steps: PositiveInt = 1
     speculative: Speculative | None = None
     provenance: str = Field(min_length=1, description="where the numbers come from, and what was fitted to what")
     sources: list[Source] = Field(min_length=1)
@@ -167,6 +174,12 @@ class EngineProfile(BaseModel):
         """Prompt tokens one attention-DP rank takes a step (:attr:`dp_attention_divides_budget`)."""
         budget = self.chunked_prefill_tokens_on(gpu)
         return max(budget // attn_dp, 1) if self.dp_attention_divides_budget else budget
+
+    def with_launch(self, max_running_requests: int | None = None, recv_interval_steps: int | None = None) -> EngineProfile:
+        """This profile with the launch flags a run set (None: the profile's own)."""
+        update = {k: v for k, v in (("max_running_requests", max_running_requests),
+                                    ("recv_interval_steps", recv_interval_steps)) if v is not None}
+        return self.model_copy(update=update) if update else self
 
     def with_chunked_prefill(self, tokens: int) -> EngineProfile:
         """This profile with one token budget on every GPU (a launch flag that sets it)."""

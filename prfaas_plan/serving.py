@@ -38,6 +38,12 @@ open loop: Poisson arrivals at ``rate``, which by PASTA see time averages):
   (the decode step over the share of time the prompt steps leave), the step in progress a decode
   step or a prompt step by their shares of time; open loop, the chain's mean step over the steps
   without backlog (``step / P(backlog 0)``).
+* A scheduler that takes in new requests every ``N`` decode steps (``recv_interval_steps``:
+  SGLang ``--scheduler-recv-interval``; at once after a prompt step): closed loop, a prompt
+  arriving while the engine decodes waits ``(N - 1) / 2`` decode steps more
+  (:meth:`StepTable.poll_s`); open loop, the chain's step without backlog is the ``N`` decode
+  steps to the next poll, so the prompts of one window are prefilled together. An engine that
+  runs at most ``max_running_requests`` holds no more, whatever its cache would (``fit``).
 * Memory: vLLM and SGLang allocate KV pages on demand (:data:`~prfaas_plan.perf.latency.ON_DEMAND_KV_ENGINES`,
   sources there): a running request holds its prompt and the tokens generated so far, so the pool
   (:func:`~prfaas_plan.perf.latency.free_cache_bytes_per_gpu`) holds the running requests'
@@ -262,6 +268,17 @@ class StepTable:
     held_tokens: float
 
     @property
+    def recv_steps(self) -> int:
+        """Decode steps between the scheduler's polls for new requests (the profile's ``recv_interval_steps``)."""
+        return self.case.inst.engine_profile.recv_interval_steps
+
+    def poll_s(self, decode_s: float, decoding_share: float) -> float:
+        """A new request's mean wait, beyond the step in progress, for the scheduler to take it in:
+        ``(N - 1) / 2`` decode steps when it arrives while the engine decodes (``decoding_share`` of
+        the time; a prompt step is followed by a poll at once)."""
+        return (self.recv_steps - 1) / 2.0 * decode_s * max(decoding_share, 0.0)
+
+    @property
     def mixed(self) -> bool:
         """Whether prompt chunks ride in the decodes' steps (the profile's ``mixed_prefill``); else a
         step with prompts waiting prefills them alone (prefill first)."""
@@ -318,8 +335,10 @@ def _table(case: _Case, isl: int, osl: int) -> StepTable:
         raise InvalidInput(f"isl_tokens: one {isl + osl}-token request does not fit beside the weights on "
                            f"{inst.name}")
     held = held_context_tokens(inst, isl, osl)
-    fit = requests_fit(model, inst, held, free, case.settings)
     eng = inst.engine_profile
+    fit = requests_fit(model, inst, held, free, case.settings)
+    if eng.max_running_requests is not None:  # the engine runs no more, whatever its cache holds
+        fit = min(fit, eng.max_running_requests)
     k, accepted = (0, 1.0) if spec is None else (spec.draft_tokens, spec.accepted_tokens)
     return StepTable(case, isl, osl, k, accepted, _batch_grid(fit), inst.chunked_prefill_tokens, fit,
                      eng.request_overhead_s, held)
@@ -400,7 +419,7 @@ def _solve(t: StepTable, isl: int, osl: int, clients: float | None, rate: float 
             step = s0 / idle
             residual = (idle * s0 + (1.0 - idle) * sp / n_eff) / 2.0 if n_eff else s0 / 2.0
         queue = min(rho / (1.0 - rho) * own / 2.0 if rho < 1.0 else math.inf, (clients - 1) * sp_pre)
-        new_ttft = t.request_s + busy * residual + queue + sp_pre
+        new_ttft = t.request_s + busy * (residual + t.poll_s(s0, 1.0 - chunk_time)) + queue + sp_pre
         new_tpot = step / accepted
         if not math.isfinite(new_ttft):
             break
@@ -485,13 +504,15 @@ def _stable(t: StepTable, rate: float, osl: int, tpot: float) -> tuple[bool, flo
 def _chain_steps(t: StepTable, b: float) -> tuple[int, int, np.ndarray]:
     """The step chain's units per prompt ``m`` (:data:`CHAIN_QUANTUM_TOKENS`), units a step takes
     ``a`` beside a decode batch ``b`` (the budget it leaves, rounded to a unit), and the step
-    times ``s(c)`` for ``c = 0 .. a`` units (s): a pure decode step at 0, else a step of one chunk of
+    times ``s(c)`` for ``c = 0 .. a`` units (s): at 0 the decode steps until the scheduler's next
+    poll for arrivals (one, or ``recv_steps``: :attr:`StepTable.recv_steps`), else a step of one chunk of
     ``c isl / m`` tokens at prefix 0 (:func:`_chunk_steps`) beside the ``b`` decodes, or beside none
     on a prefill-first engine (its prompt steps carry no decode and have the whole budget)."""
     m = max(1, math.ceil(t.isl / CHAIN_QUANTUM_TOKENS))
     beside = b if t.mixed else 0.0
     a = max(1, round(max(t.budget - beside * (t.k + 1), 1.0) * m / t.isl))
-    return m, a, np.concatenate([[t.at(b).decode_s], _chunk_steps(t, beside, m, a)])
+    # no backlog at a poll: the decodes run until the next one (recv_steps decode steps)
+    return m, a, np.concatenate([[t.recv_steps * t.at(b).decode_s], _chunk_steps(t, beside, m, a)])
 
 
 def _step_chain(t: StepTable, rate: float, b: float) -> dict:
@@ -506,9 +527,9 @@ def _step_chain(t: StepTable, rate: float, b: float) -> dict:
     mean excess over ``a``, ``E[(X - a)+] = (m^2 E[N^2] - E[C^2]) / 2 (a - m E[N | full])`` with
     ``C`` the units a step takes and ``N`` its arrivals, from ``E[X'^2] = E[X^2]``, exact for the
     untruncated chain, replaces the truncated one's). Returns the mean step over steps
-    ``step_s``, the time per step that advances the decodes ``token_s`` (``step_s``, every step
-    doing so, but on a prefill-first engine, whose decodes advance only in the steps with no
-    backlog: ``step_s / P(backlog 0)``), the mean residual of the step in progress at a random time ``residual_s = E[s^2] /
+    ``step_s``, the time per decode step ``token_s`` (``step_s`` over the decode steps a chain
+    step runs: ``recv_steps`` without backlog, one with it, none on a prefill-first engine, whose
+    prompt steps carry no decode), the mean residual of the step in progress at a random time ``residual_s = E[s^2] /
     2 E[s]``, a prompt's mean time from the next step's start to the end of its last chunk's step
     ``prefill_s`` (Little: the prompts present in steps, ``ceil(units / m)`` at a step's start, per
     arrival rate), and ``share``, the fraction of time in steps carrying a chunk. Seconds."""
@@ -536,7 +557,8 @@ def _step_chain(t: StepTable, rate: float, b: float) -> dict:
     p_c = np.bincount(c, weights=pi, minlength=a + 1)  # the units a step takes
     excess = (m * m * float(p_c @ (lam_c + lam_c ** 2)) - float(p_c @ np.arange(a + 1) ** 2)) / (2.0 * (a - m * full))
     waiting = float(pi @ (s * np.ceil(j / m))) + s_c[a] * (excess - float(pi @ np.maximum(j - a, 0))) / m
-    return dict(step_s=step, token_s=step if t.mixed else step / float(pi[0]),
+    decodes = t.recv_steps * float(pi[0]) + (1.0 - float(pi[0]) if t.mixed else 0.0)  # decode steps a chain step runs
+    return dict(step_s=step, token_s=step / decodes,
                 residual_s=float(pi @ s ** 2) / (2.0 * step), prefill_s=waiting / (rate * step),
                 share=float(pi[1:] @ s[1:]) / step)
 

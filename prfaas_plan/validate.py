@@ -170,7 +170,11 @@ class Recipe:
     from the engine's defaults: the token budget per engine step (SGLang ``--chunked-prefill-size``,
     vLLM ``--max-num-batched-tokens``; ``tokens``, or ``per_isl`` times the row's ISL; None: the
     profile's ``chunked_prefill_tokens_on(gpu)``) and the KV-cache dtype (``--kv-cache-dtype``,
-    SGLang's ``fp8_e4m3`` or vLLM's ``fp8``: ``kv_dtype`` "fp8"; None: the model's bf16).
+    SGLang's ``fp8_e4m3`` or vLLM's ``fp8``: ``kv_dtype`` "fp8"; None: the model's bf16), the most
+    requests it runs (``--max-running-requests``: ``max_running``, or ``max_running_at``'s value
+    for an ``(isl, osl)`` it lists) and how often its scheduler polls for new requests
+    (``--scheduler-recv-interval``: ``recv_interval``, ``(least concurrency, decode steps)`` pairs,
+    the last the row's concurrency reaches applies); None: the engine's defaults.
     ``version`` / ``tp`` / ``precision``: only rows of that engine version / attention TP / CSV
     precision label (None: any)."""
 
@@ -181,6 +185,9 @@ class Recipe:
     tokens: int | None = None
     per_isl: int | None = None
     kv_dtype: KvDtype | None = None
+    max_running: int | None = None
+    max_running_at: tuple[tuple[int, int, int], ...] = ()
+    recv_interval: tuple[tuple[int, int], ...] = ()
     version: str | None = None
     tp: int | None = None
     precision: str | None = None
@@ -193,27 +200,44 @@ class Recipe:
     def budget(self, isl_tokens: int) -> int | None:
         return self.per_isl * isl_tokens if self.per_isl is not None else self.tokens
 
+    def running(self, isl_tokens: int, osl_tokens: int) -> int | None:
+        return next((n for i, o, n in self.max_running_at if (i, o) == (isl_tokens, osl_tokens)), self.max_running)
+
+    def recv_steps(self, concurrency: int) -> int | None:
+        return next((n for least, n in reversed(self.recv_interval) if concurrency >= least), None)
+
+
+_RECV_10_30 = ((1, 10), (16, 30))
+"""``SCHEDULER_RECV_INTERVAL`` of InferenceX's B200 SGLang scripts: 10 decode steps, 30 from 16 clients."""
 
 RECIPES = (
     Recipe("h200_sxm", "deepseek-v3", "sglang",
-           f"{_IX}/64c20b6b5/benchmarks/single_node/dsr1_fp8_h200.sh (--chunked-prefill-size 32768 in every "
-           "version, 2025-11 to 2026-06; no --kv-cache-dtype)", tokens=32768),
+           f"{_IX}/64c20b6b5/benchmarks/single_node/dsr1_fp8_h200.sh (--chunked-prefill-size 32768 and "
+           "--max-running-requests 512 at 1k/1k, 256 otherwise, in every version, 2025-09 to 2026-06; no "
+           "--kv-cache-dtype)", tokens=32768, max_running=256, max_running_at=((1024, 1024, 512),)),
     Recipe("h200_sxm", "qwen3.5-397b-a17b", "sglang",
-           f"{_IX}/cfcaa84a1/benchmarks/single_node/qwen3.5_fp8_h200.sh (--chunked-prefill-size 16384 and "
-           "--kv-cache-dtype fp8_e4m3 since it was added, 2026-03-02)", tokens=16384, kv_dtype="fp8"),
+           f"{_IX}/cfcaa84a1/benchmarks/single_node/qwen3.5_fp8_h200.sh (--chunked-prefill-size 16384, "
+           "--kv-cache-dtype fp8_e4m3 and --max-running-requests 128 since it was added, 2026-03-02)", tokens=16384,
+           kv_dtype="fp8", max_running=128),
     Recipe("b200_sxm", "qwen3.5-397b-a17b", "sglang",
            f"{_IX}/c23031b7e/benchmarks/single_node/qwen3.5_fp8_b200.sh (CHUNKED_PREFILL_SIZE=32768, "
-           "--kv-cache-dtype fp8_e4m3; the FP8 checkpoint's rows, 2026-03-20 to 03-24)",
-           tokens=32768, kv_dtype="fp8", precision="fp8"),
+           "--kv-cache-dtype fp8_e4m3, MAX_RUNNING_REQUESTS=128, SCHEDULER_RECV_INTERVAL 10, 30 from CONC 16, in "
+           "every version from 2026-03-03 to 04-30; the FP8 checkpoint's rows, 2026-03-20 to 04-08)",
+           tokens=32768, kv_dtype="fp8", max_running=128, recv_interval=_RECV_10_30, precision="fp8"),
     Recipe("b200_sxm", "qwen3.5-397b-a17b", "sglang",
            f"{_IX}/9dc87a68c/benchmarks/single_node/qwen3.5_bf16_b200.sh (CHUNKED_PREFILL_SIZE=32768, "
-           "no --kv-cache-dtype; the bf16 checkpoint's rows, 2026-02-20 to 03-09)", tokens=32768, precision="bf16"),
+           "no --kv-cache-dtype, MAX_RUNNING_REQUESTS=128, SCHEDULER_RECV_INTERVAL 10, 30 from CONC 16, in every "
+           "version from 2026-02-20 to 05-12; the bf16 checkpoint's rows, 2026-02-20 to 03-09)", tokens=32768,
+           max_running=128, recv_interval=_RECV_10_30, precision="bf16"),
     Recipe("b200_sxm", "deepseek-v3", "sglang",
-           f"{_IX}/38b80a859/benchmarks/single_node/dsr1_fp8_b200.sh (TP 8: 32768; --kv-cache-dtype fp8_e4m3; "
-           "the 2025-12 dsr1_fp8_b200_docker.sh too)", tokens=32768, kv_dtype="fp8", tp=8),
+           f"{_IX}/38b80a859/benchmarks/single_node/dsr1_fp8_b200.sh (TP 8: 32768, --max-running-requests 128, "
+           "--scheduler-recv-interval 10, 30 from CONC 16; --kv-cache-dtype fp8_e4m3; every version from 2025-09 "
+           "to 2026-06, the 2025-12 dsr1_fp8_b200_docker.sh too)", tokens=32768, kv_dtype="fp8", max_running=128,
+           recv_interval=_RECV_10_30, tp=8),
     Recipe("b200_sxm", "deepseek-v3", "sglang",
-           f"{_IX}/38b80a859/benchmarks/single_node/dsr1_fp8_b200.sh (TP 4: 8192; --kv-cache-dtype fp8_e4m3)",
-           tokens=8192, kv_dtype="fp8", tp=4),
+           f"{_IX}/38b80a859/benchmarks/single_node/dsr1_fp8_b200.sh (TP 4: 8192, --max-running-requests 32, "
+           "--scheduler-recv-interval 10; --kv-cache-dtype fp8_e4m3)", tokens=8192, kv_dtype="fp8", max_running=32,
+           recv_interval=((1, 10),), tp=4),
     Recipe("b200_sxm", "minimax-m2.5", "vllm",
            f"{_IX}/bddbf4031/benchmarks/single_node/minimaxm2.5_fp8_b200.sh (--max-num-batched-tokens "
            "$((ISL * 2)) and --kv-cache-dtype fp8, from the vLLM 0.19.0 upgrade of 2026-04-03)",
@@ -415,6 +439,8 @@ class Case:
     moe_routing: str = "balanced"  # the MoE kernel tables' routing (vocab.MoeRouting), a calibration choice
     token_budget: int | None = None  # tokens per engine step as the run's recipe launched it; None: the profile's
     kv_dtype: KvDtype = "bf16"  # the KV cache's element type as the run's recipe launched it
+    max_running: int | None = None  # --max-running-requests as the run's recipe launched it; None: the profile's
+    recv_interval: int | None = None  # --scheduler-recv-interval as the run's recipe launched it; None: the profile's
 
 
 @dataclass(frozen=True)
@@ -660,6 +686,7 @@ def _instance(case: Case, layout: Layout) -> Instance:
         engine = engine.model_copy(update={"kernel_version": case.kernel_version})
     if case.token_budget is not None:
         engine = engine.with_chunked_prefill(case.token_budget)
+    engine = engine.with_launch(case.max_running, case.recv_interval)
     return instance(case.gpu_id, layout.gpus, layout=layout, engine=engine)
 
 
@@ -748,7 +775,7 @@ def _frame(rows: list[dict], strict: bool, moe_routing: str = "balanced") -> pd.
     predictions: dict[Case, tuple[float, float] | str] = {}
     protocols: Counter = Counter()
     remapped: Counter = Counter()
-    budgets = kv_dtypes = workers = dp_attention = 0
+    budgets = kv_dtypes = schedulers = workers = dp_attention = 0
     cases = [_map_row(row, models, strict, moe_routing) for row in rows]
     inferencex = {_measurement(row, case) for row, case in zip(rows, cases)
                   if isinstance(case, Case) and case.run == INFERENCEX_RUN}
@@ -761,6 +788,7 @@ def _frame(rows: list[dict], strict: bool, moe_routing: str = "balanced") -> pd.
             protocols[protocol_name(case.run)] += 1
             budgets += case.token_budget is not None
             kv_dtypes += case.kv_dtype != "bf16"
+            schedulers += case.max_running is not None or case.recv_interval is not None
             took_workers, took_dp = _from_recipe(row, case)
             workers += took_workers
             dp_attention += took_dp
@@ -775,6 +803,7 @@ def _frame(rows: list[dict], strict: bool, moe_routing: str = "balanced") -> pd.
     df.attrs["remapped"] = {name: remapped[name] for name in REMAPS}  # mapped rows per relabelling rule
     df.attrs["recipe_budget"] = budgets  # InferenceX runs at their launch script's token budget (RECIPES)
     df.attrs["recipe_kv_dtype"] = kv_dtypes  # ... and at its KV-cache dtype
+    df.attrs["recipe_scheduler"] = schedulers  # ... and at its running-request cap or scheduler polling
     df.attrs["recipe_workers"] = workers  # disaggregated runs at their recipe's workers (DISAGG_RECIPES)
     df.attrs["recipe_dp_attention"] = dp_attention  # ... and at its DP attention, which the row does not give
     return df
@@ -798,11 +827,14 @@ def _measurement(row: dict, case: Case) -> tuple:
 
 def _as_launched(row: dict, case: Case) -> Case:
     """``case`` on the engine as the run's launch script started it: an InferenceX run whose script
-    sets the token budget per step or the KV-cache dtype (:data:`RECIPES`) takes them."""
+    sets the token budget per step, the KV-cache dtype, the most running requests or the
+    scheduler's polling interval (:data:`RECIPES`) takes them."""
     recipe = next((r for r in RECIPES if r.applies(row, case)), None) if case.run == INFERENCEX_RUN else None
     if recipe is None:
         return case
-    return replace(case, token_budget=recipe.budget(case.isl_tokens), kv_dtype=recipe.kv_dtype or case.kv_dtype)
+    return replace(case, token_budget=recipe.budget(case.isl_tokens), kv_dtype=recipe.kv_dtype or case.kv_dtype,
+                   max_running=recipe.running(case.isl_tokens, case.osl_tokens),
+                   recv_interval=recipe.recv_steps(case.concurrency))
 
 
 def _remapped(row: dict, case: Case, stored: GemmDtypes, twin: bool = False) -> list[str]:

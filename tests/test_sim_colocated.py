@@ -68,10 +68,15 @@ ISL 8192 = the budget). Steady state, simulation against the closed form:
     closed c = 4 / 16 / 64    TTFT +15.9 / +36.9 / +181%    TPOT -0.6 / -1.3 / -6.8% (16 seeds)
     open 30 / 60 / 85%        TTFT -0.0 / -1.4 / -1.2%      TPOT +3.8 / +3.0 / -1.9% (4 seeds)
 (the closed loop's TTFT gap is the convoys' of the mixed engine, larger: a prompt that arrives
-behind another waits for its whole prompt step).
+behind another waits for its whole prompt step). A scheduler that polls for new requests every
+30 decode steps (``--scheduler-recv-interval 30``): open loop TTFT -3.7 / -2.7 / -4.5%, TPOT
+-1.8 / -1.1 / -5.6%; closed loop at c = 4 +1.2% / -0.7%. A cap of 8 running requests at c = 16:
+-0.8% / -2.9%.
 """
 
 from __future__ import annotations
+
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -430,17 +435,22 @@ def _pooled_on(model, inst, **kw) -> tuple[float, float]:
     return float(np.concatenate(ttft).mean()), float(np.concatenate(tpot).mean())
 
 
-@pytest.mark.parametrize("load", [0.30, 0.60, 0.85])
-def test_a_prefill_first_open_loop_agrees_at_30_60_85_percent(minimax_sglang, load):
-    """SGLang's steps (a prompt step carries no decode; decodes advance only when no prompt waits)
-    in the closed form's step chain and in the simulator: mean TTFT and TPOT within 5% (measured
-    TTFT -0.0 / -1.4 / -1.2%, TPOT +3.8 / +3.0 / -1.9%, simulation against closed form)."""
-    model, inst = minimax_sglang
+def _assert_open_loop_agrees(model, inst, load: float) -> None:
+    """The simulated open loop at ``load`` x the closed form's largest rate, 4 seeds pooled, within
+    :data:`TOLERANCE` of the closed form on mean TTFT and TPOT."""
     rate = load * max_sustainable_rate(model, inst, ISL, OSL)
     p = colocated_open_loop(model, inst, ISL, OSL, rate)
     ttft, tpot = _pooled_on(model, inst, rate_rps=rate, duration_s=OPEN_DURATION_S, warmup_s=OPEN_WARMUP_S,
                             seeds=OPEN_SEEDS)
     assert (ttft, tpot) == pytest.approx((p.ttft_s, p.tpot_s), rel=TOLERANCE)
+
+
+@pytest.mark.parametrize("load", [0.30, 0.60, 0.85])
+def test_a_prefill_first_open_loop_agrees_at_30_60_85_percent(minimax_sglang, load):
+    """SGLang's steps (a prompt step carries no decode; decodes advance only when no prompt waits)
+    in the closed form's step chain and in the simulator: mean TTFT and TPOT within 5% (measured
+    TTFT -0.0 / -1.4 / -1.2%, TPOT +3.8 / +3.0 / -1.9%, simulation against closed form)."""
+    _assert_open_loop_agrees(*minimax_sglang, load)
 
 
 @pytest.mark.parametrize("c", [4, 16, pytest.param(64, marks=pytest.mark.xfail(
@@ -453,3 +463,44 @@ def test_a_prefill_first_closed_loop_tpot_agrees_within_5_percent(minimax_sglang
     p = colocated_closed_loop(model, inst, ISL, OSL, c)
     _, tpot = _pooled_on(model, inst, concurrency=c, duration_s=CLOSED_DURATION_S, seeds=SEEDS)
     assert tpot == pytest.approx(p.tpot_s, rel=TOLERANCE)
+
+
+@pytest.fixture(scope="module")
+def minimax_sglang_polled(minimax_sglang):
+    """SGLang taking in new requests every 30 decode steps (``--scheduler-recv-interval 30``, as
+    InferenceX's B200 scripts launch it from 16 clients)."""
+    model, inst = minimax_sglang
+    return model, replace(inst, engine=inst.engine_profile.with_launch(recv_interval_steps=30))
+
+
+@pytest.mark.parametrize("load", [0.30, 0.60, pytest.param(0.85, marks=pytest.mark.xfail(
+    strict=True, reason="simulated TPOT 5.6% below the closed form at 85% (TTFT -4.5%)"))])
+def test_a_polling_scheduler_open_loop_agrees(minimax_sglang_polled, load):
+    """The closed form's step chain runs the 30 decode steps between polls as one step when no
+    prompt waits, so a prompt arriving meanwhile waits for the poll and the prompts of one window
+    are prefilled together; the simulator polls step by step (measured TTFT -3.7 / -2.7 / -4.5%,
+    TPOT -1.8 / -1.1 / -5.6% at 30 / 60 / 85% of the largest rate; TTFT 276 ms at 30% against
+    75 ms polling every step)."""
+    _assert_open_loop_agrees(*minimax_sglang_polled, load)
+
+
+def test_a_polling_scheduler_closed_loop_agrees_at_4_clients(minimax_sglang_polled, minimax_sglang):
+    """Closed loop, 4 clients: TTFT adds 29 / 2 decode steps of waiting for the poll over the
+    share of time the engine decodes (measured: simulation +1.2% TTFT, -0.7% TPOT)."""
+    model, inst = minimax_sglang_polled
+    p = colocated_closed_loop(model, inst, ISL, OSL, 4)
+    ttft, tpot = _pooled_on(model, inst, concurrency=4, duration_s=CLOSED_DURATION_S, seeds=SEEDS)
+    assert (ttft, tpot) == pytest.approx((p.ttft_s, p.tpot_s), rel=TOLERANCE)
+    assert p.ttft_s > colocated_closed_loop(*minimax_sglang, ISL, OSL, 4).ttft_s + 10 * p.tpot_s
+
+
+def test_a_running_request_cap_queues_the_other_clients(minimax_sglang):
+    """``--max-running-requests 8`` with 16 clients: 8 run, 8 wait in the queue (closed form:
+    Little's law on the queue; measured simulation -0.8% TTFT, -2.9% TPOT, 4 seeds)."""
+    model, base = minimax_sglang
+    inst = replace(base, engine=base.engine_profile.with_launch(max_running_requests=8))
+    p = colocated_closed_loop(model, inst, ISL, OSL, 16)
+    assert p.notes[0].startswith("memory-bound: 8 running requests")
+    ttft, tpot = _pooled_on(model, inst, concurrency=16, duration_s=CLOSED_DURATION_S, seeds=range(4))
+    assert (ttft, tpot) == pytest.approx((p.ttft_s, p.tpot_s), rel=TOLERANCE)
+    assert colocated_closed_loop(model, base, ISL, OSL, 16).ttft_s < p.ttft_s / 5

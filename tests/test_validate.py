@@ -40,6 +40,11 @@ from prfaas_plan.validate import (
 
 FIX = Path(__file__).parent / "fixtures" / "validate"
 ROWS = FIX / "silicon_rows.csv"
+B200_DEEPSEEK_C64 = ('2026_03_25_deepseek_r1_b200_sxm_sglang_fp8_agg_1024x1024_c64_tp8_0_ep1_0_288,source_file=2026-03-25.'
+                     'csv; model=DeepSeek-R1; silicon_concurrency=64; measured=2026-03-25T16:34:14Z; wip=False; image=lmsy'
+                     'sorg/sglang:v0.5.9-cu130,sglang,0.5.9,deepseek-ai/DeepSeek-R1,b200_sxm,fp8,agg,1024,1024,fp8,fp8_blo'
+                     'ck,64,8,1,1,8,1,,,,,,,,,,,,,,,798.9930182558055,22.52931171204235')
+"""silicon_sample.csv line 2007, verbatim: DeepSeek-R1 on 8xB200 SGLang 0.5.9, 1k/1k, 64 clients (InferenceX)."""
 
 
 @pytest.fixture(scope="module")
@@ -179,6 +184,33 @@ def test_inferencex_runs_take_their_launch_scripts_token_budget(frame):
                        ("b200_sxm", "deepseek-v3", "sglang", 4, None, None): 8192,
                        ("b200_sxm", "minimax-m2.5", "vllm", None, "0.19.0", None): 2048}
     assert all(re.search(r"InferenceX/blob/[0-9a-f]{9}/benchmarks/", r.source) for r in RECIPES)
+
+def test_inferencex_runs_take_their_launch_scripts_scheduler_settings(tmp_path):
+    """DeepSeek-R1 on B200 SGLang TP8 at 64 clients: the script's --max-running-requests 128 and
+    --scheduler-recv-interval 30 (10 below 16 clients), with its chunked prefill 32768 and FP8 KV:
+    a new request waits for the scheduler's poll, 29 / 2 decode steps on average while it decodes,
+    which the prediction carries (TTFT 235 -> 552 ms; measured 799)."""
+    header = ROWS.read_text().splitlines()[0]
+    (tmp_path / "b200.csv").write_text(f"{header}\n{B200_DEEPSEEK_C64}\n")
+    got = validate_silicon(tmp_path / "b200.csv")
+    assert got.attrs["recipe_scheduler"] == 1
+    deepseek = load_model("deepseek-v3")
+    launched = _budget(_engine("sglang", "0.5.9"), 32768)
+    ttft, tpot = _agg(deepseek, 8, launched.with_launch(128, 30), 1024, 1024, 64, gpu="b200", run=INFERENCEX_RUN,
+                      settings=FP8_KV)
+    assert got.iloc[0][["ttft_ms_predicted", "tpot_ms_predicted"]].tolist() == pytest.approx([ttft, tpot], rel=1e-12)
+    polled_every_step = _agg(deepseek, 8, launched, 1024, 1024, 64, gpu="b200", run=INFERENCEX_RUN, settings=FP8_KV)
+    assert ttft > polled_every_step[0] * 2
+    settings = {(r.system, r.model_id, r.tp, r.precision): (r.running(1024, 1024), r.running(8192, 1024),
+                                                          r.recv_steps(8), r.recv_steps(64))
+                for r in RECIPES if r.max_running is not None}
+    assert settings == {("h200_sxm", "deepseek-v3", None, None): (512, 256, None, None),
+                        ("h200_sxm", "qwen3.5-397b-a17b", None, None): (128, 128, None, None),
+                        ("b200_sxm", "qwen3.5-397b-a17b", None, "fp8"): (128, 128, 10, 30),
+                        ("b200_sxm", "qwen3.5-397b-a17b", None, "bf16"): (128, 128, 10, 30),
+                        ("b200_sxm", "deepseek-v3", 8, None): (128, 128, 10, 30),
+                        ("b200_sxm", "deepseek-v3", 4, None): (32, 32, 10, 10)}
+
 
 def test_inferencex_runs_take_their_launch_scripts_kv_cache_dtype(frame):
     """Llama-3.1-70B (4: InferenceX's config.yaml ``kv-cache-dtype: fp8``), Qwen3.5 on H200 (2:

@@ -64,6 +64,9 @@ def validate(
         typer.echo(f"rows run at their launch script's token budget per step: {df.attrs['recipe_budget']:,}")
     if df.attrs.get("recipe_kv_dtype"):
         typer.echo(f"rows run at their launch script's KV-cache dtype: {df.attrs['recipe_kv_dtype']:,}")
+    if df.attrs.get("recipe_scheduler"):
+        typer.echo(f"rows run at their launch script's running-request cap or scheduler polling: "
+                   f"{df.attrs['recipe_scheduler']:,}")
     if df.attrs.get("recipe_workers"):  # disaggregated runs at their recipe's workers (validate.DISAGG_RECIPES)
         typer.echo(f"disaggregated rows at their recipe's worker counts: {df.attrs['recipe_workers']:,} "
                    f"({df.attrs.get('recipe_dp_attention', 0):,} with its DP attention)")

@@ -15,7 +15,9 @@ linear interpolation between batches) can be checked:
   the budget ends). A request arriving during a step waits for its end. A prefill-first engine
   (``mixed_prefill`` false: SGLang's default) runs a step of the waiting prompts alone, with the
   whole budget, whenever one can be scheduled, and a decode step only when none can: its decodes
-  advance only in decode steps (the decode bookkeeping counts those steps alone).
+  advance only in decode steps (the decode bookkeeping counts those steps alone). Arrivals enter
+  the queue when the scheduler polls: every ``recv_interval_steps`` decode steps, at once after
+  a step with prompts and when idle; no more than ``max_running_requests`` requests are admitted.
 * **Memory** (:class:`_Pool`): KV pages are allocated on demand (vLLM, SGLang:
   :data:`~prfaas_plan.perf.latency.ON_DEMAND_KV_ENGINES`): a prompt takes its pages at its first
   chunk, only if they fit beside what the running requests hold after the next step (else
@@ -259,15 +261,18 @@ class _Pool:
         return line
 
 
-def _schedule(queue: deque, reqs: _Requests, avail: int, pool: _Pool, step: int) -> list:
+def _schedule(queue: deque, reqs: _Requests, avail: int, pool: _Pool, step: int, limit: int | None = None) -> list:
     """Prefill chunks of one step, FCFS within ``avail`` tokens: [(request, tokens, prefix)]; a
     request not yet holding pages is admitted only if its prompt's pages fit the pool beside the
-    decodes' next step (else admission stops: head-of-line, as vLLM V1's waiting loop does)."""
+    decodes' next step and fewer than ``limit`` requests run (else admission stops: head-of-line,
+    as vLLM V1's waiting loop and SGLang's ``--max-running-requests`` check do)."""
     chunks = []
     for r in queue:
         if avail <= 0:
             break
         if r not in pool.admitted:
+            if limit is not None and len(pool.admitted) >= limit:
+                break
             tokens = reqs.target[r]
             if pool.fixed_b + pool.per_token_b * tokens > pool.capacity_b - pool.used_b(step):
                 break
@@ -342,13 +347,17 @@ def _run(steps: _StepTimes, source: _Source, reqs: _Requests, pool: _Pool, durat
     prefill-first engine's prompt steps carry no decode and do not count as decode steps
     (``step_no`` counts the steps that advance the decodes)."""
     budget, per_decode = steps.table.budget, steps.k + 1
-    mixed = steps.inst.engine_profile.mixed_prefill
+    eng = steps.inst.engine_profile
+    mixed, limit, recv_every = eng.mixed_prefill, eng.max_running_requests, eng.recv_interval_steps
     queue: deque = deque()  # requests waiting for or in prefill, FCFS
     finishing: dict[int, list[int]] = {}  # step index -> requests whose last token it yields
     t, step_no, batch = 0.0, 0, 0
+    since_poll = recv_every  # decode steps since the scheduler last took in arrivals
     acc = dict(time_s=0.0, batch_s=0.0, chunk_s=0.0, steps=0, preemptions=0)
     while True:
-        queue.extend(source.pop_until(t))
+        if since_poll >= recv_every or (not queue and batch == 0):  # a poll: every recv_every decode steps
+            queue.extend(source.pop_until(t))
+            since_poll = 0
         if not queue and batch == 0:
             nxt = source.next_time()
             if not math.isfinite(nxt) or (source.reqs.issue and _all_done(reqs, duration_s, nxt)):
@@ -356,7 +365,7 @@ def _run(steps: _StepTimes, source: _Source, reqs: _Requests, pool: _Pool, durat
             t = nxt
             continue
         # a prefill-first engine: a step of the waiting prompts alone while any can be scheduled
-        chunks = [] if mixed else _schedule(queue, reqs, budget, pool, step_no - 1)
+        chunks = [] if mixed else _schedule(queue, reqs, budget, pool, step_no - 1, limit)
         decoding = batch if mixed or not chunks else 0  # decodes this step advances
         if decoding:
             gone = _preempt(pool, queue, reqs, finishing, step_no)
@@ -364,7 +373,7 @@ def _run(steps: _StepTimes, source: _Source, reqs: _Requests, pool: _Pool, durat
             decoding = batch
             acc["preemptions"] += gone
         if mixed:
-            chunks = _schedule(queue, reqs, budget - batch * per_decode, pool, step_no)
+            chunks = _schedule(queue, reqs, budget - batch * per_decode, pool, step_no, limit)
         s = steps(decoding, tuple((c[1], c[2]) for c in chunks))
         if warmup_s <= t < duration_s:
             acc["time_s"] += s
@@ -372,6 +381,7 @@ def _run(steps: _StepTimes, source: _Source, reqs: _Requests, pool: _Pool, durat
             acc["chunk_s"] += s if chunks else 0.0
             acc["steps"] += 1
         t += s
+        since_poll += recv_every if chunks else 1  # after a prompt step the scheduler polls at once
         done_no = step_no if mixed or decoding else step_no - 1  # its prompts decode from the next decode step
         for r, take, _ in chunks:
             if math.isnan(reqs.start[r]):
