@@ -213,8 +213,8 @@ _RECV_10_30 = ((1, 10), (16, 30))
 RECIPES = (
     Recipe("h200_sxm", "deepseek-v3", "sglang",
            f"{_IX}/64c20b6b5/benchmarks/single_node/dsr1_fp8_h200.sh (--chunked-prefill-size 32768 and "
-           "--max-running-requests 512 at 1k/1k, 256 otherwise, in every version, 2025-09 to 2026-06; no "
-           "--kv-cache-dtype)", tokens=32768, max_running=256, max_running_at=((1024, 1024, 512),)),
+           "--max-running-requests 512 at 1k/1k, 256 otherwise, in every version from 2025-09-19 to 2026-06; "
+           "no --kv-cache-dtype; the rows: 2026-03-25)", tokens=32768, max_running=256, max_running_at=((1024, 1024, 512),)),
     Recipe("h200_sxm", "qwen3.5-397b-a17b", "sglang",
            f"{_IX}/cfcaa84a1/benchmarks/single_node/qwen3.5_fp8_h200.sh (--chunked-prefill-size 16384, "
            "--kv-cache-dtype fp8_e4m3 and --max-running-requests 128 since it was added, 2026-03-02)", tokens=16384,
@@ -231,8 +231,8 @@ RECIPES = (
            max_running=128, recv_interval=_RECV_10_30, precision="bf16"),
     Recipe("b200_sxm", "deepseek-v3", "sglang",
            f"{_IX}/38b80a859/benchmarks/single_node/dsr1_fp8_b200.sh (TP 8: 32768, --max-running-requests 128, "
-           "--scheduler-recv-interval 10, 30 from CONC 16; --kv-cache-dtype fp8_e4m3; every version from 2025-09 "
-           "to 2026-06, the 2025-12 dsr1_fp8_b200_docker.sh too)", tokens=32768, kv_dtype="fp8", max_running=128,
+           "--scheduler-recv-interval 10, 30 from CONC 16; --kv-cache-dtype fp8_e4m3; every version from "
+           "2025-09-23 to 2026-06, the 2025-12 dsr1_fp8_b200_docker.sh too; the rows: 2025-12-31 and 2026-03-25)", tokens=32768, kv_dtype="fp8", max_running=128,
            recv_interval=_RECV_10_30, tp=8),
     Recipe("b200_sxm", "deepseek-v3", "sglang",
            f"{_IX}/38b80a859/benchmarks/single_node/dsr1_fp8_b200.sh (TP 4: 8192, --max-running-requests 32, "
