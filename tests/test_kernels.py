@@ -504,3 +504,29 @@ def test_import_of_a_table_with_a_missing_shape_column_is_one_line_and_writes_no
     assert r.returncode == 2 and len(lines) == 1 and "Traceback" not in r.stderr, r.stderr
     assert "gemm_perf.parquet" in lines[0] and "missing column ['k']" in lines[0]
     assert not out.exists() or not any(out.rglob("*.npz"))
+
+
+def test_the_importer_takes_the_preferred_moe_kernel_measured_at_each_shape(tmp_path):
+    # B200's SGLang collection timed DeepSeek's experts (7168 x 2048, 256 of them) with the FlashInfer
+    # TRT-LLM kernel only: that shape keeps it; a shape timed with both keeps the Triton one SGLang
+    # prefers; before, the Triton rows of other models' shapes stood in for DeepSeek (nearest shape)
+    import pandas as pd
+
+    base = tmp_path / "aiconfigurator_core" / "systems" / "data" / "b200_sxm" / "moe" / "sglang" / "0.5.14"
+    base.mkdir(parents=True)
+    rows = [dict(framework="SGLang", version="0.5.14", device="b200", op_name="moe", kernel_source=kernel,
+                 moe_dtype="fp8_block", num_tokens=64, hidden_size=hidden, inter_size=2048, topk=8, num_experts=256,
+                 moe_tp_size=8, moe_ep_size=1, distribution="balanced", latency=ms)
+            for kernel, hidden, ms in (("sglang_fused_moe_triton", 4096, 0.30), ("sglang_flashinfer_trtllm_moe", 4096, 0.20),
+                                       ("sglang_flashinfer_trtllm_moe", 7168, 0.16))]
+    pd.DataFrame(rows).to_parquet(base / "moe_perf.parquet")
+    out = tmp_path / "out"
+    kernels_import.import_kernels(["b200"], out, folder=tmp_path, echo=lambda line: None)
+    kt = kernel_tables(load_gpu("b200"), "sglang", root=out)
+    deepseek = kt.moe(64, 7168, 2048, 8, 256, 8, 1, "fp8_block")
+    assert "sglang_flashinfer_trtllm_moe" in deepseek.source and "nearest" not in deepseek.source
+    assert deepseek.latency_s == pytest.approx(0.16e-3, rel=1e-6)
+    other = kt.moe(64, 4096, 2048, 8, 256, 8, 1, "fp8_block")
+    assert "sglang_fused_moe_triton" in other.source and other.latency_s == pytest.approx(0.30e-3, rel=1e-6)
+    assert kernels_import.MOE_SHAPE == ("hidden_size", "inter_size", "topk", "num_experts", "moe_tp_size",
+                                        "moe_ep_size")

@@ -249,13 +249,20 @@ def reduce_gemm(engine: str, df):
     return {"gemm": df[["dtype", "m", "n", "k", "kernel_source", "latency_s"]]}
 
 
+MOE_SHAPE = ("hidden_size", "inter_size", "topk", "num_experts", "moe_tp_size", "moe_ep_size")
+"""The wheel's columns of one fused-MoE shape, per which :func:`reduce_moe` takes the engine's most
+preferred kernel measured at it."""
+
+
 def reduce_moe(engine: str, df):
     """Fused-MoE rows of every routing of :data:`MOE_ROUTINGS` (the wheel's ``distribution``), one
     kernel per dtype and routing; the routings kept go to the provenance (``df.attrs``)."""
     df = df[df["distribution"].isin(MOE_ROUTINGS) & df["moe_dtype"].isin(DTYPES)].copy()
     df["dtype"] = df["moe_dtype"].map(DTYPES)
     df["routing"] = df["distribution"]
-    df = _prefer(df, engine, "moe", ["dtype", "routing"])
+    # per shape: a model whose shape the engine's first kernel was not measured at (DeepSeek's 7168
+    # x 2048 x 256 experts on B200: FlashInfer TRT-LLM only) keeps the kernel measured there
+    df = _prefer(df, engine, "moe", ["dtype", "routing", *MOE_SHAPE])
     df = df.rename(columns={"num_tokens": "tokens", "hidden_size": "hidden", "inter_size": "inter",
                             "num_experts": "experts", "moe_tp_size": "moe_tp", "moe_ep_size": "moe_ep"})
     df["latency_s"] = df["latency"] * MS
