@@ -417,7 +417,7 @@ def _solve(t: StepTable, isl: int, osl: int, clients: float | None, rate: float 
         else:  # decodes advance only in the time prompt steps leave (a saturated round: the next pulls back)
             idle = max(1.0 - chunk_time, PREFILL_FIRST_FLOOR)
             step = s0 / idle
-            residual = (idle * s0 + (1.0 - idle) * sp / n_eff) / 2.0 if n_eff else s0 / 2.0
+            residual = (idle * s0 + (1.0 - idle) * sp / n_eff) / 2.0  # n_eff >= 1 chunk step per prompt
         queue = min(rho / (1.0 - rho) * own / 2.0 if rho < 1.0 else math.inf, (clients - 1) * sp_pre)
         new_ttft = t.request_s + busy * (residual + t.poll_s(s0, 1.0 - chunk_time)) + queue + sp_pre
         new_tpot = step / accepted
@@ -709,7 +709,7 @@ def colocated_benchmark(model: ModelSpec, inst: Instance, isl_tokens: int, osl_t
     t = step_table(model, with_spec(inst, spec), isl, osl, settings)
     wave = min(int(concurrency), t.fit)
     ttft_s, tpot_s = _first_wave(t, wave, steady.tpot_s)
-    if run.range_ratio == 1.0 and not inst.engine_profile.mixed_prefill and wave == concurrency and osl > 1:
+    if run.range_ratio == 1.0 and not t.mixed and wave == concurrency and osl > 1:
         return _lockstep(t, wave, ttft_s, tpot_s)
     n = run.prompts_per_client * int(concurrency)
     first = 0 if run.warmup_per_client else wave  # first-wave requests measured
@@ -751,8 +751,7 @@ def _first_wave(t: StepTable, wave: int, tail_tpot_s: float) -> tuple[np.ndarray
     pure decode steps at batch ``wave`` run until the first request ends (no prompt arrives before:
     the clients send their next requests as theirs end); the tokens left after that run at the
     steady state's ``tail_tpot_s`` per token. With ``osl = 1`` TPOT is nan (no decode)."""
-    isl, osl, per = t.isl, t.osl, t.k + 1
-    mixed = t.case.inst.engine_profile.mixed_prefill
+    isl, osl, per, mixed = t.isl, t.osl, t.k + 1, t.mixed
     steps = math.ceil((osl - 1) / t.accepted)  # decode steps a request runs
     ends = [t.request_s]  # ends[m + 1]: when step m ends
     done_at: list[int] = []  # the step that finishes each prompt, in order

@@ -440,7 +440,7 @@ class Case:
     token_budget: int | None = None  # tokens per engine step as the run's recipe launched it; None: the profile's
     kv_dtype: KvDtype = "bf16"  # the KV cache's element type as the run's recipe launched it
     max_running: int | None = None  # --max-running-requests as the run's recipe launched it; None: the profile's
-    recv_interval: int | None = None  # --scheduler-recv-interval as the run's recipe launched it; None: the profile's
+    recv_interval_steps: int | None = None  # --scheduler-recv-interval as the run's recipe launched it; None: the profile's
 
 
 @dataclass(frozen=True)
@@ -686,7 +686,7 @@ def _instance(case: Case, layout: Layout) -> Instance:
         engine = engine.model_copy(update={"kernel_version": case.kernel_version})
     if case.token_budget is not None:
         engine = engine.with_chunked_prefill(case.token_budget)
-    engine = engine.with_launch(case.max_running, case.recv_interval)
+    engine = engine.with_launch(case.max_running, case.recv_interval_steps)
     return instance(case.gpu_id, layout.gpus, layout=layout, engine=engine)
 
 
@@ -788,7 +788,7 @@ def _frame(rows: list[dict], strict: bool, moe_routing: str = "balanced") -> pd.
             protocols[protocol_name(case.run)] += 1
             budgets += case.token_budget is not None
             kv_dtypes += case.kv_dtype != "bf16"
-            schedulers += case.max_running is not None or case.recv_interval is not None
+            schedulers += case.max_running is not None or case.recv_interval_steps is not None
             took_workers, took_dp = _from_recipe(row, case)
             workers += took_workers
             dp_attention += took_dp
@@ -834,7 +834,7 @@ def _as_launched(row: dict, case: Case) -> Case:
         return case
     return replace(case, token_budget=recipe.budget(case.isl_tokens), kv_dtype=recipe.kv_dtype or case.kv_dtype,
                    max_running=recipe.running(case.isl_tokens, case.osl_tokens),
-                   recv_interval=recipe.recv_steps(case.concurrency))
+                   recv_interval_steps=recipe.recv_steps(case.concurrency))
 
 
 def _remapped(row: dict, case: Case, stored: GemmDtypes, twin: bool = False) -> list[str]:

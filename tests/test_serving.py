@@ -334,6 +334,9 @@ def test_fixed_lengths_on_a_prefill_first_engine_repeat_the_burst(deepseek):
         assert (got.ttft_s, got.tpot_s) == pytest.approx((first.mean(), tpot.mean()), rel=1e-9)
         period = ends[2] + (osl - 1) * decode
         assert got.throughput_rps == pytest.approx(c / period, rel=1e-9)
+        # the 6 decode through (osl - 1) steps of the period; the prompt steps fill ends[2] - r of it
+        assert got.batch == pytest.approx(c * (osl - 1) * decode / period, rel=1e-9)
+        assert got.prefill_share == pytest.approx((ends[2] - r) / period, rel=1e-9)
         assert got.notes[0].startswith("lockstep: fixed lengths on a prefill-first engine")
     # lengths spread (InferenceX's range ratio) break the lockstep: the later waves at the steady state
     spread = colocated_benchmark(model, inst, isl, osl, c, BenchmarkRun(10, 0.8))

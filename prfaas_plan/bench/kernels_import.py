@@ -256,7 +256,8 @@ preferred kernel measured at it."""
 
 def reduce_moe(engine: str, df):
     """Fused-MoE rows of every routing of :data:`MOE_ROUTINGS` (the wheel's ``distribution``), one
-    kernel per dtype and routing; the routings kept go to the provenance (``df.attrs``)."""
+    kernel per dtype, routing and expert shape (:data:`MOE_SHAPE`); the routings kept go to the
+    provenance (``df.attrs``)."""
     df = df[df["distribution"].isin(MOE_ROUTINGS) & df["moe_dtype"].isin(DTYPES)].copy()
     df["dtype"] = df["moe_dtype"].map(DTYPES)
     df["routing"] = df["distribution"]
