@@ -58,8 +58,9 @@ open loop: Poisson arrivals at ``rate``, which by PASTA see time averages):
   of preempted requests is left out; the simulator's colocated mode runs the preemption). One
   request's final context ``isl + osl`` must fit the pool.
 
-The fixed point (TTFT, TPOT) is found by damped iteration (half steps) stopped when both change by
-less than 1e-12 relative, at most 2,000 rounds (a note says if it stopped short). Step times are
+The closed loop's fixed point (TTFT, TPOT) is found as two nested roots (Brent, to 1e-12 relative:
+the TTFT a TPOT implies, then the TPOT that reproduces itself; :func:`_solve_closed`), the open
+loop's TPOT as one root (:func:`_solve_open`); a note says if none was found. Step times are
 computed per (model, instance, settings, isl, osl) at the points of a batch grid
 (every integer to 8, then powers of two, then what memory holds) the solve touches, cached,
 and interpolated linearly between them; the cache
@@ -118,8 +119,12 @@ if TYPE_CHECKING:
     from prfaas_plan.engine import EngineProfile, Speculative
 
 TOLERANCE = 1e-12
-"""Relative change of TTFT and TPOT below which the fixed-point iteration stops."""
+"""Relative tolerance of the fixed points' roots (and of the iterations that remain)."""
 MAX_ROUNDS = 2000
+MAX_DOUBLINGS = 200
+ROOT_FLOOR_FRACTION = 0.125
+"""Where the closed loop's root searches start, as a share of the unloaded TTFT and TPOT."""
+"""Most doublings of a root's bracket above its lower end (2^200: beyond any finite time in s)."""
 PREFILL_FIRST_FLOOR = 1e-6
 """Least share of time a prefill-first engine's decodes are taken to get in a closed-loop round
 (a round whose prompt steps would fill the time: the fixed point's next round, at the lower
@@ -385,51 +390,88 @@ def _check(isl: int, osl: int) -> None:
 
 
 def _solve(t: StepTable, isl: int, osl: int, clients: float | None, rate: float | None) -> dict:
-    """The fixed point (TTFT, TPOT) for ``clients`` in a closed loop, or Poisson ``rate`` (:func:`_solve_open`)."""
-    if clients is None:
-        return _solve_open(t, isl, osl, rate)
-    # closed loop: the others' prompts arrive to an idle prefill server (probability 1 - rho) and
-    # take their own chunk steps, or to a busy one and share full-budget steps
-    accepted = t.accepted
-    ttft, tpot = t.request_s + t.at(0.0)[1], t.at(1.0)[0] / accepted
-    converged, out = False, {}
-    for _ in range(MAX_ROUNDS):
-        d = (osl - 1) * tpot
-        r = ttft + d
-        x = clients / r
-        others = (clients - 1) * d / r
-        x_o = x * (clients - 1) / clients
-        busy = 1.0 if clients > 1 else 0.0  # another client's step is in progress
-        beside = others if t.mixed else 0.0  # decodes a prompt's steps carry
-        _, sp_pre, n_pre, full_pre = t.at(beside)
-        avail = max(t.budget - beside * (t.k + 1), 1.0)
-        own = isl / avail * full_pre  # a prompt's share of full-budget steps: the prefill server's time
-        rho = x_o * own
-        s0, sp, n, full = t.at(1.0 + others)
-        if not t.mixed:
-            sp, n, full = sp_pre, n_pre, full_pre
-        share = min(rho, 1.0)
-        chunk_time = x_o * ((1.0 - share) * sp + share * own)  # fraction of engine time in chunk steps
-        n_eff = (1.0 - share) * n + share * isl / avail
-        if t.mixed:  # saturated: prompts queue, every step carries the whole prefill budget
-            step = full if chunk_time >= 1.0 else 1.0 / (x_o * n_eff + (1.0 - chunk_time) / s0)
-            residual = step / 2.0
-        else:  # decodes advance only in the time prompt steps leave (a saturated round: the next pulls back)
-            idle = max(1.0 - chunk_time, PREFILL_FIRST_FLOOR)
-            step = s0 / idle
-            residual = (idle * s0 + (1.0 - idle) * sp / n_eff) / 2.0  # n_eff >= 1 chunk step per prompt
-        queue = min(rho / (1.0 - rho) * own / 2.0 if rho < 1.0 else math.inf, (clients - 1) * sp_pre)
-        new_ttft = t.request_s + busy * (residual + t.poll_s(s0, 1.0 - chunk_time)) + queue + sp_pre
-        new_tpot = step / accepted
-        if not math.isfinite(new_ttft):
-            break
-        change = max(abs(new_ttft - ttft) / ttft, abs(new_tpot - tpot) / tpot)
-        ttft, tpot = 0.5 * (ttft + new_ttft), 0.5 * (tpot + new_tpot)
-        out = dict(step=step, share=min(1.0, x * sp_pre), rho=rho, saturated=chunk_time >= 1.0)
-        if change < TOLERANCE:
-            converged = True
-            break
-    return dict(out, ttft=ttft, tpot=tpot, converged=converged)
+    """The fixed point (TTFT, TPOT) for ``clients`` in a closed loop (:func:`_solve_closed`), or
+    Poisson ``rate`` (:func:`_solve_open`)."""
+    return _solve_open(t, isl, osl, rate) if clients is None else _solve_closed(t, isl, osl, clients)
+
+
+def _closed_round(t: StepTable, isl: int, osl: int, clients: float, ttft: float, tpot: float) -> tuple[float, float, dict]:
+    """One round of the closed loop: the (TTFT, TPOT) in s that ``clients`` clients imply when each
+    request takes ``ttft`` and then ``tpot`` per output token, and the round's step, prefill share,
+    prefill utilisation and saturation. The others' prompts arrive to an idle prefill server
+    (probability ``1 - rho``) and take their own chunk steps, or to a busy one and share
+    full-budget steps."""
+    d = (osl - 1) * tpot
+    r = ttft + d
+    x = clients / r
+    others = (clients - 1) * d / r
+    x_o = x * (clients - 1) / clients
+    busy = 1.0 if clients > 1 else 0.0  # another client's step is in progress
+    beside = others if t.mixed else 0.0  # decodes a prompt's steps carry
+    _, sp_pre, n_pre, full_pre = t.at(beside)
+    avail = max(t.budget - beside * (t.k + 1), 1.0)
+    own = isl / avail * full_pre  # a prompt's share of full-budget steps: the prefill server's time
+    rho = x_o * own
+    s0, sp, n, full = t.at(1.0 + others)
+    if not t.mixed:
+        sp, n, full = sp_pre, n_pre, full_pre
+    share = min(rho, 1.0)
+    chunk_time = x_o * ((1.0 - share) * sp + share * own)  # fraction of engine time in chunk steps
+    n_eff = (1.0 - share) * n + share * isl / avail
+    if t.mixed:  # saturated: prompts queue, every step carries the whole prefill budget
+        step = full if chunk_time >= 1.0 else 1.0 / (x_o * n_eff + (1.0 - chunk_time) / s0)
+        residual = step / 2.0
+    else:  # decodes advance only in the time prompt steps leave (a saturated round: the next pulls back)
+        idle = max(1.0 - chunk_time, PREFILL_FIRST_FLOOR)
+        step = s0 / idle
+        residual = (idle * s0 + (1.0 - idle) * sp / n_eff) / 2.0  # n_eff >= 1 chunk step per prompt
+    queue = min(rho / (1.0 - rho) * own / 2.0 if rho < 1.0 else math.inf, (clients - 1) * sp_pre)
+    new_ttft = t.request_s + busy * (residual + t.poll_s(s0, 1.0 - chunk_time)) + queue + sp_pre
+    return new_ttft, step / t.accepted, dict(step=step, share=min(1.0, x * sp_pre), rho=rho,
+                                              saturated=chunk_time >= 1.0)
+
+
+def _root_above(f: Callable[[float], float], lo: float) -> float:
+    """The root of ``f`` above ``lo`` (``f(lo) >= 0``, ``f`` negative far enough above): the bracket
+    doubles from ``lo`` until ``f`` turns negative, then Brent to :data:`TOLERANCE` relative; ``lo``
+    itself when ``f(lo) <= 0`` or when ``f`` stays positive up to ``2^MAX_DOUBLINGS lo`` (inf)."""
+    from scipy.optimize import brentq
+
+    if f(lo) <= 0.0:
+        return lo
+    hi = lo
+    for _ in range(MAX_DOUBLINGS):
+        lo, hi = hi, 2.0 * hi
+        if f(hi) < 0.0:
+            return brentq(f, lo, hi, xtol=1e-300, rtol=TOLERANCE, maxiter=MAX_ROUNDS)
+    return math.inf
+
+
+def _solve_closed(t: StepTable, isl: int, osl: int, clients: float) -> dict:
+    """The closed loop's fixed point of :func:`_closed_round` as two nested roots: at a TPOT the
+    TTFT the round returns falls as the TTFT assumed grows (a longer residence, a lower rate, a
+    shorter queue), so the TTFT the loop implies is the root of ``ttft_round - ttft``; TPOT is then
+    the root of ``tpot_round - tpot``. Each is searched from :data:`ROOT_FLOOR_FRACTION` of the
+    unloaded value (the prompt alone; the batch-1 step), below any the round returns: measured step
+    tables are not monotone in the batch (a batch-4 step can be faster than a batch-1 one). Plain
+    iteration of the round, even damped, can cycle near saturation, where the step and the queue
+    are steep in the rate."""
+    floor_ttft = ROOT_FLOOR_FRACTION * (t.request_s + t.at(0.0)[1])
+    floor_tpot = ROOT_FLOOR_FRACTION * t.at(1.0)[0] / t.accepted
+
+    def ttft_at(tpot: float) -> float:
+        return _root_above(lambda y: _closed_round(t, isl, osl, clients, y, tpot)[0] - y, floor_ttft)
+
+    def excess(tpot: float) -> float:
+        ttft = ttft_at(tpot)
+        return _closed_round(t, isl, osl, clients, ttft, tpot)[1] - tpot if math.isfinite(ttft) else math.inf
+
+    tpot = _root_above(excess, floor_tpot)
+    ttft = ttft_at(tpot) if math.isfinite(tpot) else math.inf
+    if not math.isfinite(ttft):  # no finite residence satisfies the loop
+        return dict(ttft=math.inf, tpot=tpot, step=math.inf, share=1.0, rho=math.inf, saturated=True, converged=False)
+    _, _, out = _closed_round(t, isl, osl, clients, ttft, tpot)
+    return dict(out, ttft=ttft, tpot=tpot, converged=True)
 
 
 def _solve_open(t: StepTable, isl: int, osl: int, rate: float) -> dict:
@@ -611,7 +653,7 @@ def _chunk_row(case: _Case, isl: int, osl: int, b: int, m: int, units: int) -> n
 
 def _point(s: dict, osl: int, x: float, wait_s: float, notes: list[str]) -> ServingPoint:
     if not s["converged"]:
-        notes.append(f"fixed point not reached to {TOLERANCE:g} in {MAX_ROUNDS} rounds")
+        notes.append("no finite fixed point: the load exceeds what the engine sustains")
     if s.get("saturated"):
         notes.append("prefill-bound: every step carries a prefill chunk")
     tpot, x = float(s["tpot"]), float(x)
@@ -908,9 +950,9 @@ def disaggregated_closed_loop(model: ModelSpec, prefill_inst: Instance, n_prefil
     * TTFT = wait + own prefill + transfer (the prefill worker emits the first token); no request
       overhead beyond what the kernel model's prefill holds.
 
-    Fixed point: TPOT by damped iteration (half steps) from the batch-1 step, stopped when it
-    changes by less than ``TOLERANCE`` (1e-12) relative, at most ``MAX_ROUNDS`` rounds (a note says
-    if it stopped short); at each TPOT the TTFT the loop implies is found by bisection to
+    Fixed point: TPOT as the root of ``step(1 + decoding / D) - TPOT`` (Brent to ``TOLERANCE``,
+    1e-12 relative, searched upward from :data:`ROOT_FLOOR_FRACTION` of the batch-1 step, as the
+    colocated loop's :func:`_solve_closed`); at each TPOT the TTFT the loop implies is found by bisection to
     ``TOLERANCE`` relative between the unloaded prefill and the wait behind all ``c - 1`` others
     (the M/D/c wait is steep near saturation, where plain iteration oscillates). ``step_s`` is the decode step, ``prefill_share`` the prefill
     workers' utilisation, ``batch`` the mean decode batch per worker.
@@ -927,20 +969,13 @@ def disaggregated_closed_loop(model: ModelSpec, prefill_inst: Instance, n_prefil
     if running < c:
         notes.append(f"memory-bound: {d} x {loop.fit} requests of {loop.isl + osl} tokens fit; "
                      f"{c - running} clients wait in the queue (their wait is in TTFT)")
-    tpot, converged = loop.step(1.0), False
-    for _ in range(MAX_ROUNDS):
-        ttft = loop.solve_ttft(tpot)
-        decoding = loop.prefill_side(ttft, tpot)[2]
-        new_tpot = loop.step(1.0 + decoding / d)
-        change = abs(new_tpot - tpot) / tpot
-        tpot = 0.5 * (tpot + new_tpot)
-        if change < TOLERANCE:
-            converged = True
-            break
+
+    def excess(tpot: float) -> float:  # the decode step the loop implies at this TPOT, less the TPOT
+        return loop.step(1.0 + loop.prefill_side(loop.solve_ttft(tpot), tpot)[2] / d) - tpot
+
+    tpot = _root_above(excess, ROOT_FLOOR_FRACTION * loop.step(1.0))  # finite: the step is capped at ``fit``
     ttft = loop.solve_ttft(tpot)
     rho = loop.prefill_side(ttft, tpot)[1]
-    if not converged:
-        notes.append(f"fixed point not reached to {TOLERANCE:g} in {MAX_ROUNDS} rounds")
     x = running / (ttft + (osl - 1) * tpot)
     ttft += (c - running) / x
     return ServingPoint(ttft, tpot, tpot, rho, x * (osl - 1) * tpot / d, x, x * osl, tuple(notes))

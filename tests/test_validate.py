@@ -408,7 +408,6 @@ def test_disagg_littles_law_and_monotone(disagg):
         p = disaggregated_closed_loop(model, pre, 1, dec, 2, 4096, 1024, c)
         assert p.throughput_rps * (p.ttft_s + 1023 * p.tpot_s) == pytest.approx(c, rel=1e-6)
         assert p.output_tokens_per_s == pytest.approx(1024 * p.throughput_rps, rel=1e-12)
-        assert not any("not reached" in n for n in p.notes)
         if last is not None:
             # throughput plateaus at the prefill workers' capacity once they saturate (flat to ~1e-5)
             assert p.ttft_s >= last.ttft_s and p.throughput_rps >= last.throughput_rps * (1 - 1e-4)
