@@ -122,8 +122,6 @@ TOLERANCE = 1e-12
 """Relative tolerance of the fixed points' roots (and of the iterations that remain)."""
 MAX_ROUNDS = 2000
 MAX_DOUBLINGS = 200
-ROOT_FLOOR_FRACTION = 0.125
-"""Where the closed loop's root searches start, as a share of the unloaded TTFT and TPOT."""
 """Most doublings of a root's bracket above its lower end (2^200: beyond any finite time in s)."""
 PREFILL_FIRST_FLOOR = 1e-6
 """Least share of time a prefill-first engine's decodes are taken to get in a closed-loop round
@@ -431,42 +429,51 @@ def _closed_round(t: StepTable, isl: int, osl: int, clients: float, ttft: float,
                                               saturated=chunk_time >= 1.0)
 
 
-def _root_above(f: Callable[[float], float], lo: float) -> float:
-    """The root of ``f`` above ``lo`` (``f(lo) >= 0``, ``f`` negative far enough above): the bracket
-    doubles from ``lo`` until ``f`` turns negative, then Brent to :data:`TOLERANCE` relative; ``lo``
-    itself when ``f(lo) <= 0`` or when ``f`` stays positive up to ``2^MAX_DOUBLINGS lo`` (inf)."""
+def _root_near(f: Callable[[float], float], start: float) -> float:
+    """The root of ``f`` (positive below it, negative above it) nearest ``start`` > 0 on a log
+    scale: the bracket doubles (or halves) from ``start`` until ``f`` changes sign, then Brent to
+    :data:`TOLERANCE` relative; inf when ``f`` stays positive up to ``2^MAX_DOUBLINGS start``."""
     from scipy.optimize import brentq
 
-    if f(lo) <= 0.0:
-        return lo
-    hi = lo
-    for _ in range(MAX_DOUBLINGS):
-        lo, hi = hi, 2.0 * hi
-        if f(hi) < 0.0:
-            return brentq(f, lo, hi, xtol=1e-300, rtol=TOLERANCE, maxiter=MAX_ROUNDS)
-    return math.inf
+    f = lru_cache(maxsize=None)(f)  # Brent asks again for the bracket's ends
+    lo = hi = start
+    if f(start) > 0.0:
+        for _ in range(MAX_DOUBLINGS):
+            lo, hi = hi, 2.0 * hi
+            if f(hi) <= 0.0:
+                break
+        else:
+            return math.inf
+    else:
+        for _ in range(MAX_DOUBLINGS):
+            lo, hi = lo / 2.0, lo
+            if f(lo) >= 0.0:
+                break
+        else:
+            return lo
+    return hi if f(hi) == 0.0 else brentq(f, lo, hi, xtol=1e-300, rtol=TOLERANCE, maxiter=MAX_ROUNDS)
 
 
 def _solve_closed(t: StepTable, isl: int, osl: int, clients: float) -> dict:
     """The closed loop's fixed point of :func:`_closed_round` as two nested roots: at a TPOT the
     TTFT the round returns falls as the TTFT assumed grows (a longer residence, a lower rate, a
     shorter queue), so the TTFT the loop implies is the root of ``ttft_round - ttft``; TPOT is then
-    the root of ``tpot_round - tpot``. Each is searched from :data:`ROOT_FLOOR_FRACTION` of the
-    unloaded value (the prompt alone; the batch-1 step), below any the round returns: measured step
-    tables are not monotone in the batch (a batch-4 step can be faster than a batch-1 one). Plain
-    iteration of the round, even damped, can cycle near saturation, where the step and the queue
-    are steep in the rate."""
-    floor_ttft = ROOT_FLOOR_FRACTION * (t.request_s + t.at(0.0)[1])
-    floor_tpot = ROOT_FLOOR_FRACTION * t.at(1.0)[0] / t.accepted
+    the root of ``tpot_round - tpot``. Each is searched from the unloaded value (the prompt alone;
+    the batch-1 step), the inner one from the TTFT last found, on a log scale either way: measured
+    step tables are not monotone in the batch (a batch-4 step can be faster than a batch-1 one).
+    Plain iteration of the round, even damped, can cycle near saturation, where the step and the
+    queue are steep in the rate."""
+    last = [t.request_s + t.at(0.0)[1]]  # the inner root's start: the prompt alone, then the TTFT last found
 
     def ttft_at(tpot: float) -> float:
-        return _root_above(lambda y: _closed_round(t, isl, osl, clients, y, tpot)[0] - y, floor_ttft)
+        last[0] = _root_near(lambda y: _closed_round(t, isl, osl, clients, y, tpot)[0] - y, last[0])
+        return last[0]
 
     def excess(tpot: float) -> float:
         ttft = ttft_at(tpot)
         return _closed_round(t, isl, osl, clients, ttft, tpot)[1] - tpot if math.isfinite(ttft) else math.inf
 
-    tpot = _root_above(excess, floor_tpot)
+    tpot = _root_near(excess, t.at(1.0)[0] / t.accepted)
     ttft = ttft_at(tpot) if math.isfinite(tpot) else math.inf
     if not math.isfinite(ttft):  # no finite residence satisfies the loop
         return dict(ttft=math.inf, tpot=tpot, step=math.inf, share=1.0, rho=math.inf, saturated=True, converged=False)
@@ -951,8 +958,8 @@ def disaggregated_closed_loop(model: ModelSpec, prefill_inst: Instance, n_prefil
       overhead beyond what the kernel model's prefill holds.
 
     Fixed point: TPOT as the root of ``step(1 + decoding / D) - TPOT`` (Brent to ``TOLERANCE``,
-    1e-12 relative, searched upward from :data:`ROOT_FLOOR_FRACTION` of the batch-1 step, as the
-    colocated loop's :func:`_solve_closed`); at each TPOT the TTFT the loop implies is found by bisection to
+    1e-12 relative, bracketed from the batch-1 step, as the colocated loop's
+    :func:`_solve_closed`); at each TPOT the TTFT the loop implies is found by bisection to
     ``TOLERANCE`` relative between the unloaded prefill and the wait behind all ``c - 1`` others
     (the M/D/c wait is steep near saturation, where plain iteration oscillates). ``step_s`` is the decode step, ``prefill_share`` the prefill
     workers' utilisation, ``batch`` the mean decode batch per worker.
@@ -973,7 +980,7 @@ def disaggregated_closed_loop(model: ModelSpec, prefill_inst: Instance, n_prefil
     def excess(tpot: float) -> float:  # the decode step the loop implies at this TPOT, less the TPOT
         return loop.step(1.0 + loop.prefill_side(loop.solve_ttft(tpot), tpot)[2] / d) - tpot
 
-    tpot = _root_above(excess, ROOT_FLOOR_FRACTION * loop.step(1.0))  # finite: the step is capped at ``fit``
+    tpot = _root_near(excess, loop.step(1.0))  # finite: the step is capped at ``fit``
     ttft = loop.solve_ttft(tpot)
     rho = loop.prefill_side(ttft, tpot)[1]
     x = running / (ttft + (osl - 1) * tpot)
