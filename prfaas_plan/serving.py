@@ -122,7 +122,7 @@ TOLERANCE = 1e-12
 """Relative tolerance of the fixed points' roots (and of the iterations that remain)."""
 MAX_ROUNDS = 2000
 MAX_DOUBLINGS = 200
-"""Most doublings of a root's bracket above its lower end (2^200: beyond any finite time in s)."""
+"""Most doublings (or halvings) of a root's bracket from its start (2^200: beyond any time in s)."""
 PREFILL_FIRST_FLOOR = 1e-6
 """Least share of time a prefill-first engine's decodes are taken to get in a closed-loop round
 (a round whose prompt steps would fill the time: the fixed point's next round, at the lower
@@ -432,7 +432,8 @@ def _closed_round(t: StepTable, isl: int, osl: int, clients: float, ttft: float,
 def _root_near(f: Callable[[float], float], start: float) -> float:
     """The root of ``f`` (positive below it, negative above it) nearest ``start`` > 0 on a log
     scale: the bracket doubles (or halves) from ``start`` until ``f`` changes sign, then Brent to
-    :data:`TOLERANCE` relative; inf when ``f`` stays positive up to ``2^MAX_DOUBLINGS start``."""
+    :data:`TOLERANCE` relative; inf when ``f`` stays positive up to ``2^MAX_DOUBLINGS start``, the
+    last halving when it stays negative down to ``2^-MAX_DOUBLINGS start``."""
     from scipy.optimize import brentq
 
     f = lru_cache(maxsize=None)(f)  # Brent asks again for the bracket's ends
@@ -462,7 +463,8 @@ def _solve_closed(t: StepTable, isl: int, osl: int, clients: float) -> dict:
     the batch-1 step), the inner one from the TTFT last found, on a log scale either way: measured
     step tables are not monotone in the batch (a batch-4 step can be faster than a batch-1 one).
     Plain iteration of the round, even damped, can cycle near saturation, where the step and the
-    queue are steep in the rate."""
+    queue are steep in the rate. Both roots are finite: the round's TTFT is bounded (its queue by
+    the other clients' prompts) and so is its step (by the batch of every client)."""
     last = [t.request_s + t.at(0.0)[1]]  # the inner root's start: the prompt alone, then the TTFT last found
 
     def ttft_at(tpot: float) -> float:
@@ -470,13 +472,10 @@ def _solve_closed(t: StepTable, isl: int, osl: int, clients: float) -> dict:
         return last[0]
 
     def excess(tpot: float) -> float:
-        ttft = ttft_at(tpot)
-        return _closed_round(t, isl, osl, clients, ttft, tpot)[1] - tpot if math.isfinite(ttft) else math.inf
+        return _closed_round(t, isl, osl, clients, ttft_at(tpot), tpot)[1] - tpot
 
     tpot = _root_near(excess, t.at(1.0)[0] / t.accepted)
-    ttft = ttft_at(tpot) if math.isfinite(tpot) else math.inf
-    if not math.isfinite(ttft):  # no finite residence satisfies the loop
-        return dict(ttft=math.inf, tpot=tpot, step=math.inf, share=1.0, rho=math.inf, saturated=True, converged=False)
+    ttft = ttft_at(tpot)
     _, _, out = _closed_round(t, isl, osl, clients, ttft, tpot)
     return dict(out, ttft=ttft, tpot=tpot, converged=True)
 
