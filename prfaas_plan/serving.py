@@ -60,7 +60,7 @@ open loop: Poisson arrivals at ``rate``, which by PASTA see time averages):
 
 The closed loop's fixed point (TTFT, TPOT) is found as two nested roots (Brent, to 1e-12 relative:
 the TTFT a TPOT implies, then the TPOT that reproduces itself; :func:`_solve_closed`), the open
-loop's TPOT as one root (:func:`_solve_open`); a note says if none was found. Step times are
+loop's TPOT as one root (:func:`_solve_open`; a rate without one is bad input). Step times are
 computed per (model, instance, settings, isl, osl) at the points of a batch grid
 (every integer to 8, then powers of two, then what memory holds) the solve touches, cached,
 and interpolated linearly between them; the cache
@@ -477,7 +477,7 @@ def _solve_closed(t: StepTable, isl: int, osl: int, clients: float) -> dict:
     tpot = _root_near(excess, t.at(1.0)[0] / t.accepted)
     ttft = ttft_at(tpot)
     _, _, out = _closed_round(t, isl, osl, clients, ttft, tpot)
-    return dict(out, ttft=ttft, tpot=tpot, converged=True)
+    return dict(out, ttft=ttft, tpot=tpot)
 
 
 def _solve_open(t: StepTable, isl: int, osl: int, rate: float) -> dict:
@@ -658,8 +658,6 @@ def _chunk_row(case: _Case, isl: int, osl: int, b: int, m: int, units: int) -> n
 
 
 def _point(s: dict, osl: int, x: float, wait_s: float, notes: list[str]) -> ServingPoint:
-    if not s["converged"]:
-        notes.append("no finite fixed point: the load exceeds what the engine sustains")
     if s.get("saturated"):
         notes.append("prefill-bound: every step carries a prefill chunk")
     tpot, x = float(s["tpot"]), float(x)
