@@ -508,10 +508,11 @@ def test_a_running_request_cap_queues_the_other_clients(minimax_sglang):
 
 # ----------------------------------------------------------------------------- a prefill-bound closed loop
 # Llama-3.1-8B (FP8 attention and FFN) on 4xH200, vLLM, 4,000 in / 100 out, 96 clients: the
-# prompts need 82% of the engine's time, where the closed loop's round is steep in the rate. Its
-# damped iteration (half steps from the unloaded point, the solver before) cycled between two
-# rounds and stopped at their mean, TTFT 2,024 ms / TPOT 46.4 ms; the fixed point is 210 / 33.8 ms
-# and the simulation (4 seeds x 100 s) 252 / 32.4 ms (TPOT -4.1%; the TTFT gap is the convoys').
+# prompts keep the prefill budget 89% busy and ride in 97% of the steps, where the closed loop's
+# round is steep in the rate. Its damped iteration (half steps from the unloaded point, the solver
+# before) cycled between two rounds and stopped at their mean, TTFT 2,024 ms / TPOT 46.4 ms; the
+# fixed point is 210 / 33.8 ms and the simulation (4 seeds x 100 s) 252 / 32.4 ms (TPOT -4.1%; the
+# TTFT gap is the convoys').
 SATURATED = dict(isl=4000, osl=100, c=96)
 
 
