@@ -465,11 +465,12 @@ def _solve_closed(t: StepTable, isl: int, osl: int, clients: float) -> dict:
     Plain iteration of the round, even damped, can cycle near saturation, where the step and the
     queue are steep in the rate. Both roots are finite: the round's TTFT is bounded (its queue by
     the other clients' prompts) and so is its step (by the batch of every client)."""
-    last = [t.request_s + t.at(0.0)[1]]  # the inner root's start: the prompt alone, then the TTFT last found
+    last_ttft = t.request_s + t.at(0.0)[1]  # the inner root's start: the prompt alone, then the TTFT last found
 
     def ttft_at(tpot: float) -> float:
-        last[0] = _root_near(lambda y: _closed_round(t, isl, osl, clients, y, tpot)[0] - y, last[0])
-        return last[0]
+        nonlocal last_ttft
+        last_ttft = _root_near(lambda y: _closed_round(t, isl, osl, clients, y, tpot)[0] - y, last_ttft)
+        return last_ttft
 
     def excess(tpot: float) -> float:
         return _closed_round(t, isl, osl, clients, ttft_at(tpot), tpot)[1] - tpot
