@@ -254,10 +254,10 @@ class StepTable:
     (:func:`_batch_grid`), each grid point computed when first needed and cached, so a call at
     concurrency ``c`` never times batches above ``c``. ``k`` is the draft length (0: no
     speculative decoding), ``accepted`` the mean tokens a request gains per step, ``budget`` the
-    step's token budget, ``fit`` the requests memory holds in steady state
-    (:func:`~prfaas_plan.perf.latency.requests_fit` at ``held_tokens``, the mean context a running
-    request holds: :func:`~prfaas_plan.perf.latency.held_context_tokens`), ``request_s`` the
-    request overhead."""
+    step's token budget, ``fit`` the requests the engine runs at once: those memory holds in steady
+    state (``memory_fit``: :func:`~prfaas_plan.perf.latency.requests_fit` at ``held_tokens``, the
+    mean context a running request holds: :func:`~prfaas_plan.perf.latency.held_context_tokens`),
+    at most the profile's ``max_running_requests``; ``request_s`` the request overhead."""
 
     case: _Case
     isl: int
@@ -269,6 +269,7 @@ class StepTable:
     fit: int
     request_s: float
     held_tokens: float
+    memory_fit: int
 
     @property
     def recv_steps(self) -> int:
@@ -339,12 +340,12 @@ def _table(case: _Case, isl: int, osl: int) -> StepTable:
                            f"{inst.name}")
     held = held_context_tokens(inst, isl, osl)
     eng = inst.engine_profile
-    fit = requests_fit(model, inst, held, free, case.settings)
+    memory_fit = fit = requests_fit(model, inst, held, free, case.settings)
     if eng.max_running_requests is not None:  # the engine runs no more, whatever its cache holds
         fit = min(fit, eng.max_running_requests)
     k, accepted = (0, 1.0) if spec is None else (spec.draft_tokens, spec.accepted_tokens)
     return StepTable(case, isl, osl, k, accepted, _batch_grid(fit), inst.chunked_prefill_tokens, fit,
-                     eng.request_overhead_s, held)
+                     eng.request_overhead_s, held, memory_fit)
 
 
 @lru_cache(maxsize=16384)
@@ -679,8 +680,10 @@ def colocated_closed_loop(model: ModelSpec, inst: Instance, isl_tokens: int, osl
     notes = []
     running = min(int(concurrency), t.fit)
     if running < concurrency:
-        notes.append(f"memory-bound: {t.fit} running requests of {t.held_tokens:g} tokens on average fit; "
-                     f"{concurrency - running} clients wait in the queue (their wait is in TTFT)")
+        bound = (f"memory-bound: {t.fit} running requests of {t.held_tokens:g} tokens on average fit"
+                 if t.fit == t.memory_fit else f"running-request cap: the engine runs at most {t.fit} requests "
+                 f"(max_running_requests; memory holds {t.memory_fit})")
+        notes.append(f"{bound}; {concurrency - running} clients wait in the queue (their wait is in TTFT)")
     s = _solve(t, int(isl_tokens), int(osl_tokens), float(running), None)
     x = running / (s["ttft"] + (osl_tokens - 1) * s["tpot"])
     return _point(s, int(osl_tokens), x, (concurrency - running) / x, notes)

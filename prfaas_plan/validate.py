@@ -164,6 +164,54 @@ REPEAT_RESOLUTION_MS = 0.01
 """The TTFT / TPOT resolution NVIDIA's gap-analysis files round InferenceX measurements to (two decimals, ms)."""
 
 
+def _utc(stamp: str) -> datetime:
+    """An ISO time (``...Z``) or date as an aware UTC datetime."""
+    t = datetime.fromisoformat(stamp.replace("Z", "+00:00"))
+    return t if t.tzinfo else t.replace(tzinfo=UTC)
+
+
+@dataclass(frozen=True)
+class RecipeRun:
+    """One version of the InferenceX config key that runs a :class:`Recipe`'s script (an entry of
+    ``.github/configs/nvidia-master.yaml``): in force from ``since`` (the commit ``commit`` that set
+    it on main, or a pull request's commit whose workflow the rows' ``measured=`` stamp follows, or
+    the script version's commit where that is later) until ``until`` (the next that changed its
+    search space, or the pull request's merge), UTC, running ``shapes``: ``(isl, osl, tp, ep, concurrencies)`` each, ``tp``
+    the engine's GPUs and ``ep`` its expert ranks (the config's ``ep``, 1 where it gives none)."""
+
+    commit: str
+    since: datetime
+    until: datetime
+    shapes: tuple[tuple[int, int, int, int, tuple[int, ...]], ...]
+
+    def ran(self, case: Case, span: tuple[datetime, datetime]) -> bool:
+        """Whether this version was in force while the row was measured (``span``,
+        :func:`_measured_span`) and runs its lengths, GPUs, expert ranks and concurrency."""
+        shape = (case.isl_tokens, case.osl_tokens, case.layout.gpus, case.layout.moe_ep)
+        return self.since < span[1] and span[0] < self.until and \
+            any((i, o, tp, ep) == shape and case.concurrency in concs for i, o, tp, ep, concs in self.shapes)
+
+
+def _concs(first: int, last: int) -> tuple[int, ...]:
+    """The concurrencies of a ``conc-start`` / ``conc-end`` search space: doubling from the first,
+    the last always run (InferenceX utils/matrix_logic/generate_sweep_configs.py, ``step_size`` 2)."""
+    out = [first]
+    while out[-1] < last:
+        out.append(min(2 * out[-1], last))
+    return tuple(out)
+
+
+def _shapes(*blocks: tuple) -> tuple[tuple[int, int, int, int, tuple[int, ...]], ...]:
+    """``(lengths, tp, ep, conc-start, conc-end)`` blocks as :attr:`RecipeRun.shapes` (every
+    ``(isl, osl)`` of ``lengths``)."""
+    return tuple((isl, osl, tp, ep, _concs(first, last)) for lengths, tp, ep, first, last in blocks
+                 for isl, osl in lengths)
+
+
+def _run(commit: str, since: str, until: str, *blocks: tuple) -> RecipeRun:
+    return RecipeRun(commit, _utc(since), _utc(until), _shapes(*blocks))
+
+
 @dataclass(frozen=True)
 class Recipe:
     """What an InferenceX launch script sets for one system, model and engine where it differs
@@ -176,7 +224,8 @@ class Recipe:
     (``--scheduler-recv-interval``: ``recv_interval``, ``(least concurrency, decode steps)`` pairs,
     the last the row's concurrency reaches applies); None: the engine's defaults.
     ``version`` / ``tp`` / ``precision``: only rows of that engine version / attention TP / CSV
-    precision label (None: any)."""
+    precision label (None: any). ``key``: the config key that runs the script, ``runs`` its
+    versions (:class:`RecipeRun`), ``spec`` its speculative decoding ("none" or "mtp")."""
 
     system: str
     model_id: str
@@ -191,11 +240,20 @@ class Recipe:
     version: str | None = None
     tp: int | None = None
     precision: str | None = None
+    key: str | None = None
+    runs: tuple[RecipeRun, ...] = ()
+    spec: str = "none"
 
     def applies(self, row: dict, case: Case) -> bool:
         return (row["system"], case.model_id, case.engine_id) == (self.system, self.model_id, self.engine) \
             and self.version in (None, case.kernel_version) and self.tp in (None, case.layout.attn_tp) \
             and self.precision in (None, row["precision"]) and case.layout.gpus <= RECIPE_NODE_GPUS
+
+    def ran(self, case: Case, span: tuple[datetime, datetime] | None) -> bool:
+        """Whether the config ran this recipe for the row (a version of :attr:`runs` in force when it
+        was measured lists its shape); a recipe without runs (its rows predate the config's file,
+        2025-11-03) and a row without a measured time are taken as run."""
+        return not self.runs or span is None or any(r.ran(case, span) for r in self.runs)
 
     def budget(self, isl_tokens: int) -> int | None:
         return self.per_isl * isl_tokens if self.per_isl is not None else self.tokens
@@ -210,38 +268,85 @@ class Recipe:
 _RECV_10_30 = ((1, 10), (16, 30))
 """``SCHEDULER_RECV_INTERVAL`` of InferenceX's B200 SGLang scripts: 10 decode steps, 30 from 16 clients."""
 
+_ALL = ((1024, 1024), (1024, 8192), (8192, 1024))
+_NO_1K8K = ((1024, 1024), (8192, 1024))  # 626932a11 (2026-03-28T06:38:24Z) dropped 1k/8k everywhere
+# b7ae44045 (2026-05-01T20:00:46Z) moved the search spaces under ``scenarios``; the CSV's rows end before (04-22)
+_MAR28, _MAY01 = "2026-03-28T06:38:24Z", "2026-05-01T20:00:46Z"
+_DSR1_B200 = "dsr1-fp8-b200-sglang"
+_DSR1_B200_RUNS = (_run("17d5e204f", "2025-11-03T18:05:50Z", "2025-11-10T19:55:00Z", (_ALL, 8, 1, 4, 64)),
+                   _run("d8fe8f73e", "2025-11-10T19:55:00Z", "2025-11-18T20:03:38Z", (_ALL, 8, 8, 4, 64)),
+                   _run("189ae51cc", "2025-11-18T20:03:38Z", "2026-01-13T20:47:13Z", (_ALL, 8, 1, 4, 64)),
+                   _run("1d29967c4", "2026-01-13T20:47:13Z", _MAR28, (_ALL[:2], 8, 1, 4, 64), (_ALL[2:], 8, 1, 4, 4),
+                        (_ALL[2:], 4, 1, 4, 32)),
+                   _run("626932a11", _MAR28, _MAY01, (_ALL[:1], 8, 1, 4, 64), (_ALL[2:], 8, 1, 4, 4), (_ALL[2:], 4, 1, 4, 32)))
+_QWEN35_B200_BF16_RUNS = (_run("521d19951", "2026-02-20T05:32:41Z", _MAR28, (_ALL, 8, 1, 4, 64)),
+                          _run("626932a11", _MAR28, _MAY01, (_NO_1K8K, 8, 1, 4, 64)))
+
 RECIPES = (
     Recipe("h200_sxm", "deepseek-v3", "sglang",
            f"{_IX}/64c20b6b5/benchmarks/single_node/dsr1_fp8_h200.sh (--chunked-prefill-size 32768 and "
            "--max-running-requests 512 at 1k/1k, 256 otherwise, in every version from 2025-09-19 to 2026-06; "
-           "no --kv-cache-dtype; the rows: 2026-03-25)", tokens=32768, max_running=256, max_running_at=((1024, 1024, 512),)),
+           "no --kv-cache-dtype; the rows: 2026-03-25)", tokens=32768, max_running=256, max_running_at=((1024, 1024, 512),),
+           key="dsr1-fp8-h200-sglang", runs=(_run("17d5e204f", "2025-11-03T18:05:50Z", _MAR28, (_ALL, 8, 1, 4, 64)),
+                                             _run("626932a11", _MAR28, _MAY01, (_NO_1K8K, 8, 1, 4, 64)))),
     Recipe("h200_sxm", "qwen3.5-397b-a17b", "sglang",
            f"{_IX}/cfcaa84a1/benchmarks/single_node/qwen3.5_fp8_h200.sh (--chunked-prefill-size 16384, "
            "--kv-cache-dtype fp8_e4m3 and --max-running-requests 128 since it was added, 2026-03-02)", tokens=16384,
-           kv_dtype="fp8", max_running=128),
+           kv_dtype="fp8", max_running=128,
+           key="qwen3.5-fp8-h200-sglang", runs=(_run("f65d6b4b1", "2026-03-04T18:52:58Z", _MAR28, (_ALL, 8, 8, 4, 64)),
+                                                _run("626932a11", _MAR28, _MAY01, (_NO_1K8K, 8, 8, 4, 64)))),
     Recipe("b200_sxm", "qwen3.5-397b-a17b", "sglang",
            f"{_IX}/c23031b7e/benchmarks/single_node/qwen3.5_fp8_b200.sh (CHUNKED_PREFILL_SIZE=32768, "
            "--kv-cache-dtype fp8_e4m3, MAX_RUNNING_REQUESTS=128, SCHEDULER_RECV_INTERVAL 10, 30 from CONC 16, in "
            "every version from 2026-03-03 to 04-30; the FP8 checkpoint's rows, 2026-03-20 to 04-08)",
-           tokens=32768, kv_dtype="fp8", max_running=128, recv_interval=_RECV_10_30, precision="fp8"),
+           tokens=32768, kv_dtype="fp8", max_running=128, recv_interval=_RECV_10_30, precision="fp8",
+           key="qwen3.5-fp8-b200-sglang",  # 515294190 (2026-04-30) changed the script and its search space
+           runs=(_run("efd49e50b", "2026-03-03T17:20:50Z", "2026-03-24T00:52:18Z", (_ALL[:1], 4, 4, 4, 16),
+                      (_ALL[:1], 4, 4, 64, 64), (_ALL[1:2], 8, 1, 4, 8), (_ALL[2:], 8, 1, 4, 4), (_ALL[1:], 4, 4, 8, 64)),
+                 _run("6a5dad463", "2026-03-24T00:52:18Z", _MAR28, (_ALL, 8, 1, 4, 16), (_ALL, 4, 4, 16, 128)),
+                 _run("626932a11", _MAR28, "2026-04-30T19:34:40Z", (_NO_1K8K, 8, 1, 4, 16), (_NO_1K8K, 4, 4, 16, 128)))),
     Recipe("b200_sxm", "qwen3.5-397b-a17b", "sglang",
            f"{_IX}/9dc87a68c/benchmarks/single_node/qwen3.5_bf16_b200.sh (CHUNKED_PREFILL_SIZE=32768, "
            "no --kv-cache-dtype, MAX_RUNNING_REQUESTS=128, SCHEDULER_RECV_INTERVAL 10, 30 from CONC 16, in every "
            "version from 2026-02-20 to 05-12; the bf16 checkpoint's rows, 2026-02-20 to 03-09)", tokens=32768,
-           max_running=128, recv_interval=_RECV_10_30, precision="bf16"),
+           max_running=128, recv_interval=_RECV_10_30, precision="bf16", key="qwen3.5-bf16-b200-sglang",
+           runs=_QWEN35_B200_BF16_RUNS),
     Recipe("b200_sxm", "deepseek-v3", "sglang",
            f"{_IX}/38b80a859/benchmarks/single_node/dsr1_fp8_b200.sh (TP 8: 32768, --max-running-requests 128, "
            "--scheduler-recv-interval 10, 30 from CONC 16; --kv-cache-dtype fp8_e4m3; every version from "
            "2025-09-23 to 2026-06, the 2025-12 dsr1_fp8_b200_docker.sh too; the rows: 2025-12-31 and 2026-03-25)", tokens=32768, kv_dtype="fp8", max_running=128,
-           recv_interval=_RECV_10_30, tp=8),
+           recv_interval=_RECV_10_30, tp=8, key=_DSR1_B200, runs=_DSR1_B200_RUNS),
     Recipe("b200_sxm", "deepseek-v3", "sglang",
            f"{_IX}/38b80a859/benchmarks/single_node/dsr1_fp8_b200.sh (TP 4: 8192, --max-running-requests 32, "
            "--scheduler-recv-interval 10; --kv-cache-dtype fp8_e4m3)", tokens=8192, kv_dtype="fp8", max_running=32,
-           recv_interval=((1, 10),), tp=4),
+           recv_interval=((1, 10),), tp=4, key=_DSR1_B200, runs=_DSR1_B200_RUNS),
+    # the MTP keys: their rows are left out (SPECULATIVE_RUN), so their launch settings are not held
+    Recipe("b200_sxm", "deepseek-v3", "sglang",
+           f"{_IX}/12ba0ae07/benchmarks/single_node/dsr1_fp8_b200_mtp.sh (EAGLE MTP, --speculative-num-steps 2 "
+           "--speculative-num-draft-tokens 3; CHUNKED_PREFILL_SIZE=16384, MAX_RUNNING_REQUESTS=512)", tp=8,
+           key="dsr1-fp8-b200-sglang-mtp", spec="mtp",
+           runs=(_run("e62c6acdf", "2026-02-06T06:28:51Z", _MAR28, (_ALL, 8, 1, 4, 512)),
+                 _run("626932a11", _MAR28, _MAY01, (_NO_1K8K, 8, 1, 4, 512)))),
+    Recipe("b200_sxm", "qwen3.5-397b-a17b", "sglang",
+           f"{_IX}/35d4bb367/benchmarks/single_node/qwen3.5_fp8_b200_mtp.sh (EAGLE MTP, --speculative-num-steps 3 "
+           "--speculative-num-draft-tokens 4; CHUNKED_PREFILL_SIZE=32768, MAX_RUNNING_REQUESTS=$CONC)",
+           precision="fp8", key="qwen3.5-fp8-b200-sglang-mtp", spec="mtp",
+           runs=(_run("35d4bb367", "2026-03-20T22:08:19Z", _MAR28, (_ALL, 4, 1, 4, 256)),
+                 _run("626932a11", _MAR28, _MAY01, (_NO_1K8K, 4, 1, 4, 256)))),
     Recipe("b200_sxm", "minimax-m2.5", "vllm",
            f"{_IX}/bddbf4031/benchmarks/single_node/minimaxm2.5_fp8_b200.sh (--max-num-batched-tokens "
            "$((ISL * 2)) and --kv-cache-dtype fp8, from the vLLM 0.19.0 upgrade of 2026-04-03)",
-           per_isl=2, kv_dtype="fp8", version="0.19.0"),
+           per_isl=2, kv_dtype="fp8", version="0.19.0", key="minimaxm2.5-fp8-b200-vllm",
+           # first the branch of #947 (its rows: 9 s after its last commit), until its merge
+           runs=(_run("beb6a6b18", "2026-04-03T02:34:46Z", "2026-04-03T16:31:35Z", (_NO_1K8K, 2, 1, 4, 256),
+                      (_ALL[:1], 2, 2, 4, 256), (_NO_1K8K, 4, 1, 4, 256), (_ALL[:1], 4, 4, 16, 64)),
+                 _run("bddbf4031", "2026-04-03T16:31:35Z", "2026-04-08T18:43:09Z", (_ALL[:1], 2, 1, 4, 512),
+                      (_ALL[:1], 2, 2, 4, 256), (_ALL[:1], 4, 1, 4, 512), (_ALL[:1], 4, 4, 16, 64),
+                      (_ALL[2:], 2, 1, 4, 256), (_ALL[2:], 4, 1, 4, 256)),
+                 _run("5d037dd4a", "2026-04-08T18:43:09Z", "2026-04-22T00:00:33Z", (_NO_1K8K, 2, 1, 4, 512),
+                      (_NO_1K8K, 4, 1, 4, 512), (_ALL[:1], 2, 2, 512, 512), (_ALL[:1], 4, 4, 256, 512)),
+                 _run("41ed82dc1", "2026-04-22T00:00:33Z", _MAY01, (_ALL[:1], 2, 2, 512, 512), (_ALL[:1], 4, 1, 4, 128),
+                      (_ALL[:1], 4, 4, 256, 512), (_ALL[2:], 2, 1, 4, 512), (_ALL[2:], 4, 1, 4, 512)))),
     *(Recipe(system, "llama-3.1-70b", "vllm",
              f"{_IX}/{commit}/benchmarks/{script} (config.yaml: kv-cache-dtype: fp8, "
              "max-num-batched-tokens: 8192; the rows of 2025-10-29)", kv_dtype="fp8")
@@ -255,8 +360,17 @@ model and engine we predict leaves the engine default (vLLM's 8,192 tokens on th
 8,192 on H100/H200: ``server_args.py``'s GPU-memory tiers; KV cache in the model's bf16), which the
 profiles hold. B200 MiniMax-M2.5 on vLLM 0.17.0 is left at the defaults: its script took
 ``--kv-cache-dtype fp8`` on 2026-03-27, inside its rows' dates (03-11 to 03-28), and the row's
-engine version does not tell which. Applied to the InferenceX runs only (:func:`_as_launched`;
-counted in ``attrs["recipe_budget"]`` and ``attrs["recipe_kv_dtype"]``)."""
+engine version does not tell which. Applied to the InferenceX runs only, and to those the
+recipe's config key ran (:meth:`Recipe.ran`: a version in force at the row's ``measured=`` time
+lists its lengths, GPUs and concurrency; a row no recipe ran keeps the engine defaults), counted
+in ``attrs["recipe_budget"]``, ``attrs["recipe_kv_dtype"]`` and ``attrs["recipe_scheduler"]``
+(:func:`_as_launched`). A row that recipes launching the engine differently both ran is left out
+(:data:`AMBIGUOUS_RECIPE`: B200 DeepSeek-R1 TP 8 at 4 to 64 clients on 2026-03-25, when one commit
+started the STP and the MTP key, whose rows the CSV does not tell apart), and so is a row that only
+an MTP key ran (:data:`SPECULATIVE_RUN`: B200 DeepSeek-R1 TP 8 at 128 to 512 clients that day, B200
+Qwen3.5 TP 4 from 2026-03-20; the acceptance of its drafts on the run's prompts is not published).
+The MTP keys of our models whose runs postdate the CSV's rows (Qwen3.5 on H200 from 2026-04-06, its
+bf16 checkpoint on B200 from 04-17) are not held."""
 
 
 @dataclass(frozen=True)
@@ -297,12 +411,6 @@ class DisaggRecipe:
     def split(self) -> tuple[int, bool, int, bool]:
         """What the recipe sets that the row does not say: workers and attention DP per role."""
         return self.prefill_workers, self.prefill_dp, self.decode_workers, self.decode_dp
-
-
-def _utc(stamp: str) -> datetime:
-    """An ISO time (``...Z``) or date as an aware UTC datetime."""
-    t = datetime.fromisoformat(stamp.replace("Z", "+00:00"))
-    return t if t.tzinfo else t.replace(tzinfo=UTC)
 
 
 def _version(system: str, key: str, commit: str, since: str, until: str, rows: tuple) -> tuple[DisaggRecipe, ...]:
@@ -416,6 +524,7 @@ NO_CONCURRENCY = "no max_concurrency (open-loop run)"
 NO_GPU = "no gpu in the run's metadata"
 PREDICTION_FAILED = "prediction failed"
 AMBIGUOUS_RECIPE = "recipe ambiguous"
+SPECULATIVE_RUN = "speculative decoding run"
 
 
 @dataclass(frozen=True)
@@ -777,14 +886,22 @@ def _frame(rows: list[dict], strict: bool, moe_routing: str = "balanced") -> pd.
     remapped: Counter = Counter()
     budgets = kv_dtypes = schedulers = workers = dp_attention = 0
     cases = [_map_row(row, models, strict, moe_routing) for row in rows]
-    inferencex = {_measurement(row, case) for row, case in zip(rows, cases)
-                  if isinstance(case, Case) and case.run == INFERENCEX_RUN}
+    inferencex: dict[tuple, tuple[datetime, datetime] | None] = {}  # each InferenceX measurement: when, narrowest
+    for row, case in zip(rows, cases):
+        if isinstance(case, Case) and case.run == INFERENCEX_RUN:
+            key, span = _measurement(row, case), _measured_span(row)
+            inferencex[key] = min((s for s in (inferencex.get(key), span) if s is not None),
+                                  key=lambda s: s[1] - s[0], default=None)
     out = []
     for row, case in zip(rows, cases):
         got: tuple[float, float] | str | None = None
         if isinstance(case, Case):
             twin = case.run != INFERENCEX_RUN and case.decode_layout is None and _measurement(row, case) in inferencex
-            case = _as_launched(row, replace(case, run=INFERENCEX_RUN) if twin else case)
+            span = inferencex[_measurement(row, case)] if twin else _measured_span(row)
+            case = _as_launched(row, replace(case, run=INFERENCEX_RUN) if twin else case, span)
+            if isinstance(case, str):  # a rule of _as_launched left it out
+                out.append(_out_row(row, case, case))
+                continue
             protocols[protocol_name(case.run)] += 1
             budgets += case.token_budget is not None
             kv_dtypes += case.kv_dtype != "bf16"
@@ -825,13 +942,23 @@ def _measurement(row: dict, case: Case) -> tuple:
             round(float(row["silicon_tpot_ms"]) / REPEAT_RESOLUTION_MS))
 
 
-def _as_launched(row: dict, case: Case) -> Case:
+def _as_launched(row: dict, case: Case, span: tuple[datetime, datetime] | None) -> Case | str:
     """``case`` on the engine as the run's launch script started it: an InferenceX run whose script
     sets the token budget per step, the KV-cache dtype, the most running requests or the
-    scheduler's polling interval (:data:`RECIPES`) takes them."""
-    recipe = next((r for r in RECIPES if r.applies(row, case)), None) if case.run == INFERENCEX_RUN else None
-    if recipe is None:
+    scheduler's polling interval (:data:`RECIPES`, those whose config key ran the row) takes them;
+    the status that leaves it out where the recipes that ran it launch the engine differently
+    (:data:`AMBIGUOUS_RECIPE`) or the one that ran it decoded speculatively (:data:`SPECULATIVE_RUN`);
+    ``span``: when it was measured (:func:`_measured_span`; a repeat, when the run it repeats was)."""
+    if case.run != INFERENCEX_RUN:
         return case
+    ran = [r for r in RECIPES if r.applies(row, case) and r.ran(case, span)]
+    if len(ran) > 1:
+        return f"{AMBIGUOUS_RECIPE}: {' or '.join(r.key or r.source for r in ran)}"
+    if not ran:
+        return case
+    recipe, = ran
+    if recipe.spec != "none":
+        return f"{SPECULATIVE_RUN}: {recipe.key} ({recipe.spec})"
     return replace(case, token_budget=recipe.budget(case.isl_tokens), kv_dtype=recipe.kv_dtype or case.kv_dtype,
                    max_running=recipe.running(case.isl_tokens, case.osl_tokens),
                    recv_interval_steps=recipe.recv_steps(case.concurrency))
@@ -1021,6 +1148,6 @@ def worst_rows(df: pd.DataFrame, n: int = 20) -> pd.DataFrame:
 
 
 __all__ = ["AIC_RUN", "AIC_SOURCE", "COLUMNS", "Case", "DISAGG_RECIPES", "DisaggRecipe", "INFERENCEX_RUN", "INFERENCEX_SOURCE", "MODEL_IDS", "PROTOCOLS", "RECIPES",
-           "REMAPS", "REQUIRED_COLUMNS", "Recipe", "SYSTEM_GPUS", "default_csv", "errors_pct", "off_factor",
+           "REMAPS", "REQUIRED_COLUMNS", "Recipe", "RecipeRun", "SYSTEM_GPUS", "default_csv", "errors_pct", "off_factor",
            "predict", "protocol_name", "status_counts", "summary", "system_names", "validate_runs",
            "validate_silicon", "worst_rows"]

@@ -500,7 +500,7 @@ def test_a_running_request_cap_queues_the_other_clients(minimax_sglang):
     model, base = minimax_sglang
     inst = replace(base, engine=base.engine_profile.with_launch(max_running_requests=8))
     p = colocated_closed_loop(model, inst, ISL, OSL, 16)
-    assert p.notes[0].startswith("memory-bound: 8 running requests")
+    assert p.notes[0].startswith("running-request cap: the engine runs at most 8 requests (max_running_requests; memory holds ")
     ttft, tpot = _pooled_on(model, inst, concurrency=16, duration_s=CLOSED_DURATION_S, seeds=range(4))
     assert (ttft, tpot) == pytest.approx((p.ttft_s, p.tpot_s), rel=TOLERANCE)
     assert colocated_closed_loop(model, base, ISL, OSL, 16).ttft_s < p.ttft_s / 5

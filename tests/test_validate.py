@@ -30,6 +30,7 @@ from prfaas_plan.validate import (
     COLUMNS,
     INFERENCEX_RUN,
     RECIPES,
+    _concs,
     _protocol,
     status_counts,
     summary,
@@ -40,11 +41,12 @@ from prfaas_plan.validate import (
 
 FIX = Path(__file__).parent / "fixtures" / "validate"
 ROWS = FIX / "silicon_rows.csv"
-B200_DEEPSEEK_C64 = ('2026_03_25_deepseek_r1_b200_sxm_sglang_fp8_agg_1024x1024_c64_tp8_0_ep1_0_288,source_file=2026-03-25.'
-                     'csv; model=DeepSeek-R1; silicon_concurrency=64; measured=2026-03-25T16:34:14Z; wip=False; image=lmsy'
-                     'sorg/sglang:v0.5.9-cu130,sglang,0.5.9,deepseek-ai/DeepSeek-R1,b200_sxm,fp8,agg,1024,1024,fp8,fp8_blo'
-                     'ck,64,8,1,1,8,1,,,,,,,,,,,,,,,798.9930182558055,22.52931171204235')
-"""silicon_sample.csv line 2007, verbatim: DeepSeek-R1 on 8xB200 SGLang 0.5.9, 1k/1k, 64 clients (InferenceX)."""
+B200_DEEPSEEK_DEC31 = ('2026_03_25_deepseek_r1_b200_sxm_sglang_fp8_agg_8192x1024_c64_tp8_0_ep1_0_1288,source_file=2026-03-'
+                       '25.csv; model=DeepSeek-R1; silicon_concurrency=64; measured=2025-12-31T15:18:00Z; wip=False; image='
+                       'lmsysorg/sglang:v0.5.6-cu129-amd64,sglang,0.5.6,deepseek-ai/DeepSeek-R1,b200_sxm,fp8,agg,8192,1024,f'
+                       'p8,fp8_block,64,8,1,1,8,1,,,,,,,,,,,,,,,3089.7098679655755,40.63803152042237')
+"""silicon_sample.csv line 3007, verbatim: DeepSeek-R1 on 8xB200 SGLang 0.5.6, 8k/1k, 64 clients (InferenceX,
+2025-12-31, before the MTP key existed)."""
 
 
 @pytest.fixture(scope="module")
@@ -189,17 +191,17 @@ def test_inferencex_runs_take_their_launch_scripts_scheduler_settings(tmp_path):
     """DeepSeek-R1 on B200 SGLang TP8 at 64 clients: the script's --max-running-requests 128 and
     --scheduler-recv-interval 30 (10 below 16 clients), with its chunked prefill 32768 and FP8 KV:
     a new request waits for the scheduler's poll, 29 / 2 decode steps on average while it decodes,
-    which the prediction carries (TTFT 205 -> 406 ms, measured 799; TPOT 22.9 ms, measured 22.5)."""
+    which the prediction carries (8k/1k: TTFT 937 -> 1,169 ms, measured 3,090; TPOT 38.0 ms, measured 40.6)."""
     header = ROWS.read_text().splitlines()[0]
-    (tmp_path / "b200.csv").write_text(f"{header}\n{B200_DEEPSEEK_C64}\n")
+    (tmp_path / "b200.csv").write_text(f"{header}\n{B200_DEEPSEEK_DEC31}\n")
     got = validate_silicon(tmp_path / "b200.csv")
     assert got.attrs["recipe_scheduler"] == 1
     deepseek = load_model("deepseek-v3")
-    launched = _budget(_engine("sglang", "0.5.9"), 32768)
-    ttft, tpot = _agg(deepseek, 8, launched.with_launch(128, 30), 1024, 1024, 64, gpu="b200", run=INFERENCEX_RUN,
+    launched = _budget(_engine("sglang", "0.5.6"), 32768)
+    ttft, tpot = _agg(deepseek, 8, launched.with_launch(128, 30), 8192, 1024, 64, gpu="b200", run=INFERENCEX_RUN,
                       settings=FP8_KV)
     assert got.iloc[0][["ttft_ms_predicted", "tpot_ms_predicted"]].tolist() == pytest.approx([ttft, tpot], rel=1e-12)
-    polled_every_step = _agg(deepseek, 8, launched, 1024, 1024, 64, gpu="b200", run=INFERENCEX_RUN, settings=FP8_KV)
+    polled_every_step = _agg(deepseek, 8, launched, 8192, 1024, 64, gpu="b200", run=INFERENCEX_RUN, settings=FP8_KV)
     assert ttft - polled_every_step[0] > 5 * tpot
     settings = {(r.system, r.model_id, r.tp, r.precision): (r.running(1024, 1024), r.running(8192, 1024),
                                                           r.recv_steps(8), r.recv_steps(64))
@@ -210,6 +212,72 @@ def test_inferencex_runs_take_their_launch_scripts_scheduler_settings(tmp_path):
                         ("b200_sxm", "qwen3.5-397b-a17b", None, "bf16"): (128, 128, 10, 30),
                         ("b200_sxm", "deepseek-v3", 8, None): (128, 128, 10, 30),
                         ("b200_sxm", "deepseek-v3", 4, None): (32, 32, 10, 10)}
+
+
+# silicon_sample.csv lines, verbatim: DeepSeek-R1 on 8xB200 at 64 and 256 clients on 2026-03-25, when
+# one commit (12ba0ae07) started the STP and the MTP key; Qwen3.5 on 4xB200, EP 1, the day the MTP key
+# was added (35d4bb367); MiniMax-M2.5 on 2xB200 vLLM 0.19.0, 9 s after the last commit of pull request
+# #947's branch (beb6a6b18), before its merge; Qwen3.5 on 4xB200, EP 4, 3 s after the STP key's 6a5dad463
+CONFIG_RUNS = (
+    "2026_03_25_deepseek_r1_b200_sxm_sglang_fp8_agg_1024x1024_c64_tp8_0_ep1_0_288,source_file=2026-03-25.csv; "
+    "model=DeepSeek-R1; silicon_concurrency=64; measured=2026-03-25T16:34:14Z; wip=False; image=lmsysorg/sglang:"
+    "v0.5.9-cu130,sglang,0.5.9,deepseek-ai/DeepSeek-R1,b200_sxm,fp8,agg,1024,1024,fp8,fp8_block,64,8,1,1,8,1,,,,,,"
+    ",,,,,,,,,798.9930182558055,22.52931171204235",
+    "2026_03_25_deepseek_r1_b200_sxm_sglang_fp8_agg_1024x1024_c256_tp8_0_ep1_0_283,source_file=2026-03-25.csv; "
+    "model=DeepSeek-R1; silicon_concurrency=256; measured=2026-03-25T16:34:14Z; wip=False; image=lmsysorg/sglang:"
+    "v0.5.9-cu130,sglang,0.5.9,deepseek-ai/DeepSeek-R1,b200_sxm,fp8,agg,1024,1024,fp8,fp8_block,256,8,1,1,8,1,,,,,"
+    ",,,,,,,,,,2100.883371997088,42.55077158769099",
+    "2026_04_06_qwen3_5_397b_b200_sxm_sglang_fp8_agg_1024x1024_c256_tp4_ep1_1957,source_file=2026-04-06.csv; "
+    "model=Qwen3.5-397B; silicon_concurrency=256; measured=2026-03-20T00:00:00.000Z; wip=False; image=lmsysorg/"
+    "sglang:v0.5.9-cu130,sglang,0.5.9,Qwen/Qwen3.5-397B-A17B,b200_sxm,fp8,agg,1024,1024,fp8,fp8_block,256,4,1,1,4,1"
+    ",,,,,,,,,,,,,,,2485.321115226361,47.87484859135459",
+    "2026_03_25_minimax_m2_5_b200_sxm_vllm_fp8_agg_1024x1024_c16_tp2_0_ep2_0_63,source_file=2026-03-25.csv; "
+    "model=MiniMax-M2.5; silicon_concurrency=16; measured=2026-04-03T02:34:55Z; wip=True; image=vllm/vllm-openai:"
+    "v0.19.0-cu130,vllm,0.19.0,MiniMaxAI/MiniMax-M2.5,b200_sxm,fp8,agg,1024,1024,fp8,fp8,16,2,1,1,1,2,,,,,,,,,,,,,"
+    ",,99.48532253620216,13.619994021293897",
+    "2026_03_25_qwen3_5_397b_b200_sxm_sglang_fp8_agg_1024x1024_c32_tp4_0_ep4_0_342,source_file=2026-03-25.csv; "
+    "model=Qwen3.5-397B; silicon_concurrency=32; measured=2026-03-24T00:52:21Z; wip=False; image=lmsysorg/sglang:"
+    "v0.5.9-cu130-amd64,sglang,0.5.9,Qwen/Qwen3.5-397B-A17B,b200_sxm,fp8,agg,1024,1024,fp8,fp8_block,32,4,1,1,1,4,,"
+    ",,,,,,,,,,,,,661.896740739212,18.854730144085675",
+)
+
+
+def test_inferencex_rows_take_the_recipes_their_config_ran(tmp_path):
+    """A recipe launches a row only where its config key ran it (a version in force when it was
+    measured lists its lengths, GPUs, expert ranks and concurrency; validate.Recipe.ran): the two
+    DeepSeek keys both ran 64 clients that day and launch the engine differently (left out as
+    ambiguous); only the MTP key ran 256 (left out: speculative decoding), and only Qwen3.5's MTP
+    key ran EP 1 on 4 GPUs, only its STP key EP 4 (at its script's 32,768-token budget, FP8 KV,
+    128 requests, polls every 30 steps); a pull request's branch ran MiniMax on vLLM 0.19.0 with the
+    recipe's 2 x ISL budget and FP8 KV. Moved 1 h earlier, before that branch commit, no recipe ran the
+    MiniMax row: it keeps the engine defaults; moved to 2025-12-31, before the MTP key existed,
+    the 256-client DeepSeek row is one the STP key (4 to 64 clients) did not run: defaults too."""
+    assert _concs(4, 64) == (4, 8, 16, 32, 64) and _concs(8, 24) == (8, 16, 24) and _concs(4, 4) == (4,)
+    header = ROWS.read_text().splitlines()[0]
+    (tmp_path / "runs.csv").write_text("\n".join([header, *CONFIG_RUNS]) + "\n")
+    got = validate_silicon(tmp_path / "runs.csv")
+    assert got["status"].tolist() == [
+        "recipe ambiguous: dsr1-fp8-b200-sglang or dsr1-fp8-b200-sglang-mtp",
+        "speculative decoding run: dsr1-fp8-b200-sglang-mtp (mtp)",
+        "speculative decoding run: qwen3.5-fp8-b200-sglang-mtp (mtp)", "ok", "ok"]
+    assert (got.attrs["recipe_budget"], got.attrs["recipe_kv_dtype"], got.attrs["recipe_scheduler"]) == (2, 2, 1)
+    qwen35 = load_model("qwen3.5-397b-a17b").with_gemm_dtypes(attention="fp8", dense_ffn="fp8", experts="fp8_block")
+    stp = _agg(qwen35, 4, _budget(_engine("sglang", "0.5.9"), 32768).with_launch(128, 30), 1024, 1024, 32,
+               Layout(4, "tp", "ep"), gpu="b200", run=INFERENCEX_RUN, settings=FP8_KV)
+    assert got.iloc[4][["ttft_ms_predicted", "tpot_ms_predicted"]].tolist() == pytest.approx(list(stp), rel=1e-12)
+    minimax = load_model("minimax-m2.5")
+    launched = _agg(minimax, 2, _budget(_engine("vllm", "0.19.0"), 2048), 1024, 1024, 16, Layout(2, "tp", "ep"),
+                    gpu="b200", run=INFERENCEX_RUN, settings=FP8_KV)
+    assert got.iloc[3][["ttft_ms_predicted", "tpot_ms_predicted"]].tolist() == pytest.approx(list(launched), rel=1e-12)
+    moved = [CONFIG_RUNS[3].replace("2026-04-03T02:34:55Z", "2026-04-03T01:34:55Z"),
+             CONFIG_RUNS[1].replace("2026-03-25T16:34:14Z", "2025-12-31T15:18:00Z")]
+    (tmp_path / "moved.csv").write_text("\n".join([header, *moved]) + "\n")
+    before = validate_silicon(tmp_path / "moved.csv")
+    assert before["status"].tolist() == ["ok", "ok"]
+    assert (before.attrs["recipe_budget"], before.attrs["recipe_kv_dtype"], before.attrs["recipe_scheduler"]) == (0, 0, 0)
+    defaults = _agg(minimax, 2, _engine("vllm", "0.19.0"), 1024, 1024, 16, Layout(2, "tp", "ep"), gpu="b200",
+                    run=INFERENCEX_RUN)
+    assert before.iloc[0][["ttft_ms_predicted", "tpot_ms_predicted"]].tolist() == pytest.approx(list(defaults), rel=1e-12)
 
 
 def test_inferencex_runs_take_their_launch_scripts_kv_cache_dtype(frame):
