@@ -266,10 +266,15 @@ class StepTable:
     accepted: float
     batch: np.ndarray
     budget: int
-    fit: int
+    memory_fit: int
     request_s: float
     held_tokens: float
-    memory_fit: int
+
+    @property
+    def fit(self) -> int:
+        """Requests the engine runs at once: what memory holds, at most ``max_running_requests``."""
+        cap = self.case.inst.engine_profile.max_running_requests
+        return self.memory_fit if cap is None else min(self.memory_fit, cap)
 
     @property
     def recv_steps(self) -> int:
@@ -340,12 +345,11 @@ def _table(case: _Case, isl: int, osl: int) -> StepTable:
                            f"{inst.name}")
     held = held_context_tokens(inst, isl, osl)
     eng = inst.engine_profile
-    memory_fit = fit = requests_fit(model, inst, held, free, case.settings)
-    if eng.max_running_requests is not None:  # the engine runs no more, whatever its cache holds
-        fit = min(fit, eng.max_running_requests)
+    memory_fit = requests_fit(model, inst, held, free, case.settings)
+    cap = eng.max_running_requests  # the engine runs no more, whatever its cache holds
     k, accepted = (0, 1.0) if spec is None else (spec.draft_tokens, spec.accepted_tokens)
-    return StepTable(case, isl, osl, k, accepted, _batch_grid(fit), inst.chunked_prefill_tokens, fit,
-                     eng.request_overhead_s, held, memory_fit)
+    return StepTable(case, isl, osl, k, accepted, _batch_grid(memory_fit if cap is None else min(memory_fit, cap)),
+                     inst.chunked_prefill_tokens, memory_fit, eng.request_overhead_s, held)
 
 
 @lru_cache(maxsize=16384)

@@ -176,8 +176,9 @@ class RecipeRun:
     ``.github/configs/nvidia-master.yaml``): in force from ``since`` (the commit ``commit`` that set
     it on main, or a pull request's commit whose workflow the rows' ``measured=`` stamp follows, or
     the script version's commit where that is later) until ``until`` (the next that changed its
-    search space, or the pull request's merge), UTC, running ``shapes``: ``(isl, osl, tp, ep, concurrencies)`` each, ``tp``
-    the engine's GPUs and ``ep`` its expert ranks (the config's ``ep``, 1 where it gives none)."""
+    search space, or the pull request's merge), UTC, running ``shapes``: ``(isl, osl, tp, ep,
+    concurrencies)`` each, ``tp`` the engine's GPUs and ``ep`` its expert ranks (the config's
+    ``ep``, 1 where it gives none)."""
 
     commit: str
     since: datetime
@@ -886,18 +887,19 @@ def _frame(rows: list[dict], strict: bool, moe_routing: str = "balanced") -> pd.
     remapped: Counter = Counter()
     budgets = kv_dtypes = schedulers = workers = dp_attention = 0
     cases = [_map_row(row, models, strict, moe_routing) for row in rows]
+    spans = [_measured_span(row) for row in rows]
+    measured = [_measurement(row, case) if isinstance(case, Case) else None for row, case in zip(rows, cases)]
     inferencex: dict[tuple, tuple[datetime, datetime] | None] = {}  # each InferenceX measurement: when, narrowest
-    for row, case in zip(rows, cases):
+    for case, key, span in zip(cases, measured, spans):
         if isinstance(case, Case) and case.run == INFERENCEX_RUN:
-            key, span = _measurement(row, case), _measured_span(row)
             inferencex[key] = min((s for s in (inferencex.get(key), span) if s is not None),
                                   key=lambda s: s[1] - s[0], default=None)
     out = []
-    for row, case in zip(rows, cases):
+    for row, case, key, span in zip(rows, cases, measured, spans):
         got: tuple[float, float] | str | None = None
         if isinstance(case, Case):
-            twin = case.run != INFERENCEX_RUN and case.decode_layout is None and _measurement(row, case) in inferencex
-            span = inferencex[_measurement(row, case)] if twin else _measured_span(row)
+            twin = case.run != INFERENCEX_RUN and case.decode_layout is None and key in inferencex
+            span = inferencex[key] if twin else span
             case = _as_launched(row, replace(case, run=INFERENCEX_RUN) if twin else case, span)
             if isinstance(case, str):  # a rule of _as_launched left it out
                 out.append(_out_row(row, case, case))
