@@ -710,10 +710,15 @@ class BenchmarkRun:
     ``run_benchmark_serving``; ``--num-prompts $((CONC * 10))`` in its per-model scripts;
     ``RANDOM_RANGE_RATIO: 0.8`` in .github/workflows/benchmark-tmpl.yml): ``BenchmarkRun(10, 0.8)``.
 
-    ``warmup_per_client``: requests per client sent first and not measured (aiperf's
-    ``--warmup-request-count``, as a multiple of ``c``); the burst is then one of them, and the
-    measured requests see the steady state, but where every wave repeats the first (fixed lengths
-    on a prefill-first engine: :func:`colocated_benchmark`).
+    ``warmup_per_client``: requests per client sent first and not measured (genai-perf's
+    ``--warmup-request-count``, as a multiple of ``c``). It names the run and changes no prediction:
+    the drivers drain their warm-up before the measured requests start, which then start together
+    from an idle engine, a burst like any run's first. perf_analyzer, which runs genai-perf's load
+    (https://github.com/triton-inference-server/perf_analyzer, src/concurrency_manager.cc
+    ``PerformWarmup`` since #74 of 2024-09-06: its warm-up clients run their requests, then
+    ``WaitForWarmupAndCleanup`` joins them, before ``ChangeConcurrencyLevel`` starts the ``c``
+    measured clients; ``InferenceProfiler::ProfileHelper`` then records from an empty request
+    list); ``vllm bench serve`` awaits its ``--num-warmups`` requests the same way.
     """
 
     prompts_per_client: int = 10
@@ -746,9 +751,9 @@ def colocated_benchmark(model: ModelSpec, inst: Instance, isl_tokens: int, osl_t
 
     * In general: the first wave, ``w = min(c, fit)`` requests sent together (:func:`_first_wave`),
       and the other ``prompts_per_client c - w`` at the steady state of :func:`colocated_closed_loop`,
-      every request weighted alike (the benchmark's mean over its requests); the first wave is not
-      measured after a warm-up (``warmup_per_client`` >= 1). The other fields (step, shares,
-      batch, throughput) are the steady state's.
+      every request weighted alike (the benchmark's mean over its requests); a warm-up, drained
+      before the measured requests start (:class:`BenchmarkRun`), leaves the first wave measured.
+      The other fields (step, shares, batch, throughput) are the steady state's.
     * Lockstep: fixed lengths (``range_ratio`` 1) on a prefill-first engine (``mixed_prefill``
       false) with every client running (``w = c``): the wave's prompts are all prefilled before
       any decodes, so they decode together, end in the same step and send the next wave together;
@@ -766,13 +771,11 @@ def colocated_benchmark(model: ModelSpec, inst: Instance, isl_tokens: int, osl_t
     if run.range_ratio == 1.0 and not t.mixed and wave == concurrency and osl > 1:
         return _lockstep(t, wave, ttft_s, tpot_s)
     n = run.prompts_per_client * int(concurrency)
-    first = 0 if run.warmup_per_client else wave  # first-wave requests measured
     note = (f"benchmark run: {run.prompts_per_client} requests per client from a burst start; first wave of "
             f"{wave}: mean TTFT {ttft_s.mean() * 1e3:.4g} ms, TPOT {tpot_s.mean() * 1e3:.4g} ms"
-            + (f", a warm-up of {run.warmup_per_client} per client (not measured)" if run.warmup_per_client else ""))
-    weight = first / wave
-    return replace(steady, ttft_s=float((weight * ttft_s.sum() + (n - first) * steady.ttft_s) / n),
-                   tpot_s=float((weight * tpot_s.sum() + (n - first) * steady.tpot_s) / n), notes=(*steady.notes, note))
+            + (f" (after a drained warm-up of {run.warmup_per_client} per client)" if run.warmup_per_client else ""))
+    return replace(steady, ttft_s=float((ttft_s.sum() + (n - wave) * steady.ttft_s) / n),
+                   tpot_s=float((tpot_s.sum() + (n - wave) * steady.tpot_s) / n), notes=(*steady.notes, note))
 
 
 def _lockstep(t: StepTable, wave: int, ttft_s: np.ndarray, tpot_s: np.ndarray) -> ServingPoint:

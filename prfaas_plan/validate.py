@@ -45,9 +45,9 @@ The benchmark protocol of a row (:func:`_protocol`, counted in the frame's
   ``attrs["recipe_dp_attention"]``;
 * NVIDIA's ``aic-auto-gap-analysis`` files (:data:`AIC_SOURCE`) do not say how they were
   measured; they are taken as runs of AIConfigurator's own benchmark, :data:`AIC_RUN`: fixed
-  lengths, 10 requests per client after a warm-up of 2 from a burst start, predicted by
-  :func:`~prfaas_plan.serving.colocated_benchmark` (on SGLang, a prefill-first engine, every wave
-  then repeats the burst: its lockstep regime; on vLLM the measured requests see the steady state);
+  lengths, 10 requests per client from a burst start (after a warm-up of 2, drained first),
+  predicted by :func:`~prfaas_plan.serving.colocated_benchmark` (on SGLang, a prefill-first engine,
+  every wave then repeats the burst: its lockstep regime; on vLLM the burst's wave, then the steady state);
 * any other source and every disaggregated row keep the steady state
   (:func:`~prfaas_plan.serving.colocated_closed_loop`, :func:`~prfaas_plan.serving.disaggregated_closed_loop`).
 
@@ -153,8 +153,9 @@ c0c44d911 of 2026-03-03): ``genai-perf profile --concurrency c --request-count 1
 --warmup-request-count 2c`` with ``--synthetic-input-tokens-stddev 0 --output-tokens-stddev 0``
 (fixed lengths, ``min_tokens`` = ``max_tokens`` = OSL); its later generated benchmark
 (generator/config/backend_templates/benchmark/bench_run.sh.j2 @095f58a51, from 2026-02-11) runs
-``aiperf`` alike with 20c requests. After the warm-up the count does not change a prediction
-(:func:`~prfaas_plan.serving.colocated_benchmark`)."""
+``aiperf`` alike with 20c requests. genai-perf's load generator, perf_analyzer, drains the warm-up
+before it starts the measured clients together (:class:`~prfaas_plan.serving.BenchmarkRun`), so the
+measured requests begin with a burst of ``c`` as a run without warm-up does."""
 
 _IX = "https://github.com/SemiAnalysisAI/InferenceX/blob"
 RECIPE_NODE_GPUS = 8

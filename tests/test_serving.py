@@ -305,13 +305,24 @@ def test_bad_benchmark_run_names_the_field(kwargs, field):
         BenchmarkRun(**kwargs)
 
 
-def test_a_warm_up_leaves_the_measured_requests_at_the_steady_state(minimax):
-    """On a mixed engine the burst is the warm-up's: 20 per client after 2 of warm-up are the steady state."""
+def test_a_drained_warm_up_leaves_the_measured_burst_in_the_mean(minimax):
+    """perf_analyzer (genai-perf) and vllm bench serve drain their warm-up before the measured
+    clients start together: 20 per client after 2 of warm-up are 20 per client from a burst, the
+    first wave's 16 requests (serving's own step loop) and 304 at the steady state, in one mean."""
+    from prfaas_plan.serving import _first_wave
     model, inst = minimax
-    steady = colocated_closed_loop(model, inst, 8192, OSL, 16)
-    got = colocated_benchmark(model, inst, 8192, OSL, 16, BenchmarkRun(20, warmup_per_client=2))
-    assert (got.ttft_s, got.tpot_s) == (steady.ttft_s, steady.tpot_s)
-    assert colocated_benchmark(model, inst, 8192, OSL, 16, BenchmarkRun(20)).ttft_s > steady.ttft_s
+    isl, c, n = 8192, 16, 20
+    steady = colocated_closed_loop(model, inst, isl, OSL, c)
+    cold = colocated_benchmark(model, inst, isl, OSL, c, BenchmarkRun(n))
+    warm = colocated_benchmark(model, inst, isl, OSL, c, BenchmarkRun(n, warmup_per_client=2))
+    assert (warm.ttft_s, warm.tpot_s) == (cold.ttft_s, cold.tpot_s)
+    assert warm.notes[-1].endswith("(after a drained warm-up of 2 per client)")
+    t = step_table(model, inst, isl, OSL)
+    assert t.fit >= c  # every client's first request in the first wave
+    ttft, tpot = _first_wave(t, c, steady.tpot_s)
+    assert warm.ttft_s == pytest.approx((ttft.sum() + (n - 1) * c * steady.ttft_s) / (n * c), rel=1e-12)
+    assert warm.tpot_s == pytest.approx((tpot.sum() + (n - 1) * c * steady.tpot_s) / (n * c), rel=1e-12)
+    assert warm.ttft_s > steady.ttft_s  # 16 prompts of 8,192 tokens queue behind each other
 
 
 def test_fixed_lengths_on_a_prefill_first_engine_repeat_the_burst(deepseek):
