@@ -1114,8 +1114,9 @@ def off_factor(predicted, measured):
 
 def summary(df: pd.DataFrame) -> pd.DataFrame:
     """Per system, mode and model (and each system's and mode's ``all``): n, median and max |error|
-    of TTFT and TPOT in percent, and the rows predicted more than 2x off either way
-    (:func:`off_factor` > 2), over the predicted rows."""
+    of TTFT and TPOT in percent, their median signed error (``*_median_signed_error_pct``: below
+    0 the model predicts faster than measured, an optimistic plan; above 0 a pessimistic one), and
+    the rows predicted more than 2x off either way (:func:`off_factor` > 2), over the predicted rows."""
     import pandas as pd
 
     ok = errors_pct(df)
@@ -1126,8 +1127,10 @@ def summary(df: pd.DataFrame) -> pd.DataFrame:
     both = pd.concat(parts, ignore_index=True)
     g = both.groupby(["system", "mode", "model"], sort=True)
     out = g.agg(n=("status", "size"), ttft_median_abs_error_pct=("ttft_abs", "median"),
-                ttft_max_abs_error_pct=("ttft_abs", "max"), ttft_rows_beyond_2x=("ttft_2x", "sum"),
+                ttft_max_abs_error_pct=("ttft_abs", "max"), ttft_median_signed_error_pct=("ttft_error_pct", "median"),
+                ttft_rows_beyond_2x=("ttft_2x", "sum"),
                 tpot_median_abs_error_pct=("tpot_abs", "median"), tpot_max_abs_error_pct=("tpot_abs", "max"),
+                tpot_median_signed_error_pct=("tpot_error_pct", "median"),
                 tpot_rows_beyond_2x=("tpot_2x", "sum")).reset_index()
     return out
 

@@ -508,6 +508,8 @@ def test_summary_counts_and_errors(frame):
     assert got["n"] == 2
     assert got["ttft_median_abs_error_pct"] == pytest.approx(err.median())
     assert got["ttft_max_abs_error_pct"] == pytest.approx(err.max())
+    signed = (mm["tpot_ms_predicted"] / mm["tpot_ms_measured"] - 1) * 100
+    assert got["tpot_median_signed_error_pct"] == pytest.approx(signed.median())
     assert s.loc[("h200_sxm", "agg", "all"), "n"] == 10
     assert s.loc[("b200_sxm", "agg", "all"), "n"] == 1
 
@@ -524,6 +526,9 @@ def test_beyond_2x_counts_both_ways():
     assert s.loc["all", "tpot_rows_beyond_2x"] == 2 and s.loc["all", "ttft_rows_beyond_2x"] == 0
     assert s.loc["b", "tpot_max_abs_error_pct"] > s.loc["a", "tpot_max_abs_error_pct"]  # why |error| cannot say
     assert list(worst_rows(df)["model"]) == ["a", "c", "b", "d"]
+    # the sign |error| drops: errors -66.7%, +80%, +150%, 0% -> median (0 + 80) / 2 = +40%
+    assert s.loc["all", "tpot_median_signed_error_pct"] == pytest.approx(40.0)
+    assert s.loc["a", "tpot_median_signed_error_pct"] == pytest.approx(-200 / 3)
 
 
 def test_runs_json(frame):

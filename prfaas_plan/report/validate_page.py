@@ -94,7 +94,9 @@ def validate_report(df: pd.DataFrame, path: str | Path, title: str = "Validation
     sections = [
         Section("scatter", "Predicted against measured", blocks),
         Section("summary", "Errors per system and model",
-                [Table("summary", summ, _cols(summ), caption="|error| in percent of the measured value; "
+                [Table("summary", summ, _cols(summ), caption="|error| in percent of the measured value; signed: "
+                                                                     "the median of predicted / measured - 1 (below 0: "
+                                                                     "predicted faster than measured, an optimistic plan); "
                                                                      "rows beyond 2x: predicted more than 2x off, either way")]),
         Section("status", "Rows per status", [Table("status", counts, _cols(counts),
                                                     caption="ok: predicted; any other: the rule that left the row out")]),
@@ -113,6 +115,8 @@ def validate_report(df: pd.DataFrame, path: str | Path, title: str = "Validation
     if len(ok):
         cards += [("TTFT median |error|", f"{ok['ttft_error_pct'].abs().median():.0f}%", "all predicted rows"),
                   ("TPOT median |error|", f"{ok['tpot_error_pct'].abs().median():.0f}%", "all predicted rows"),
+                  ("TTFT median signed error", f"{ok['ttft_error_pct'].median():+.0f}%",
+                   "below 0: predicted faster than measured"),
                   ("TPOT beyond 2x", f"{int(summ.loc[summ['model'] == 'all', 'tpot_rows_beyond_2x'].sum()):,}",
                    "rows predicted more than 2x off, either way")]
     report = Report("validate", title, subtitle, cards, _e("Predictions from the kernel tables and the engine "
