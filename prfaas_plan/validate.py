@@ -40,9 +40,10 @@ The benchmark protocol of a row (:func:`_protocol`, counted in the frame's
   counted in ``attrs["recipe_budget"]`` and ``attrs["recipe_kv_dtype"]``;
 * a disaggregated InferenceX row that does not give its worker counts takes those of its recipe in
   the version of InferenceX's config in force when it was measured (:data:`DISAGG_RECIPES`), and
-  the recipe's DP attention, which such rows drop; where the recipes that fit it disagree, it is
-  left out (:data:`AMBIGUOUS_RECIPE`); counted in ``attrs["recipe_workers"]`` and
-  ``attrs["recipe_dp_attention"]``;
+  the recipe's DP attention, which such rows drop; where the recipes that fit it disagree (in
+  their split, or one decodes with MTP and another not), it is left out (:data:`AMBIGUOUS_RECIPE`),
+  and so is one that only MTP recipes ran (:data:`SPECULATIVE_RUN`); counted in
+  ``attrs["recipe_workers"]`` and ``attrs["recipe_dp_attention"]``;
 * NVIDIA's ``aic-auto-gap-analysis`` files (:data:`AIC_SOURCE`) do not say how they were
   measured; they are taken as runs of AIConfigurator's own benchmark, :data:`AIC_RUN`: fixed
   lengths, 10 requests per client from a burst start (after a warm-up of 2, drained first),
@@ -410,6 +411,11 @@ class DisaggRecipe:
             and self.since < span[1] and span[0] < self.until
 
     @property
+    def key(self) -> str:
+        """The config key the entry belongs to (``dsr1-fp8-h100-dynamo-sglang``), from its source."""
+        return self.source.rsplit("(", 1)[-1].rstrip(")")
+
+    @property
     def split(self) -> tuple[int, bool, int, bool]:
         """What the recipe sets that the row does not say: workers and attention DP per role."""
         return self.prefill_workers, self.prefill_dp, self.decode_workers, self.decode_dp
@@ -493,9 +499,11 @@ dump read attention DP 8 where the recipe sets it). A row takes the workers and 
 the recipes that fit it (:meth:`DisaggRecipe.fits` at its ``measured=`` time: each exact stamp
 falls 3-4 s after a config commit, the run it started; a date-only stamp, its whole day) where
 they agree, and is left out (:data:`AMBIGUOUS_RECIPE`) where they do not: a row does not say which of the splits
-the config runs at its concurrency (STP or MTP among them) it measured. Whether a run decoded with
-MTP is not in the CSV either: every row is predicted without speculative decoding (H100's recipes
-are all MTP from 2026-02-13)."""
+the config runs at its concurrency it measured, nor whether it decoded with MTP, so a row that an STP
+and an MTP entry both fit is left out too, and one that only MTP entries fit is a
+:data:`SPECULATIVE_RUN` (H100's recipes are all MTP from 2026-02-13), as for aggregated runs. The
+CSV holds both: rows of one label and one ``measured=`` stamp differ 1.3-2.3x in TPOT (B200 1K/1K,
+c = 32, TP8 x EP8 at 2026-03-18T21:01:05Z: 7.77 and 12.87 ms), the speed-up MTP gives."""
 
 REMAPS = ("checkpoint dtypes over the label", "experts ep: tp split refused", "inferencex run: same measurement")
 """Rules that predict a row otherwise than its labels say, as counted in a frame's ``attrs["remapped"]``:
@@ -711,22 +719,36 @@ def _map_row(row: dict, models: dict, strict: bool = False, moe_routing: str = "
     case = Case(model_id, dtypes, gpu_id, engine, version, layout, decode, int(row["isl"]), int(row["osl"]),
                 concurrency, batch, *(int(w) if w else None for w in workers), run=_protocol(row),
                 moe_routing=moe_routing)
-    return _with_recipe_workers(row, case, model) if disagg and case.decode_workers is None else case
+    return _with_recipe_workers(row, case, model) if disagg else case
 
 
 def _with_recipe_workers(row: dict, case: Case, model: ModelSpec) -> Case | str:
     """A disaggregated InferenceX row without worker counts, with those of its recipe
     (:data:`DISAGG_RECIPES`) and its DP attention (checked on ``model``); :data:`AMBIGUOUS_RECIPE`
-    when the recipes that fit it disagree; unchanged when none fits (or the row is not InferenceX's)."""
+    when the recipes that fit it differ in their split or in their speculative decoding (the row
+    says neither), :data:`SPECULATIVE_RUN` when every one decodes with MTP, as for an aggregated
+    run (:func:`_as_launched`); unchanged when none fits (or the row is not InferenceX's). A row
+    that gives its worker counts is checked against the recipes of that split for MTP only."""
     if not INFERENCEX_SOURCE.match(str(row.get("silicon_data_source") or "")):
         return case
     span = _measured_span(row)
-    splits = sorted({r.split for r in DISAGG_RECIPES if span and r.fits(row, case, span)})
-    if len(splits) > 1:
-        return f"{AMBIGUOUS_RECIPE}: {' or '.join(_split_name(*s) for s in splits)}"
-    if not splits:
+    fit = [r for r in DISAGG_RECIPES if span and r.fits(row, case, span)]
+    if case.decode_workers is not None:
+        specs = {r.spec for r in fit if (r.prefill_workers, r.decode_workers) ==
+                 (case.prefill_workers or 1, case.decode_workers)}
+        if len(specs) > 1:
+            return f"{AMBIGUOUS_RECIPE}: {_split_name(case.prefill_workers or 1, False, case.decode_workers, False)}" \
+                   f" with or without MTP"
+        return f"{SPECULATIVE_RUN}: {fit[0].key} ({specs.pop()})" if specs and specs != {"none"} else case
+    runs = sorted({(r.split, r.spec) for r in fit}, key=lambda run: (run[0], run[1] != "none", run[1]))
+    if len(runs) > 1:
+        return f"{AMBIGUOUS_RECIPE}: " + " or ".join(_split_name(*split) + ("" if spec == "none" else f" with {spec.upper()}")
+                                                    for split, spec in runs)
+    if not runs:
         return case
-    (n_prefill, prefill_dp, n_decode, decode_dp), = splits
+    ((n_prefill, prefill_dp, n_decode, decode_dp), spec), = runs
+    if spec != "none":
+        return f"{SPECULATIVE_RUN}: {fit[0].key} ({spec})"
     try:
         layouts = [check_layout(model, _with_dp_attention(lay, dp))
                    for lay, dp in ((case.layout, prefill_dp), (case.decode_layout, decode_dp))]

@@ -66,7 +66,12 @@ def test_status_per_rule(frame):
     assert list(frame["status"]) == [
         "ok", "ok", "ok",
         "unsupported layout: experts tp 8 x ep 8 on 64 GPUs",  # Qwen3.5 tp64, moe 8x8
-        "ok", "ok", "ok", "ok", "ok", "ok", "ok",
+        "ok", "ok", "ok",
+        # DeepSeek-R1 on H200, disaggregated, 2026-02-07: InferenceX's config then ran each split with and
+        # without MTP, which the rows do not say (validate.DISAGG_RECIPES); row 7 gives its workers
+        "recipe ambiguous: 1P1D with or without MTP",
+        "recipe ambiguous: 1P6D (prefill and decode DP attention) or 1P6D (prefill and decode DP attention) with MTP",
+        "ok", "ok",
         "ok",  # vLLM Qwen3-235B tp1 with moe_tp 2: attention dp 2 (the SDK's tp x dp == moe_tp x moe_ep)
         "engine without kernel tables (trtllm)",
         "unknown model",  # gpt-oss-120b
@@ -76,8 +81,8 @@ def test_status_per_rule(frame):
         "ok",  # vLLM tp2 x dp2 on b200: attention TP groups inside DP replicas
     ]
     counts = status_counts(frame).groupby("rule")["rows"].sum()
-    assert counts.to_dict() == {"engine without kernel tables (trtllm)": 1, "no hardware entry": 1, "ok": 13,
-                                "unknown model": 1, "unsupported layout": 1, "unsupported precision nvfp4": 2}
+    assert counts.to_dict() == {"engine without kernel tables (trtllm)": 1, "no hardware entry": 1, "ok": 11,
+                                "recipe ambiguous": 2, "unknown model": 1, "unsupported layout": 1, "unsupported precision nvfp4": 2}
 
 
 def _engine(eid: str, version: str | None):
@@ -154,9 +159,9 @@ def test_protocol_rule_per_source(frame):
     assert AIC_RUN == BenchmarkRun(prompts_per_client=10, range_ratio=1.0, warmup_per_client=2)  # drained first
     assert _protocol({**rows[9], "silicon_data_source": "source_file=2026-04-06.csv.bak; silicon_concurrency=8"}) is None
     assert _protocol({**rows[9], "run_prompts_per_client": 3}) == BenchmarkRun(3)
-    # mapped rows (status ok): InferenceX 0, 1, 2, 4, 5, 6, 18; AIConfigurator 9, 10, 11, 14; steady state 7, 8 (disagg)
+    # mapped rows (status ok): InferenceX 0, 1, 2, 4, 5, 6, 18; AIConfigurator 9, 10, 11, 14 (disagg 7, 8: ambiguous)
     assert frame.attrs["protocols"] == {"inferencex run": 7, "vllm bench serve run": 0, "aiconfigurator run": 4,
-                                        "steady state": 2}
+                                        "steady state": 0}
 
 
 def test_inferencex_runs_take_their_launch_scripts_token_budget(frame):
@@ -174,8 +179,9 @@ def test_inferencex_runs_take_their_launch_scripts_token_budget(frame):
     assert load_engine("sglang").chunked_prefill_tokens == load_engine("vllm").chunked_prefill_tokens == 8192
     assert frame.attrs["recipe_budget"] == 3  # rows 2, 6, 18 (1, 9, 11: test_agg_predictions_are_the_serving_model)
     assert frame.attrs["recipe_kv_dtype"] == 3  # rows 2, 4, 18 (--kv-cache-dtype fp8; 6: DeepSeek H200 keeps bf16)
-    # row 8, the one disaggregated row without worker counts: its recipe's 1P6D, DP attention both roles
-    assert (frame.attrs["recipe_workers"], frame.attrs["recipe_dp_attention"]) == (1, 1)
+    # row 8, the one disaggregated row without worker counts, is ambiguous (STP or MTP): no recipe workers
+    # counted (test_disagg_inferencex_rows_take_their_recipes_workers moves it to a time of STP only)
+    assert (frame.attrs["recipe_workers"], frame.attrs["recipe_dp_attention"]) == (0, 0)
     budgets = {(r.system, r.model_id, r.engine, r.tp, r.version, r.precision): r.budget(1024) for r in RECIPES
                if r.budget(1024) is not None}
     assert budgets == {("h200_sxm", "deepseek-v3", "sglang", None, None, None): 32768,
@@ -321,15 +327,24 @@ def test_a_repeated_inferencex_measurement_is_that_run(tmp_path):
     assert got.attrs["remapped"]["inferencex run: same measurement"] == 1
 
 
-def test_disagg_prediction_is_prefill_and_decode_workers(frame):
-    """cfg434: prefill worker tp8, decode worker attention dp8 / experts ep8 at 32 per rank (x8 ranks):
-    the closed loop of 256 clients over one prefill and 256 / 256 = 1 decode worker."""
+def _moved(i: int, measured: str, **cols) -> pd.DataFrame:
+    """Fixture row ``i`` measured at ``measured`` instead (its ``measured=`` stamp replaced), with ``cols`` set."""
+    src = pd.read_csv(ROWS).iloc[[i]]
+    stamp = src.silicon_data_source.str.extract(r"measured=([^;]+)")[0].iloc[0]
+    return src.assign(silicon_data_source=src.silicon_data_source.str.replace(stamp, measured, regex=False), **cols)
+
+
+def test_disagg_prediction_is_prefill_and_decode_workers(tmp_path):
+    """cfg434 (row 7) measured on 2026-02-06, when InferenceX's H200 config ran no MTP entry: prefill
+    worker tp8, decode worker attention dp8 / experts ep8 at 32 per rank (x8 ranks): the closed loop of
+    256 clients over one prefill and 256 / 256 = 1 decode worker."""
     model = load_model("deepseek-v3")  # its checkpoint's FP8 block-128 everywhere, not the per-tensor label
     eng = _engine("sglang", "0.5.8.post1")
     pre = instance("h200", 8, layout=Layout(8), engine=eng)
     dec = instance("h200", 8, layout=Layout(8, "dp", "ep"), engine=eng)
-    row = frame.iloc[7]
-    assert (row["isl"], row["osl"], row["concurrency"]) == (8192, 1024, 256)
+    _moved(7, "2026-02-06T00:00:00.000Z").to_csv(tmp_path / "r.csv", index=False)
+    row = validate_silicon(tmp_path / "r.csv").iloc[0]
+    assert (row["isl"], row["osl"], row["concurrency"], row["status"]) == (8192, 1024, 256, "ok")
     point = disaggregated_closed_loop(model, pre, 1, dec, 1, 8192, 1024, 256)
     assert row["ttft_ms_predicted"] == pytest.approx(point.ttft_s * 1e3, rel=1e-12)
     assert row["tpot_ms_predicted"] == pytest.approx(point.tpot_s * 1e3, rel=1e-12)
@@ -337,17 +352,20 @@ def test_disagg_prediction_is_prefill_and_decode_workers(frame):
     assert row["ttft_ms_predicted"] > float(prefill_latency(model, pre, 8192).total_s) * 1e3
 
 
-def test_disagg_inferencex_rows_take_their_recipes_workers(frame, tmp_path):
+def test_disagg_inferencex_rows_take_their_recipes_workers(tmp_path):
     """Row 8, an InferenceX DeepSeek-R1 run on H200 (1K/1K, c = 1,024, prefill and decode TP8 x EP8)
-    that gives no worker counts: InferenceX's config of its date runs that layout as 1 prefill and 6
-    decode workers with DP attention (validate.DISAGG_RECIPES, STP and MTP alike; the CSV's row
-    reads attention TP8), and it is predicted so, not as one TP decode worker. At 8K/1K, c = 16
+    that gives no worker counts, measured on 2026-02-06 (the config of its own date, 02-07 22:52, also
+    runs that split with MTP: test_status_per_rule): InferenceX's config runs that layout as 1 prefill
+    and 6 decode workers with DP attention (validate.DISAGG_RECIPES; the CSV's row reads attention
+    TP8), and it is predicted so, not as one TP decode worker. At 8K/1K, c = 16
     the config runs 1P6D and 1P3D: the row is left out, saying so; a concurrency no recipe runs
     (c = 2,048 at 8K/1K) keeps the row's own (none: one per role)."""
     model = load_model("deepseek-v3")
     eng = _engine("sglang", "0.5.8.post1")
     pre, dec = (instance("h200", 8, layout=Layout(8, "dp", "ep"), engine=eng) for _ in range(2))
-    row = frame.iloc[8]
+    stp = _moved(8, "2026-02-06T12:00:00Z")
+    stp.to_csv(tmp_path / "s.csv", index=False)
+    row = validate_silicon(tmp_path / "s.csv").iloc[0]
     assert (row["isl"], row["osl"], row["concurrency"], row["status"]) == (1024, 1024, 1024, "ok")
     six = disaggregated_closed_loop(model, pre, 1, dec, 6, 1024, 1024, 1024)
     assert row["ttft_ms_predicted"] == pytest.approx(six.ttft_s * 1e3, rel=1e-12)
@@ -357,7 +375,7 @@ def test_disagg_inferencex_rows_take_their_recipes_workers(frame, tmp_path):
     assert abs(tp_six.ttft_s / six.ttft_s - 1) > 0.1  # the attention layout matters here
     one = disaggregated_closed_loop(model, tp_pre, 1, tp_dec, 1, 1024, 1024, 1024)
     assert one.tpot_s > 1.2 * tp_six.tpot_s  # six decode workers hold a sixth of the batch each
-    src = pd.read_csv(ROWS).iloc[[8]]
+    src = stp
     variants = pd.concat([src.assign(isl=8192, prefill_moe_ep_size=1, decode_moe_ep_size=1, prefill_moe_tp_size=8,
                                      decode_moe_tp_size=8, silicon_ttft_ms=900.0,
                                      silicon_data_source=src.silicon_data_source.str.replace("=1024", f"={c}"))
@@ -381,7 +399,7 @@ def test_disagg_inferencex_rows_take_their_recipes_workers(frame, tmp_path):
     ("2026-02-06T12:00:00Z", (1, "ok")),  # before B200's first disaggregated config: the row's own
     ("2026-02-07T07:09:01Z", (3, "ok")),  # STP 1P3D only; the MTP key arrives 2026-02-10
     ("2026-02-07T00:00:00.000Z", (3, "ok")),  # a date-only record: the config of any time that day
-    ("2026-02-13T19:05:38Z", (None, "recipe ambiguous: 1P1D or 1P3D")),  # MTP runs c = 64 as 1P1D
+    ("2026-02-13T19:05:38Z", (None, "recipe ambiguous: 1P1D with MTP or 1P3D")),  # MTP runs c = 64 as 1P1D
 ])
 def test_disagg_recipes_are_those_in_force_when_the_row_was_measured(tmp_path, measured, expected):
     """Row 8 as a B200 run at 1K/1K, c = 64 (TP8 x EP8 both roles), measured at four times: it
@@ -398,6 +416,25 @@ def test_disagg_recipes_are_those_in_force_when_the_row_was_measured(tmp_path, m
         pre, dec = (instance("b200", 8, layout=Layout(8, "tp", "ep"), engine=eng) for _ in range(2))
         point = disaggregated_closed_loop(load_model("deepseek-v3"), pre, 1, dec, n_decode, 1024, 1024, 64)
         assert got["tpot_ms_predicted"] == pytest.approx(point.tpot_s * 1e3, rel=1e-12)
+
+
+@pytest.mark.parametrize(("system", "ep", "conc", "measured", "status"), [
+    # the CSV's B200 rows of this label and stamp measure 7.77 and 12.87 ms TPOT: the MTP and the STP run
+    ("b200_sxm", 8, 32, "2026-03-18T21:01:05Z", "recipe ambiguous: 1P3D or 1P3D with MTP"),
+    ("h100_sxm", 1, 64, "2026-03-01T00:00:00.000Z", "speculative decoding run: dsr1-fp8-h100-dynamo-sglang (mtp)"),
+    ("h100_sxm", 1, 64, "2026-02-11T00:00:00.000Z", "ok"),  # H100's key before it turned MTP (02-13)
+])
+def test_a_disagg_row_that_mtp_may_have_run_is_not_predicted_as_stp(tmp_path, system, ep, conc, measured, status):
+    """Row 8 as a run of another system, expert split, concurrency and time: where the InferenceX
+    entries that fit it decode with and without MTP it is ambiguous (the row does not say which ran),
+    where only MTP entries fit it is a speculative run, left out as aggregated ones are."""
+    tp = 8 if system == "b200_sxm" else 16  # H100's recipes run TP16 over two nodes
+    row = _moved(8, measured, system=system, prefill_tp_size=tp, decode_tp_size=tp, prefill_moe_ep_size=ep,
+                 decode_moe_ep_size=ep, prefill_moe_tp_size=tp // ep, decode_moe_tp_size=tp // ep)
+    row = row.assign(silicon_data_source=row.silicon_data_source.str.replace("silicon_concurrency=1024",
+                                                                             f"silicon_concurrency={conc}"))
+    row.to_csv(tmp_path / "m.csv", index=False)
+    assert validate_silicon(tmp_path / "m.csv").iloc[0]["status"] == status
 
 
 @pytest.fixture(scope="module")
@@ -613,8 +650,8 @@ def test_html_page_and_json(tmp_path):
     assert 'data-table="worst"' in text and "Content-Security-Policy" in text
     # the rows per protocol and per relabelling rule, as the frame counts them (test_protocol_rule_per_source)
     mapping = re.search(r'data-table="mapping".*?</table>', text, re.S).group(0)
-    for rule, n in (("inferencex run", 7), ("aiconfigurator run", 4), ("steady state", 2),
-                    ("checkpoint dtypes over the label", 8),
+    for rule, n in (("inferencex run", 7), ("aiconfigurator run", 4), ("steady state", 0),
+                    ("checkpoint dtypes over the label", 6),
                     ("experts ep: tp split refused", 1), ("token budget per step of the launch script", 3),
                     ("KV-cache dtype of the launch script", 3)):
         assert re.search(rf"{re.escape(rule)}</td>\s*<td[^>]*>{n}</td>", mapping), rule
@@ -624,14 +661,14 @@ def test_html_page_and_json(tmp_path):
 def test_table_says_how_many_rows_each_run_protocol_predicted():
     r = _cli("--csv", str(ROWS))
     assert r.returncode == 0, r.stderr
-    # the fixture's mapped rows: 7 InferenceX runs, 4 AIConfigurator runs, 2 steady state (test_protocol_rule_per_source)
+    # the fixture's mapped rows: 7 InferenceX runs, 4 AIConfigurator runs (test_protocol_rule_per_source)
     lines = r.stdout.splitlines()
-    assert "rows mapped per run protocol: inferencex run 7, aiconfigurator run 4, steady state 2" in lines
+    assert "rows mapped per run protocol: inferencex run 7, aiconfigurator run 4" in lines
     assert "rows run at their launch script's token budget per step: 3" in lines  # RECIPES: 2, 6, 18
     assert "rows run at their launch script's KV-cache dtype: 3" in lines  # RECIPES: 2, 4, 18
     # relabelled (validate.REMAPS): per-tensor "fp8" on the block-128 checkpoints of MiniMax-M2.5
-    # (0, 1, 18), DeepSeek-V3/R1 (6, 7, 8) and Qwen3-235B-FP8 (9, 11); experts TP8 refused (0)
-    assert lines[-1] == ("rows predicted otherwise than labelled: checkpoint dtypes over the label 8, "
+    # (0, 1, 18), DeepSeek-V3/R1 (6; 7 and 8 are left out) and Qwen3-235B-FP8 (9, 11); experts TP8 refused (0)
+    assert lines[-1] == ("rows predicted otherwise than labelled: checkpoint dtypes over the label 6, "
                          "experts ep: tp split refused 1")
 
 
