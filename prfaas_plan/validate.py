@@ -733,13 +733,13 @@ def _with_recipe_workers(row: dict, case: Case, model: ModelSpec) -> Case | str:
         return case
     span = _measured_span(row)
     fit = [r for r in DISAGG_RECIPES if span and r.fits(row, case, span)]
-    if case.decode_workers is not None:
-        specs = {r.spec for r in fit if (r.prefill_workers, r.decode_workers) ==
-                 (case.prefill_workers or 1, case.decode_workers)}
+    if case.decode_workers is not None:  # the row's own split: only whether it ran with MTP is open
+        workers = (case.prefill_workers or 1, case.decode_workers)
+        same = [r for r in fit if (r.prefill_workers, r.decode_workers) == workers]
+        specs = {r.spec for r in same}
         if len(specs) > 1:
-            return f"{AMBIGUOUS_RECIPE}: {_split_name(case.prefill_workers or 1, False, case.decode_workers, False)}" \
-                   f" with or without MTP"
-        return f"{SPECULATIVE_RUN}: {fit[0].key} ({specs.pop()})" if specs and specs != {"none"} else case
+            return f"{AMBIGUOUS_RECIPE}: {_split_name(workers[0], False, workers[1], False)} with or without MTP"
+        return f"{SPECULATIVE_RUN}: {same[0].key} ({same[0].spec})" if specs - {"none"} else case
     runs = sorted({(r.split, r.spec) for r in fit}, key=lambda run: (run[0], run[1] != "none", run[1]))
     if len(runs) > 1:
         return f"{AMBIGUOUS_RECIPE}: " + " or ".join(_split_name(*split) + ("" if spec == "none" else f" with {spec.upper()}")

@@ -437,6 +437,21 @@ def test_a_disagg_row_that_mtp_may_have_run_is_not_predicted_as_stp(tmp_path, sy
     assert validate_silicon(tmp_path / "m.csv").iloc[0]["status"] == status
 
 
+def test_a_disagg_row_with_its_workers_that_only_mtp_ran_is_a_speculative_run(tmp_path):
+    """Row 7 (it gives its workers, 1P1D) as a B200 run at 8K/1K, c = 16, EP8 both roles, on
+    2026-02-20: the B200 config then runs 1P1D at c = 16 in its MTP key only."""
+    row = _moved(7, "2026-02-20T00:00:00.000Z", system="b200_sxm", prefill_moe_ep_size=8, prefill_moe_tp_size=1,
+                 decode_batch_size=2)
+    row = row.assign(silicon_data_source=row.silicon_data_source.str.replace("silicon_concurrency=256",
+                                                                             "silicon_concurrency=16"))
+    row.to_csv(tmp_path / "w.csv", index=False)
+    assert validate_silicon(tmp_path / "w.csv").iloc[0]["status"] == \
+        "speculative decoding run: dsr1-fp8-b200-dynamo-sglang-mtp (mtp)"
+    row.assign(silicon_data_source=row.silicon_data_source.str.replace("2026-02-20", "2026-02-10")).to_csv(
+        tmp_path / "w.csv", index=False)  # before the MTP key (02-12): no entry runs 1P1D at c = 16, the row's own
+    assert validate_silicon(tmp_path / "w.csv").iloc[0]["status"] == "ok"
+
+
 @pytest.fixture(scope="module")
 def disagg():
     model = load_model("deepseek-v3")
