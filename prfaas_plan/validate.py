@@ -383,7 +383,8 @@ class DisaggRecipe:
     ``prefill_ep`` / ``decode_ep`` expert ranks each, their attention data parallel where
     ``prefill_dp`` / ``decode_dp`` (the entry's ``dp-attn``), run at ``concurrency`` for ``isl`` /
     ``osl``, with speculative decoding ``spec`` ("none" or "mtp"); in the config from ``since`` (the
-    commit that set it) until ``until`` (the next that changed it), UTC."""
+    commit that set it) until ``until`` (the next that changed it), UTC; ``key``: the config key
+    (``dsr1-fp8-h100-dynamo-sglang``) whose search space holds it."""
 
     system: str
     model_id: str
@@ -401,6 +402,7 @@ class DisaggRecipe:
     since: datetime
     until: datetime
     source: str
+    key: str
 
     def fits(self, row: dict, case: Case, span: tuple[datetime, datetime]) -> bool:
         """The row (measured in ``span``, :func:`_measured_span`) ran this recipe's shape, concurrency
@@ -409,11 +411,6 @@ class DisaggRecipe:
             (self.system, self.model_id, self.engine, self.isl, self.osl) and case.concurrency in self.concurrency \
             and (case.layout.moe_ep, case.decode_layout.moe_ep) == (self.prefill_ep, self.decode_ep) \
             and self.since < span[1] and span[0] < self.until
-
-    @property
-    def key(self) -> str:
-        """The config key the entry belongs to (``dsr1-fp8-h100-dynamo-sglang``), from its source."""
-        return self.source.rsplit("(", 1)[-1].rstrip(")")
 
     @property
     def split(self) -> tuple[int, bool, int, bool]:
@@ -426,7 +423,7 @@ def _version(system: str, key: str, commit: str, since: str, until: str, rows: t
     prefill ep, prefill dp-attn, decode workers, decode ep, decode dp-attn)`` each)."""
     source = f"{_IX}/{commit}/.github/configs/nvidia-master.yaml ({key})"
     return tuple(DisaggRecipe(system, "deepseek-v3", "sglang", isl, osl, conc, pw, pep, pdp, dw, dep, ddp, spec,
-                              _utc(since), _utc(until), source)
+                              _utc(since), _utc(until), source, key)
                  for isl, osl, spec, conc, pw, pep, pdp, dw, dep, ddp in rows)
 
 
@@ -719,10 +716,10 @@ def _map_row(row: dict, models: dict, strict: bool = False, moe_routing: str = "
     case = Case(model_id, dtypes, gpu_id, engine, version, layout, decode, int(row["isl"]), int(row["osl"]),
                 concurrency, batch, *(int(w) if w else None for w in workers), run=_protocol(row),
                 moe_routing=moe_routing)
-    return _with_recipe_workers(row, case, model) if disagg else case
+    return _with_recipe(row, case, model) if disagg else case
 
 
-def _with_recipe_workers(row: dict, case: Case, model: ModelSpec) -> Case | str:
+def _with_recipe(row: dict, case: Case, model: ModelSpec) -> Case | str:
     """A disaggregated InferenceX row without worker counts, with those of its recipe
     (:data:`DISAGG_RECIPES`) and its DP attention (checked on ``model``); :data:`AMBIGUOUS_RECIPE`
     when the recipes that fit it differ in their split or in their speculative decoding (the row
@@ -953,7 +950,7 @@ def _frame(rows: list[dict], strict: bool, moe_routing: str = "balanced") -> pd.
 
 def _from_recipe(row: dict, case: Case) -> tuple[bool, bool]:
     """Whether a disaggregated row took its worker counts, and DP attention, from its recipe
-    (:func:`_with_recipe_workers`): the row gives neither."""
+    (:func:`_with_recipe`): the row gives neither."""
     if case.decode_layout is None or case.decode_workers is None or _num(row, "decode_num_workers") is not None:
         return False, False
     roles = (("prefill", case.layout), ("decode", case.decode_layout))
