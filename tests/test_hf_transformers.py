@@ -7,9 +7,10 @@ tests/fixtures/hf with its sizes shrunk) and as transformers 5 writes it
 transformers itself (``AutoConfig.from_pretrained``), which builds a random bf16 model (no
 weights, no network) and prefills prompts of 5, 12 and 33 tokens. The bytes of the cache
 are ``sum(numel * element_size)`` over every tensor each cache layer holds: keys and values
-(the MLA latent and RoPE key for MLA layers), conv and recurrent states. Left out: each
-sliding-window layer's ``_sliding_window_tensor``, the window size as an int64 scalar the layer
-keeps for its mask (bookkeeping, not cache). Slope = bytes per token between 12 and 33 tokens,
+(the MLA latent and RoPE key for MLA layers), conv and recurrent states. Left out: integer
+scalars (0-d tensors), a layer's bookkeeping rather than cache: the window size a sliding-window
+layer keeps for its mask (``_sliding_window_tensor``) and, from transformers 5.25, the token
+count of a linear-attention layer (``cumulative_length_linear``). Slope = bytes per token between 12 and 33 tokens,
 fixed = bytes at 33 tokens minus slope * 33; both must equal ours under the ``hf`` convention
 exactly, and so must the bytes at every length (MiMo's window holds 8 tokens here, so 5 tokens
 are below it and 12 and 33 above: the slope counts only its full-attention layer). The class of
@@ -126,11 +127,9 @@ def write(tmp_path: Path, name: str, config: dict) -> Path:
 def cache_tensors(cache):
     """Every tensor a transformers cache holds for the request (see the module docstring)."""
     for layer in cache.layers:
-        for name, value in vars(layer).items():
-            if name == "_sliding_window_tensor":
-                continue
+        for value in vars(layer).values():
             for item in value.values() if isinstance(value, dict) else [value]:
-                if torch.is_tensor(item):
+                if torch.is_tensor(item) and not (item.dim() == 0 and not item.is_floating_point()):
                     yield item
 
 
