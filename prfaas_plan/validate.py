@@ -46,9 +46,11 @@ The benchmark protocol of a row (:func:`_protocol`, counted in the frame's
   ``attrs["recipe_workers"]`` and ``attrs["recipe_dp_attention"]``;
 * NVIDIA's ``aic-auto-gap-analysis`` files (:data:`AIC_SOURCE`) do not say how they were
   measured; they are taken as runs of AIConfigurator's own benchmark, :data:`AIC_RUN`: fixed
-  lengths, 10 requests per client from a burst start (after a warm-up of 2, drained first),
-  predicted by :func:`~prfaas_plan.serving.colocated_benchmark` (on SGLang, a prefill-first engine,
-  every wave then repeats the burst: its lockstep regime; on vLLM the burst's wave, then the steady state);
+  lengths, 10 requests per client from a burst start (after a warm-up of 2, drained first, whose
+  prompts the first 2 per client resend: served from the engine's prefix cache where it still holds
+  them), predicted by :func:`~prfaas_plan.serving.colocated_benchmark` (on SGLang, a prefill-first
+  engine, every wave of new prompts then repeats the burst: its lockstep regime; on vLLM the first
+  such wave is a burst, the rest at the steady state);
 * any other source and every disaggregated row keep the steady state
   (:func:`~prfaas_plan.serving.colocated_closed_loop`, :func:`~prfaas_plan.serving.disaggregated_closed_loop`).
 
@@ -146,15 +148,22 @@ INFERENCEX_RUN = BenchmarkRun(prompts_per_client=10, range_ratio=0.8)
 AIC_SOURCE = re.compile(r"^source_file=[^;]*aic-auto-gap-analysis/")
 """A ``silicon_data_source`` of NVIDIA's AIConfigurator gap-analysis files (``.../aic-auto-gap-analysis/data/<system>/<backend>/<version>/<model>.csv``)."""
 
-AIC_RUN = BenchmarkRun(prompts_per_client=10, range_ratio=1.0, warmup_per_client=2)
+AIC_RUN = BenchmarkRun(prompts_per_client=10, range_ratio=1.0, warmup_per_client=2, warmup_resent=True)
 """AIConfigurator's own benchmark drivers, an assumption for the gap-analysis files, which name no
 protocol. Its eval runner (ai-dynamo/aiconfigurator src/aiconfigurator/eval/benchmarks/
 genai_perf_runner.py, the same from its first commit 961028348 of 2025-08-22 to its removal in
 c0c44d911 of 2026-03-03): ``genai-perf profile --concurrency c --request-count 10c
---warmup-request-count 2c`` with ``--synthetic-input-tokens-stddev 0 --output-tokens-stddev 0``
-(fixed lengths, ``min_tokens`` = ``max_tokens`` = OSL); its later generated benchmark
+--warmup-request-count 2c --num-dataset-entries 12c`` with ``--synthetic-input-tokens-stddev 0
+--output-tokens-stddev 0`` (fixed lengths, ``min_tokens`` = ``max_tokens`` = OSL). genai-perf
+hands the warm-up to perf_analyzer (genai_perf/config/generate/perf_analyzer_config.py), whose
+concurrency mode starts the measured clients at dataset entry 0 again, so the first 2c measured
+requests resend the warm-up's 2c prompts (``warmup_resent``, sources at
+:class:`~prfaas_plan.serving.BenchmarkRun`): the 12c entries meant 2c for the warm-up and 10c
+measured, but the last 2c are never sent (genai-perf's synthetic prompts are windows of its corpus
+at random starts, so the entries share no prefix). Its later generated benchmark
 (generator/config/backend_templates/benchmark/bench_run.sh.j2 @095f58a51, from 2026-02-11) runs
-``aiperf`` alike with 20c requests. genai-perf's load generator, perf_analyzer, drains the warm-up
+``aiperf`` alike with 20c requests (how aiperf orders its dataset after a warm-up was not read: the
+rows are taken as genai-perf's). genai-perf's load generator, perf_analyzer, drains the warm-up
 before it starts the measured clients together (:class:`~prfaas_plan.serving.BenchmarkRun`), so the
 measured requests begin with a burst of ``c`` as a run without warm-up does."""
 

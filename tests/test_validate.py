@@ -156,7 +156,8 @@ def test_protocol_rule_per_source(frame):
     assert all(got[i] is None for i in set(range(len(rows))) - inferencex - aic)  # 7, 8 disagg
     assert INFERENCEX_RUN == BenchmarkRun(prompts_per_client=10, range_ratio=0.8)
     # genai-perf --request-count 10c --warmup-request-count 2c, fixed lengths (AIConfigurator's eval runner)
-    assert AIC_RUN == BenchmarkRun(prompts_per_client=10, range_ratio=1.0, warmup_per_client=2)  # drained first
+    # drained first; its prompts resent by the first 2 per client (perf_analyzer's concurrency mode)
+    assert AIC_RUN == BenchmarkRun(prompts_per_client=10, range_ratio=1.0, warmup_per_client=2, warmup_resent=True)
     assert _protocol({**rows[9], "silicon_data_source": "source_file=2026-04-06.csv.bak; silicon_concurrency=8"}) is None
     assert _protocol({**rows[9], "run_prompts_per_client": 3}) == BenchmarkRun(3)
     # mapped rows (status ok): InferenceX 0, 1, 2, 4, 5, 6, 18; AIConfigurator 9, 10, 11, 14 (disagg 7, 8: ambiguous)
