@@ -790,7 +790,7 @@ def colocated_benchmark(model: ModelSpec, inst: Instance, isl_tokens: int, osl_t
     wave = min(int(concurrency), t.fit)
     ttft_s, tpot_s = _first_wave(t, wave, steady.tpot_s)
     n, k = run.prompts_per_client * int(concurrency), _resent_waves(t, run, int(concurrency))
-    if k:  # each resent wave: its prompts' last tokens in one step, then the wave decodes alone
+    if k:  # each resent wave: its prompts' uncached tails, then the wave decodes alone
         tokens = t.case.inst.engine_profile.resent_prompt_tokens(isl)
         r_ttft, r_tpot = _first_wave(t, wave, t.at(float(wave)).decode_s, prompt_tokens=tokens)
         resent = (k * float(r_ttft.sum()), k * float(r_tpot.sum()))
@@ -862,11 +862,11 @@ def _first_wave(t: StepTable, wave: int, tail_tpot_s: float,
     steady state's ``tail_tpot_s`` per token. With ``osl = 1`` TPOT is nan (no decode).
     ``prompt_tokens``: the tokens each prompt computes (default ``isl``; fewer for a prompt served
     from the prefix cache), its decodes at the table's context all the same."""
-    isl, osl, per, mixed = t.isl if prompt_tokens is None else int(prompt_tokens), t.osl, t.k + 1, t.mixed
+    prompt, osl, per, mixed = t.isl if prompt_tokens is None else int(prompt_tokens), t.osl, t.k + 1, t.mixed
     steps = math.ceil((osl - 1) / t.accepted)  # decode steps a request runs
     ends = [t.request_s]  # ends[m + 1]: when step m ends
     done_at: list[int] = []  # the step that finishes each prompt, in order
-    total = wave * isl
+    total = wave * prompt
     left = total  # prompt tokens still to prefill
     while left > 0:
         m = len(ends) - 1
@@ -878,7 +878,7 @@ def _first_wave(t: StepTable, wave: int, tail_tpot_s: float,
         s = now.full_s if take == avail else t.chunk_s(b, take)
         ends.append(ends[-1] + s)
         left -= take
-        done_at += [m] * ((total - left) // isl - len(done_at))
+        done_at += [m] * ((total - left) // prompt - len(done_at))
     ends_s, first = np.asarray(ends), np.asarray(done_at)
     ttft = ends_s[first + 1]
     if osl == 1:
