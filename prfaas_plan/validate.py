@@ -162,8 +162,12 @@ requests resend the warm-up's 2c prompts (``warmup_resent``, sources at
 measured, but the last 2c are never sent (genai-perf's synthetic prompts are windows of its corpus
 at random starts, so the entries share no prefix). Its later generated benchmark
 (generator/config/backend_templates/benchmark/bench_run.sh.j2 @095f58a51, from 2026-02-11) runs
-``aiperf`` alike with 20c requests (how aiperf orders its dataset after a warm-up was not read: the
-rows are taken as genai-perf's). genai-perf's load generator, perf_analyzer, drains the warm-up
+``aiperf`` with 20c requests (50c at @00fe6de, ``BENCH_MULTI_ROUND``), ``--warmup-request-count 2c``,
+``--random-seed 100`` and no ``--num-dataset-entries``: aiperf's default of 100 entries, shuffled
+(aiperf's config_defaults ``NUM_DATASET_ENTRIES = 100``, ``DATASET_SAMPLING_STRATEGY`` shuffle), the
+same 100 in every run of its concurrency sweep. That runner would resend most prompts; the rows name
+no runner and carry no date that would place them after it, so they are taken as genai-perf's.
+genai-perf's load generator, perf_analyzer, drains the warm-up
 before it starts the measured clients together (:class:`~prfaas_plan.serving.BenchmarkRun`), so the
 measured requests begin with a burst of ``c`` as a run without warm-up does."""
 
