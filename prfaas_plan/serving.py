@@ -861,7 +861,9 @@ def _first_wave(t: StepTable, wave: int, tail_tpot_s: float,
     the clients send their next requests as theirs end); the tokens left after that run at the
     steady state's ``tail_tpot_s`` per token. With ``osl = 1`` TPOT is nan (no decode).
     ``prompt_tokens``: the tokens each prompt computes (default ``isl``; fewer for a prompt served
-    from the prefix cache), its decodes at the table's context all the same."""
+    from the prefix cache), its decodes at the table's context all the same; the chunk steps time
+    those tokens at prefix 0, so a served prompt's attention over its cached prefix (a few query
+    tokens against ``isl`` keys each, a decode step's worth) is left out."""
     prompt, osl, per, mixed = t.isl if prompt_tokens is None else int(prompt_tokens), t.osl, t.k + 1, t.mixed
     steps = math.ceil((osl - 1) / t.accepted)  # decode steps a request runs
     ends = [t.request_s]  # ends[m + 1]: when step m ends
