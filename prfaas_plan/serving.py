@@ -82,8 +82,9 @@ all, every one measured. The run's mean is the first wave's mean (``c`` prompts 
 behind each other's prefill, :func:`_first_wave`) weighted ``1`` against the steady state's
 ``prompts_per_client - 1``: the later requests are sent as earlier ones end, spread out by the
 wave's own prefill, and taken at :func:`colocated_closed_loop`'s steady state. A run whose first
-requests resend its warm-up's prompts (:attr:`BenchmarkRun.warmup_resent`) has them served from a
-prefix-caching engine's cache while its pool holds them; the first wave of new prompts comes after.
+requests resend its warm-up's prompts (:attr:`BenchmarkRun.warmup_resent`, as genai-perf's do) has
+them served from a prefix-caching engine's cache while its pool holds them; the first wave of new
+prompts comes after.
 
 Times are seconds, token counts tokens, rates requests per second.
 """
@@ -712,7 +713,7 @@ class BenchmarkRun:
     ``run_benchmark_serving``; ``--num-prompts $((CONC * 10))`` in its per-model scripts;
     ``RANDOM_RANGE_RATIO: 0.8`` in .github/workflows/benchmark-tmpl.yml): ``BenchmarkRun(10, 0.8)``.
 
-    ``warmup_per_client``: requests per client sent first and not measured (genai-perf's
+    ``warmup_per_client``: requests per client sent first and not measured (aiperf's and genai-perf's
     ``--warmup-request-count``, as a multiple of ``c``). It names the run and changes no prediction:
     the drivers drain their warm-up before the measured requests start, which then start together
     from an idle engine, a burst like any run's first. perf_analyzer, which runs genai-perf's load
@@ -720,7 +721,8 @@ class BenchmarkRun:
     ``PerformWarmup`` since #74 of 2024-09-06: its warm-up clients run their requests, then
     ``WaitForWarmupAndCleanup`` joins them, before ``ChangeConcurrencyLevel`` starts the ``c``
     measured clients; ``InferenceProfiler::ProfileHelper`` then records from an empty request
-    list); ``vllm bench serve`` awaits its ``--num-warmups`` requests the same way.
+    list); ``vllm bench serve`` awaits its ``--num-warmups`` requests the same way, and aiperf its
+    warm-up credits (aiperf/timing/credit_issuing_strategy.py ``_execute_phases``).
 
     ``warmup_resent``: the measured run's first ``warmup_per_client`` requests per client resend
     the warm-up's prompts, as perf_analyzer's concurrency mode does: each client takes the
@@ -731,7 +733,9 @@ class BenchmarkRun:
     fixed schedule skips the warm-up's entries (src/command_line_parser.cc,
     ``dataset_size - warmup_request_count``). An engine that caches prefixes
     (:attr:`~prfaas_plan.engine.EngineProfile.prefix_cache_block_tokens`) serves those prompts from
-    its cache while it still holds them (:func:`colocated_benchmark`).
+    its cache while it still holds them (:func:`colocated_benchmark`). aiperf does not (from 0.3.0
+    its synthetic entries are drawn without replacement by one sampler for both phases,
+    aiperf/dataset/dataset_samplers.py ``ShuffleSampler``): give false.
     """
 
     prompts_per_client: int = 10

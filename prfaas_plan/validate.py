@@ -46,9 +46,8 @@ The benchmark protocol of a row (:func:`_protocol`, counted in the frame's
   ``attrs["recipe_workers"]`` and ``attrs["recipe_dp_attention"]``;
 * NVIDIA's ``aic-auto-gap-analysis`` files (:data:`AIC_SOURCE`) do not say how they were
   measured; they are taken as runs of AIConfigurator's own benchmark, :data:`AIC_RUN`: fixed
-  lengths, 10 requests per client from a burst start (after a warm-up of 2, drained first, whose
-  prompts the first 2 per client resend: served from the engine's prefix cache where it still holds
-  them), predicted by :func:`~prfaas_plan.serving.colocated_benchmark` (on SGLang, a prefill-first
+  lengths, 10 requests per client from a burst start (after a warm-up of 2 per client, drained
+  first, with prompts of its own), predicted by :func:`~prfaas_plan.serving.colocated_benchmark` (on SGLang, a prefill-first
   engine, every wave of new prompts then repeats the burst: its lockstep regime; on vLLM the first
   such wave is a burst, the rest at the steady state);
 * any other source and every disaggregated row keep the steady state
@@ -140,6 +139,12 @@ INFERENCEX_SOURCE = re.compile(r"^(source_file=\d{4}-\d{2}-\d{2}\.csv|db-dump/\d
 """A ``silicon_data_source`` of an InferenceX run: its dated result files or its database dump
 (their fields ``measured=``, ``image=``/``wip=``/``workflow_run_id=`` are InferenceX's run records)."""
 
+INFERENCEX_COLLECTION = re.compile(r"^source_file=(kimi-k2\.5|qwen3\.5-397b)-gap-analysis\.csv;")
+"""A ``silicon_data_source`` of NVIDIA's files that collect InferenceX runs without their records
+(``kimi-k2.5-gap-analysis.csv``, ``qwen3.5-397b-gap-analysis.csv``: 77 of their 85 mapped aggregated
+rows repeat a dated InferenceX row to 0.01 ms, :data:`REMAPS`); a row of theirs that repeats none is
+an InferenceX run of a day the CSV does not hold."""
+
 INFERENCEX_RUN = BenchmarkRun(prompts_per_client=10, range_ratio=0.8)
 """InferenceX's protocol: ``--num-prompts $((CONC * 10))``, ``--request-rate inf``,
 ``RANDOM_RANGE_RATIO: 0.8`` (https://github.com/SemiAnalysisAI/InferenceX: benchmarks/benchmark_lib.sh,
@@ -148,28 +153,33 @@ INFERENCEX_RUN = BenchmarkRun(prompts_per_client=10, range_ratio=0.8)
 AIC_SOURCE = re.compile(r"^source_file=[^;]*aic-auto-gap-analysis/")
 """A ``silicon_data_source`` of NVIDIA's AIConfigurator gap-analysis files (``.../aic-auto-gap-analysis/data/<system>/<backend>/<version>/<model>.csv``)."""
 
-AIC_RUN = BenchmarkRun(prompts_per_client=10, range_ratio=1.0, warmup_per_client=2, warmup_resent=True)
-"""AIConfigurator's own benchmark drivers, an assumption for the gap-analysis files, which name no
-protocol. Its eval runner (ai-dynamo/aiconfigurator src/aiconfigurator/eval/benchmarks/
-genai_perf_runner.py, the same from its first commit 961028348 of 2025-08-22 to its removal in
-c0c44d911 of 2026-03-03): ``genai-perf profile --concurrency c --request-count 10c
---warmup-request-count 2c --num-dataset-entries 12c`` with ``--synthetic-input-tokens-stddev 0
---output-tokens-stddev 0`` (fixed lengths, ``min_tokens`` = ``max_tokens`` = OSL). genai-perf
-hands the warm-up to perf_analyzer (genai_perf/config/generate/perf_analyzer_config.py), whose
-concurrency mode starts the measured clients at dataset entry 0 again, so the first 2c measured
-requests resend the warm-up's 2c prompts (``warmup_resent``, sources at
-:class:`~prfaas_plan.serving.BenchmarkRun`): the 12c entries meant 2c for the warm-up and 10c
-measured, but the last 2c are never sent (genai-perf's synthetic prompts are windows of its corpus
-at random starts, so the entries share no prefix). Its later generated benchmark
+AIC_RUN = BenchmarkRun(prompts_per_client=10, range_ratio=1.0, warmup_per_client=2)
+"""AIConfigurator's own benchmark runner, an assumption for the gap-analysis files, which name no
+protocol: ai-dynamo/aiconfigurator src/aiconfigurator/eval/benchmarks/genai_perf_runner.py (from
+961028348 of 2025-08-22 to its removal in c0c44d911 of 2026-03-03) runs, per concurrency ``c``,
+``--concurrency c --request-count 10c --warmup-request-count 2c --num-dataset-entries 12c`` with
+``--synthetic-input-tokens-stddev 0 --output-tokens-stddev 0`` (fixed lengths, ``min_tokens`` =
+``max_tokens`` = OSL). Its tool was genai-perf until 4361371a6 of 2025-10-14 ("feat: add aiperf
+for eval") made it ``aiperf``, which tools/automation/launch_eval.sh installs, the latest release,
+into the engine's container for each evaluation. The rows' engines were released after aiperf
+0.3.0 (2025-11-20, https://pypi.org/project/aiperf/0.3.0/; vLLM 0.12.0 2025-12-03, SGLang
+0.5.6.post2 2025-12-11, 0.5.8.post1 2026-02-05), but for H100's SGLang 0.5.1.post1 (2025-08-24),
+whose runs may be older and so genai-perf's, which resent the warm-up's prompts
+(:attr:`~prfaas_plan.serving.BenchmarkRun.warmup_resent`), or aiperf 0.1-0.2's, which drew entries
+with replacement; they are taken as the rest. From 0.3.0 on aiperf draws a synthetic dataset's entries without replacement
+(``InputDefaults.DATASET_SAMPLING_STRATEGY = SHUFFLE``, aiperf/dataset/dataset_samplers.py
+``ShuffleSampler``: one sampler for the warm-up and the measured phase,
+aiperf/dataset/dataset_manager.py), so the 2c warm-up and the 10c measured requests are 12c
+distinct prompts, windows of its corpus at random starts (aiperf/dataset/generator/prompt.py
+``_sample_tokens``) that share no prefix, and no measured prompt is served from the warm-up's cache.
+The warm-up's credits are returned before the measured phase starts
+(aiperf/timing/credit_issuing_strategy.py ``_execute_phases``), so the measured requests begin
+with a burst of ``c`` as a run without warm-up does. Predicted by
+:func:`~prfaas_plan.serving.colocated_benchmark`. Its later generated benchmark
 (generator/config/backend_templates/benchmark/bench_run.sh.j2 @095f58a51, from 2026-02-11) runs
-``aiperf`` with 20c requests (50c at @00fe6de, ``BENCH_MULTI_ROUND``), ``--warmup-request-count 2c``,
-``--random-seed 100`` and no ``--num-dataset-entries``: aiperf's default of 100 entries, shuffled
-(aiperf's config_defaults ``NUM_DATASET_ENTRIES = 100``, ``DATASET_SAMPLING_STRATEGY`` shuffle), the
-same 100 in every run of its concurrency sweep. That runner would resend most prompts; the rows name
-no runner and carry no date that would place them after it, so they are taken as genai-perf's.
-genai-perf's load generator, perf_analyzer, drains the warm-up
-before it starts the measured clients together (:class:`~prfaas_plan.serving.BenchmarkRun`), so the
-measured requests begin with a burst of ``c`` as a run without warm-up does."""
+aiperf with 20c requests, ``--random-seed 100`` and no ``--num-dataset-entries`` (aiperf's default
+of 100 entries, the same 100 in every run of a sweep), which would serve most prompts from the
+prefix cache; the rows carry no date that would place them after it."""
 
 _IX = "https://github.com/SemiAnalysisAI/InferenceX/blob"
 RECIPE_NODE_GPUS = 8
@@ -677,7 +687,7 @@ def _concurrency(row: dict, strict: bool) -> int | str:
 def _protocol(row: dict) -> BenchmarkRun | None:
     """The finite run an aggregated row measured (see the module docstring), None for the steady
     state: a user's run carries its own (``run_prompts_per_client``, :func:`_run_row`); an InferenceX
-    source (:data:`INFERENCEX_SOURCE`) is :data:`INFERENCEX_RUN`, a gap-analysis file
+    source (:data:`INFERENCEX_SOURCE`, :data:`INFERENCEX_COLLECTION`) is :data:`INFERENCEX_RUN`, a gap-analysis file
     (:data:`AIC_SOURCE`) :data:`AIC_RUN`; any other source, the steady state."""
     if row["mode"] == "disagg":
         return None
@@ -685,7 +695,9 @@ def _protocol(row: dict) -> BenchmarkRun | None:
     if per_client is not None:
         return BenchmarkRun(int(per_client))
     source = str(row.get("silicon_data_source") or "")
-    return INFERENCEX_RUN if INFERENCEX_SOURCE.match(source) else AIC_RUN if AIC_SOURCE.match(source) else None
+    if INFERENCEX_SOURCE.match(source) or INFERENCEX_COLLECTION.match(source):
+        return INFERENCEX_RUN
+    return AIC_RUN if AIC_SOURCE.match(source) else None
 
 
 def protocol_name(run: BenchmarkRun | None) -> str:
@@ -923,15 +935,16 @@ def _frame(rows: list[dict], strict: bool, moe_routing: str = "balanced") -> pd.
     spans = [_measured_span(row) for row in rows]
     measured = [_measurement(row, case) if isinstance(case, Case) else None for row, case in zip(rows, cases)]
     inferencex: dict[tuple, tuple[datetime, datetime] | None] = {}  # each InferenceX measurement: when, narrowest
-    for case, key, span in zip(cases, measured, spans):
-        if isinstance(case, Case) and case.run == INFERENCEX_RUN:
+    dated = [bool(INFERENCEX_SOURCE.match(str(row.get("silicon_data_source") or ""))) for row in rows]
+    for case, key, span, ix in zip(cases, measured, spans, dated):
+        if ix and isinstance(case, Case) and case.run == INFERENCEX_RUN:
             inferencex[key] = min((s for s in (inferencex.get(key), span) if s is not None),
                                   key=lambda s: s[1] - s[0], default=None)
     out = []
-    for row, case, key, span in zip(rows, cases, measured, spans):
+    for row, case, key, span, ix in zip(rows, cases, measured, spans, dated):
         got: tuple[float, float] | str | None = None
         if isinstance(case, Case):
-            twin = case.run != INFERENCEX_RUN and case.decode_layout is None and key in inferencex
+            twin = not ix and case.decode_layout is None and key in inferencex
             span = inferencex[key] if twin else span
             case = _as_launched(row, replace(case, run=INFERENCEX_RUN) if twin else case, span)
             if isinstance(case, str):  # a rule of _as_launched left it out
@@ -1185,7 +1198,7 @@ def worst_rows(df: pd.DataFrame, n: int = 20) -> pd.DataFrame:
     return ok.loc[key.sort_values(ascending=False).index[:n]].reset_index(drop=True)
 
 
-__all__ = ["AIC_RUN", "AIC_SOURCE", "COLUMNS", "Case", "DISAGG_RECIPES", "DisaggRecipe", "INFERENCEX_RUN", "INFERENCEX_SOURCE", "MODEL_IDS", "PROTOCOLS", "RECIPES",
+__all__ = ["AIC_RUN", "AIC_SOURCE", "COLUMNS", "Case", "DISAGG_RECIPES", "DisaggRecipe", "INFERENCEX_COLLECTION", "INFERENCEX_RUN", "INFERENCEX_SOURCE", "MODEL_IDS", "PROTOCOLS", "RECIPES",
            "REMAPS", "REQUIRED_COLUMNS", "Recipe", "RecipeRun", "SYSTEM_GPUS", "default_csv", "errors_pct", "off_factor",
            "predict", "protocol_name", "status_counts", "summary", "system_names", "validate_runs",
            "validate_silicon", "worst_rows"]

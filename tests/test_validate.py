@@ -155,9 +155,9 @@ def test_protocol_rule_per_source(frame):
     assert [i for i, g in enumerate(got) if g == AIC_RUN] == sorted(aic)
     assert all(got[i] is None for i in set(range(len(rows))) - inferencex - aic)  # 7, 8 disagg
     assert INFERENCEX_RUN == BenchmarkRun(prompts_per_client=10, range_ratio=0.8)
-    # genai-perf --request-count 10c --warmup-request-count 2c, fixed lengths (AIConfigurator's eval runner)
-    # drained first; its prompts resent by the first 2 per client (perf_analyzer's concurrency mode)
-    assert AIC_RUN == BenchmarkRun(prompts_per_client=10, range_ratio=1.0, warmup_per_client=2, warmup_resent=True)
+    # aiperf --request-count 10c --warmup-request-count 2c --num-dataset-entries 12c, fixed lengths (AIConfigurator's
+    # eval runner): the warm-up drained first, its 2c prompts not among the 10c measured (aiperf >= 0.3.0 shuffles)
+    assert AIC_RUN == BenchmarkRun(prompts_per_client=10, range_ratio=1.0, warmup_per_client=2, warmup_resent=False)
     assert _protocol({**rows[9], "silicon_data_source": "source_file=2026-04-06.csv.bak; silicon_concurrency=8"}) is None
     assert _protocol({**rows[9], "run_prompts_per_client": 3}) == BenchmarkRun(3)
     # mapped rows (status ok): InferenceX 0, 1, 2, 4, 5, 6, 18; AIConfigurator 9, 10, 11, 14 (disagg 7, 8: ambiguous)
@@ -308,24 +308,27 @@ def test_inferencex_runs_take_their_launch_scripts_kv_cache_dtype(frame):
 def test_a_repeated_inferencex_measurement_is_that_run(tmp_path):
     """NVIDIA's kimi-k2.5-gap-analysis.csv repeats InferenceX runs rounded to 0.01 ms: its row (copied
     verbatim, with the InferenceX row it repeats) is predicted under InferenceX's protocol, exactly as
-    that row; the same row 0.02 ms off is another measurement and keeps the steady state."""
+    that row, and so is its row 0.02 ms off (the file collects InferenceX runs: one of a day the CSV
+    does not hold). A row of another file is that InferenceX run only where it repeats it: 0.02 ms off
+    it is another measurement and keeps the steady state."""
     twins = pd.read_csv(FIX / "inferencex_twin_rows.csv")
     assert twins.silicon_data_source.str.startswith(("source_file=2026-04-06.csv;",
                                                      "source_file=kimi-k2.5-gap-analysis.csv;")).all()
-    other = twins.iloc[[1]].assign(silicon_ttft_ms=twins.silicon_ttft_ms.iloc[1] + 0.02)
+    off = twins.iloc[[1]].assign(silicon_ttft_ms=twins.silicon_ttft_ms.iloc[1] + 0.02)
+    elsewhere = twins.iloc[[1]].assign(silicon_data_source="source_file=other.csv; silicon_concurrency=4")
     path = tmp_path / "rows.csv"
-    pd.concat([twins, other]).to_csv(path, index=False)
+    pd.concat([twins, off, elsewhere, elsewhere.assign(silicon_ttft_ms=off.silicon_ttft_ms)]).to_csv(path, index=False)
     got = validate_silicon(path)
-    assert list(got.status) == ["ok"] * 3
+    assert list(got.status) == ["ok"] * 5
     kimi = load_model("kimi-k2-thinking").with_gemm_dtypes(experts="int4_w4a16", group_size=32)
-    for i, run in enumerate((INFERENCEX_RUN, INFERENCEX_RUN, None)):
+    for i, run in enumerate((INFERENCEX_RUN,) * 4 + (None,)):
         ttft, tpot = _agg(kimi, 8, _engine("vllm", "0.16.0"), 8192, 1024, 4, run=run)
         assert got.iloc[i][["ttft_ms_predicted", "tpot_ms_predicted"]].tolist() == pytest.approx([ttft, tpot],
                                                                                                   rel=1e-12), i
-    assert got.iloc[2].ttft_ms_predicted != pytest.approx(got.iloc[1].ttft_ms_predicted, rel=1e-3)
-    assert got.attrs["protocols"] == {"inferencex run": 2, "vllm bench serve run": 0, "aiconfigurator run": 0,
+    assert got.iloc[4].ttft_ms_predicted != pytest.approx(got.iloc[1].ttft_ms_predicted, rel=1e-3)
+    assert got.attrs["protocols"] == {"inferencex run": 4, "vllm bench serve run": 0, "aiconfigurator run": 0,
                                       "steady state": 1}
-    assert got.attrs["remapped"]["inferencex run: same measurement"] == 1
+    assert got.attrs["remapped"]["inferencex run: same measurement"] == 2  # the repeats, not the day the CSV lacks
 
 
 def _moved(i: int, measured: str, **cols) -> pd.DataFrame:
