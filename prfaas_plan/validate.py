@@ -33,7 +33,9 @@ The benchmark protocol of a row (:func:`_protocol`, counted in the frame's
   a semaphore of ``max_concurrency`` gates them), lengths as measured (the JSON's mean tokens);
 * a row of another file that repeats an InferenceX row's configuration and measured TTFT and TPOT
   (to 0.01 ms) is that run (:data:`REMAPS`): NVIDIA's ``kimi-k2.5-gap-analysis.csv`` and
-  ``qwen3.5-397b-gap-analysis.csv`` are InferenceX runs rounded to two decimals;
+  ``qwen3.5-397b-gap-analysis.csv`` are InferenceX runs rounded to two decimals, and a row of
+  theirs that repeats none is an InferenceX run of a day the CSV lacks
+  (:data:`INFERENCEX_COLLECTION`);
 * an InferenceX run is predicted with the engine as its launch script started it where that script
   sets the token budget per step (SGLang ``--chunked-prefill-size``, vLLM
   ``--max-num-batched-tokens``) or the KV-cache dtype (``--kv-cache-dtype``): :data:`RECIPES`,
@@ -47,9 +49,9 @@ The benchmark protocol of a row (:func:`_protocol`, counted in the frame's
 * NVIDIA's ``aic-auto-gap-analysis`` files (:data:`AIC_SOURCE`) do not say how they were
   measured; they are taken as runs of AIConfigurator's own benchmark, :data:`AIC_RUN`: fixed
   lengths, 10 requests per client from a burst start (after a warm-up of 2 per client, drained
-  first, with prompts of its own), predicted by :func:`~prfaas_plan.serving.colocated_benchmark` (on SGLang, a prefill-first
-  engine, every wave of new prompts then repeats the burst: its lockstep regime; on vLLM the first
-  such wave is a burst, the rest at the steady state);
+  first, with prompts of its own), predicted by :func:`~prfaas_plan.serving.colocated_benchmark`
+  (on SGLang, a prefill-first engine, every wave of new prompts then repeats the burst: its
+  lockstep regime; on vLLM the first such wave is a burst, the rest at the steady state);
 * any other source and every disaggregated row keep the steady state
   (:func:`~prfaas_plan.serving.colocated_closed_loop`, :func:`~prfaas_plan.serving.disaggregated_closed_loop`).
 
@@ -161,25 +163,30 @@ protocol: ai-dynamo/aiconfigurator src/aiconfigurator/eval/benchmarks/genai_perf
 ``--synthetic-input-tokens-stddev 0 --output-tokens-stddev 0`` (fixed lengths, ``min_tokens`` =
 ``max_tokens`` = OSL). Its tool was genai-perf until 4361371a6 of 2025-10-14 ("feat: add aiperf
 for eval") made it ``aiperf``, which tools/automation/launch_eval.sh installs, the latest release,
-into the engine's container for each evaluation. The rows' engines were released after aiperf
-0.3.0 (2025-11-20, https://pypi.org/project/aiperf/0.3.0/; vLLM 0.12.0 2025-12-03, SGLang
-0.5.6.post2 2025-12-11, 0.5.8.post1 2026-02-05), but for H100's SGLang 0.5.1.post1 (2025-08-24),
-whose runs may be older and so genai-perf's, which resent the warm-up's prompts
+into the engine's container for each evaluation.
+
+The rows' engines were released after aiperf 0.3.0 (2025-11-20,
+https://pypi.org/project/aiperf/0.3.0/; vLLM 0.12.0 2025-12-03, SGLang 0.5.6.post2 2025-12-11,
+0.5.8.post1 2026-02-05), but for H100's SGLang 0.5.1.post1 (2025-08-24), whose runs may be older
+and so genai-perf's, which resent the warm-up's prompts
 (:attr:`~prfaas_plan.serving.BenchmarkRun.warmup_resent`), or aiperf 0.1-0.2's, which drew entries
-with replacement; they are taken as the rest. From 0.3.0 on aiperf draws a synthetic dataset's entries without replacement
-(``InputDefaults.DATASET_SAMPLING_STRATEGY = SHUFFLE``, aiperf/dataset/dataset_samplers.py
-``ShuffleSampler``: one sampler for the warm-up and the measured phase,
-aiperf/dataset/dataset_manager.py), so the 2c warm-up and the 10c measured requests are 12c
-distinct prompts, windows of its corpus at random starts (aiperf/dataset/generator/prompt.py
-``_sample_tokens``) that share no prefix, and no measured prompt is served from the warm-up's cache.
-The warm-up's credits are returned before the measured phase starts
-(aiperf/timing/credit_issuing_strategy.py ``_execute_phases``), so the measured requests begin
-with a burst of ``c`` as a run without warm-up does. Predicted by
-:func:`~prfaas_plan.serving.colocated_benchmark`. Its later generated benchmark
+with replacement; they are taken as the rest. From 0.3.0 on aiperf draws a synthetic dataset's
+entries without replacement (``InputDefaults.DATASET_SAMPLING_STRATEGY = SHUFFLE``,
+aiperf/dataset/dataset_samplers.py ``ShuffleSampler``, one sampler for the warm-up and the
+measured phase: aiperf/dataset/dataset_manager.py), so the 2c warm-up and the 10c measured
+requests are 12c distinct prompts, windows of its corpus at random starts
+(aiperf/dataset/generator/prompt.py ``_sample_tokens``) that share no prefix: no measured prompt
+is served from the warm-up's cache. The warm-up's credits are returned before the measured phase
+starts (aiperf/timing/credit_issuing_strategy.py ``_execute_phases``), so the measured requests
+begin with a burst of ``c`` as a run without warm-up does. Predicted by
+:func:`~prfaas_plan.serving.colocated_benchmark`.
+
+AIConfigurator's later generated benchmark
 (generator/config/backend_templates/benchmark/bench_run.sh.j2 @095f58a51, from 2026-02-11) runs
 aiperf with 20c requests, ``--random-seed 100`` and no ``--num-dataset-entries`` (aiperf's default
 of 100 entries, the same 100 in every run of a sweep), which would serve most prompts from the
-prefix cache; the rows carry no date that would place them after it."""
+prefix cache; no row carries a date after it (the three dated H100 vLLM rows, on Dynamo 0.8.0's
+runtime image, are of 2026-01-23 and 25)."""
 
 _IX = "https://github.com/SemiAnalysisAI/InferenceX/blob"
 RECIPE_NODE_GPUS = 8
@@ -687,8 +694,8 @@ def _concurrency(row: dict, strict: bool) -> int | str:
 def _protocol(row: dict) -> BenchmarkRun | None:
     """The finite run an aggregated row measured (see the module docstring), None for the steady
     state: a user's run carries its own (``run_prompts_per_client``, :func:`_run_row`); an InferenceX
-    source (:data:`INFERENCEX_SOURCE`, :data:`INFERENCEX_COLLECTION`) is :data:`INFERENCEX_RUN`, a gap-analysis file
-    (:data:`AIC_SOURCE`) :data:`AIC_RUN`; any other source, the steady state."""
+    source (:data:`INFERENCEX_SOURCE`, :data:`INFERENCEX_COLLECTION`) is :data:`INFERENCEX_RUN`, a
+    gap-analysis file (:data:`AIC_SOURCE`) :data:`AIC_RUN`; any other source, the steady state."""
     if row["mode"] == "disagg":
         return None
     per_client = row.get("run_prompts_per_client")
