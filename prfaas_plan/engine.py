@@ -129,6 +129,10 @@ class EngineProfile(BaseModel):
     default); a prompt sent again is served from the blocks still held, up to its length less one
     token (the last is recomputed for its logits), so it recomputes
     :meth:`resent_prompt_tokens`. None: no prefix caching.
+    static_memory_fraction: the share of each GPU's memory the weights and the KV pool take
+    together, activations and CUDA graphs living outside it (SGLang ``--mem-fraction-static`` as a
+    launch sets it); None: vLLM's accounting, ``gpu_memory_utilization`` 0.9 with the engine's
+    reserve inside (:func:`~prfaas_plan.perf.latency.free_cache_bytes_per_gpu`).
     """
 
     model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
@@ -154,6 +158,7 @@ class EngineProfile(BaseModel):
     recv_interval_steps: PositiveInt = 1
     speculative: Speculative | None = None
     prefix_cache_block_tokens: PositiveInt | None = None
+    static_memory_fraction: float | None = Field(default=None, gt=0, le=1)
     provenance: str = Field(min_length=1, description="where the numbers come from, and what was fitted to what")
     sources: list[Source] = Field(min_length=1)
     notes: str | None = None
@@ -181,10 +186,12 @@ class EngineProfile(BaseModel):
         budget = self.chunked_prefill_tokens_on(gpu)
         return max(budget // attn_dp, 1) if self.dp_attention_divides_budget else budget
 
-    def with_launch(self, max_running_requests: int | None = None, recv_interval_steps: int | None = None) -> EngineProfile:
+    def with_launch(self, max_running_requests: int | None = None, recv_interval_steps: int | None = None,
+                    static_memory_fraction: float | None = None) -> EngineProfile:
         """This profile with the launch flags a run set (None: the profile's own)."""
         update = {k: v for k, v in (("max_running_requests", max_running_requests),
-                                    ("recv_interval_steps", recv_interval_steps)) if v is not None}
+                                    ("recv_interval_steps", recv_interval_steps),
+                                    ("static_memory_fraction", static_memory_fraction)) if v is not None}
         return self.model_copy(update=update) if update else self
 
     def with_chunked_prefill(self, tokens: int) -> EngineProfile:

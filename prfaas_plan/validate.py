@@ -255,7 +255,8 @@ class Recipe:
     requests it runs (``--max-running-requests``: ``max_running``, or ``max_running_at``'s value
     for an ``(isl, osl)`` it lists) and how often its scheduler polls for new requests
     (``--scheduler-recv-interval``: ``recv_interval``, ``(least concurrency, decode steps)`` pairs,
-    the last the row's concurrency reaches applies); None: the engine's defaults.
+    the last the row's concurrency reaches applies) and the share of memory weights and KV take
+    (SGLang ``--mem-fraction-static``: ``mem_fraction``); None: the engine's defaults.
     ``version`` / ``tp`` / ``precision``: only rows of that engine version / attention TP / CSV
     precision label (None: any). ``key``: the config key that runs the script, ``runs`` its
     versions (:class:`RecipeRun`), ``spec`` its speculative decoding ("none" or "mtp")."""
@@ -270,6 +271,7 @@ class Recipe:
     max_running: int | None = None
     max_running_at: tuple[tuple[int, int, int], ...] = ()
     recv_interval: tuple[tuple[int, int], ...] = ()
+    mem_fraction: float | None = None
     version: str | None = None
     tp: int | None = None
     precision: str | None = None
@@ -319,20 +321,22 @@ RECIPES = (
     Recipe("h200_sxm", "deepseek-v3", "sglang",
            f"{_IX}/64c20b6b5/benchmarks/single_node/dsr1_fp8_h200.sh (--chunked-prefill-size 32768 and "
            "--max-running-requests 512 at 1k/1k, 256 otherwise, in every version from 2025-09-19 to 2026-06; "
-           "no --kv-cache-dtype; the rows: 2026-03-25)", tokens=32768, max_running=256, max_running_at=((1024, 1024, 512),),
+           "--mem-fraction-static 0.82; no --kv-cache-dtype; the rows: 2026-03-25)", tokens=32768, max_running=256,
+           max_running_at=((1024, 1024, 512),), mem_fraction=0.82,
            key="dsr1-fp8-h200-sglang", runs=(_run("17d5e204f", "2025-11-03T18:05:50Z", _MAR28, (_ALL, 8, 1, 4, 64)),
                                              _run("626932a11", _MAR28, _MAY01, (_NO_1K8K, 8, 1, 4, 64)))),
     Recipe("h200_sxm", "qwen3.5-397b-a17b", "sglang",
            f"{_IX}/cfcaa84a1/benchmarks/single_node/qwen3.5_fp8_h200.sh (--chunked-prefill-size 16384, "
-           "--kv-cache-dtype fp8_e4m3 and --max-running-requests 128 since it was added, 2026-03-02)", tokens=16384,
-           kv_dtype="fp8", max_running=128,
+           "--kv-cache-dtype fp8_e4m3, --max-running-requests 128 and --mem-fraction-static 0.8 since it was added, "
+           "2026-03-02)", tokens=16384, kv_dtype="fp8", max_running=128, mem_fraction=0.8,
            key="qwen3.5-fp8-h200-sglang", runs=(_run("f65d6b4b1", "2026-03-04T18:52:58Z", _MAR28, (_ALL, 8, 8, 4, 64)),
                                                 _run("626932a11", _MAR28, _MAY01, (_NO_1K8K, 8, 8, 4, 64)))),
     Recipe("b200_sxm", "qwen3.5-397b-a17b", "sglang",
            f"{_IX}/c23031b7e/benchmarks/single_node/qwen3.5_fp8_b200.sh (CHUNKED_PREFILL_SIZE=32768, "
-           "--kv-cache-dtype fp8_e4m3, MAX_RUNNING_REQUESTS=128, SCHEDULER_RECV_INTERVAL 10, 30 from CONC 16, in "
-           "every version from 2026-03-03 to 04-30; the FP8 checkpoint's rows, 2026-03-20 to 04-08)",
-           tokens=32768, kv_dtype="fp8", max_running=128, recv_interval=_RECV_10_30, precision="fp8",
+           "--kv-cache-dtype fp8_e4m3, MAX_RUNNING_REQUESTS=128, SCHEDULER_RECV_INTERVAL 10, 30 from CONC 16, "
+           "MEM_FRAC_STATIC=0.82, in every version from 2026-03-03 to 04-30; the FP8 checkpoint's rows, 2026-03-20 "
+           "to 04-08)", tokens=32768, kv_dtype="fp8", max_running=128, recv_interval=_RECV_10_30, mem_fraction=0.82,
+           precision="fp8",
            key="qwen3.5-fp8-b200-sglang",  # 515294190 (2026-04-30) changed the script and its search space
            runs=(_run("efd49e50b", "2026-03-03T17:20:50Z", "2026-03-24T00:52:18Z", (_ALL[:1], 4, 4, 4, 16),
                       (_ALL[:1], 4, 4, 64, 64), (_ALL[1:2], 8, 1, 4, 8), (_ALL[2:], 8, 1, 4, 4), (_ALL[1:], 4, 4, 8, 64)),
@@ -340,19 +344,22 @@ RECIPES = (
                  _run("626932a11", _MAR28, "2026-04-30T19:34:40Z", (_NO_1K8K, 8, 1, 4, 16), (_NO_1K8K, 4, 4, 16, 128)))),
     Recipe("b200_sxm", "qwen3.5-397b-a17b", "sglang",
            f"{_IX}/9dc87a68c/benchmarks/single_node/qwen3.5_bf16_b200.sh (CHUNKED_PREFILL_SIZE=32768, "
-           "no --kv-cache-dtype, MAX_RUNNING_REQUESTS=128, SCHEDULER_RECV_INTERVAL 10, 30 from CONC 16, in every "
-           "version from 2026-02-20 to 05-12; the bf16 checkpoint's rows, 2026-02-20 to 03-09)", tokens=32768,
-           max_running=128, recv_interval=_RECV_10_30, precision="bf16", key="qwen3.5-bf16-b200-sglang",
-           runs=_QWEN35_B200_BF16_RUNS),
+           "no --kv-cache-dtype, MAX_RUNNING_REQUESTS=128, SCHEDULER_RECV_INTERVAL 10, 30 from CONC 16, "
+           "MEM_FRAC_STATIC=0.82 (0.8 until 9dc87a68c, 2026-02-20T05:32:41Z), in every version from 2026-02-20 to "
+           "05-12; the bf16 checkpoint's rows, 2026-02-20 to 03-09)", tokens=32768,
+           max_running=128, recv_interval=_RECV_10_30, mem_fraction=0.82, precision="bf16",
+           key="qwen3.5-bf16-b200-sglang", runs=_QWEN35_B200_BF16_RUNS),
     Recipe("b200_sxm", "deepseek-v3", "sglang",
            f"{_IX}/38b80a859/benchmarks/single_node/dsr1_fp8_b200.sh (TP 8: 32768, --max-running-requests 128, "
-           "--scheduler-recv-interval 10, 30 from CONC 16; --kv-cache-dtype fp8_e4m3; every version from "
-           "2025-09-23 to 2026-06, the 2025-12 dsr1_fp8_b200_docker.sh too; the rows: 2025-12-31 and 2026-03-25)", tokens=32768, kv_dtype="fp8", max_running=128,
-           recv_interval=_RECV_10_30, tp=8, key=_DSR1_B200, runs=_DSR1_B200_RUNS),
+           "--scheduler-recv-interval 10, 30 from CONC 16; --kv-cache-dtype fp8_e4m3; --mem-fraction-static 0.82; every "
+           "version from 2025-09-23 to 2026-06, the 2025-12 dsr1_fp8_b200_docker.sh too; the rows: 2025-12-31 and "
+           "2026-03-25)", tokens=32768, kv_dtype="fp8", max_running=128, recv_interval=_RECV_10_30, mem_fraction=0.82,
+           tp=8, key=_DSR1_B200, runs=_DSR1_B200_RUNS),
     Recipe("b200_sxm", "deepseek-v3", "sglang",
            f"{_IX}/38b80a859/benchmarks/single_node/dsr1_fp8_b200.sh (TP 4: 8192, --max-running-requests 32, "
-           "--scheduler-recv-interval 10; --kv-cache-dtype fp8_e4m3)", tokens=8192, kv_dtype="fp8", max_running=32,
-           recv_interval=((1, 10),), tp=4, key=_DSR1_B200, runs=_DSR1_B200_RUNS),
+           "--scheduler-recv-interval 10; --kv-cache-dtype fp8_e4m3; --mem-fraction-static 0.95, since TP 4 came in, "
+           "1d29967c4 of 2026-01-13)", tokens=8192, kv_dtype="fp8", max_running=32, recv_interval=((1, 10),),
+           mem_fraction=0.95, tp=4, key=_DSR1_B200, runs=_DSR1_B200_RUNS),
     # the MTP keys: their rows are left out (SPECULATIVE_RUN), so their launch settings are not held
     Recipe("b200_sxm", "deepseek-v3", "sglang",
            f"{_IX}/12ba0ae07/benchmarks/single_node/dsr1_fp8_b200_mtp.sh (EAGLE MTP, --speculative-num-steps 2 "
@@ -396,7 +403,7 @@ profiles hold. B200 MiniMax-M2.5 on vLLM 0.17.0 is left at the defaults: its scr
 engine version does not tell which. Applied to the InferenceX runs only, and to those the
 recipe's config key ran (:meth:`Recipe.ran`: a version in force at the row's ``measured=`` time
 lists its lengths, GPUs and concurrency; a row no recipe ran keeps the engine defaults), counted
-in ``attrs["recipe_budget"]``, ``attrs["recipe_kv_dtype"]`` and ``attrs["recipe_scheduler"]``
+in ``attrs["recipe_budget"]``, ``attrs["recipe_kv_dtype"]``, ``attrs["recipe_scheduler"]`` and ``attrs["recipe_memory"]``
 (:func:`_as_launched`). A row that recipes launching the engine differently both ran is left out
 (:data:`AMBIGUOUS_RECIPE`: B200 DeepSeek-R1 TP 8 at 4 to 64 clients on 2026-03-25, when one commit
 started the STP and the MTP key, whose rows the CSV does not tell apart), and so is a row that only
@@ -587,6 +594,7 @@ class Case:
     kv_dtype: KvDtype = "bf16"  # the KV cache's element type as the run's recipe launched it
     max_running: int | None = None  # --max-running-requests as the run's recipe launched it; None: the profile's
     recv_interval_steps: int | None = None  # --scheduler-recv-interval as the run's recipe launched it; None: the profile's
+    mem_fraction: float | None = None  # --mem-fraction-static as the run's recipe launched it; None: the profile's
 
 
 @dataclass(frozen=True)
@@ -848,7 +856,7 @@ def _instance(case: Case, layout: Layout) -> Instance:
         engine = engine.model_copy(update={"kernel_version": case.kernel_version})
     if case.token_budget is not None:
         engine = engine.with_chunked_prefill(case.token_budget)
-    engine = engine.with_launch(case.max_running, case.recv_interval_steps)
+    engine = engine.with_launch(case.max_running, case.recv_interval_steps, case.mem_fraction)
     return instance(case.gpu_id, layout.gpus, layout=layout, engine=engine)
 
 
@@ -937,7 +945,7 @@ def _frame(rows: list[dict], strict: bool, moe_routing: str = "balanced") -> pd.
     predictions: dict[Case, tuple[float, float] | str] = {}
     protocols: Counter = Counter()
     remapped: Counter = Counter()
-    budgets = kv_dtypes = schedulers = workers = dp_attention = 0
+    budgets = kv_dtypes = schedulers = memories = workers = dp_attention = 0
     cases = [_map_row(row, models, strict, moe_routing) for row in rows]
     spans = [_measured_span(row) for row in rows]
     measured = [_measurement(row, case) if isinstance(case, Case) else None for row, case in zip(rows, cases)]
@@ -961,6 +969,7 @@ def _frame(rows: list[dict], strict: bool, moe_routing: str = "balanced") -> pd.
             budgets += case.token_budget is not None
             kv_dtypes += case.kv_dtype != "bf16"
             schedulers += case.max_running is not None or case.recv_interval_steps is not None
+            memories += case.mem_fraction is not None
             took_workers, took_dp = _from_recipe(row, case)
             workers += took_workers
             dp_attention += took_dp
@@ -976,6 +985,7 @@ def _frame(rows: list[dict], strict: bool, moe_routing: str = "balanced") -> pd.
     df.attrs["recipe_budget"] = budgets  # InferenceX runs at their launch script's token budget (RECIPES)
     df.attrs["recipe_kv_dtype"] = kv_dtypes  # ... and at its KV-cache dtype
     df.attrs["recipe_scheduler"] = schedulers  # ... and at its running-request cap or scheduler polling
+    df.attrs["recipe_memory"] = memories  # ... and at its static memory share
     df.attrs["recipe_workers"] = workers  # disaggregated runs at their recipe's workers (DISAGG_RECIPES)
     df.attrs["recipe_dp_attention"] = dp_attention  # ... and at its DP attention, which the row does not give
     return df
@@ -1016,7 +1026,7 @@ def _as_launched(row: dict, case: Case, span: tuple[datetime, datetime] | None) 
         return f"{SPECULATIVE_RUN}: {recipe.key} ({recipe.spec})"
     return replace(case, token_budget=recipe.budget(case.isl_tokens), kv_dtype=recipe.kv_dtype or case.kv_dtype,
                    max_running=recipe.running(case.isl_tokens, case.osl_tokens),
-                   recv_interval_steps=recipe.recv_steps(case.concurrency))
+                   recv_interval_steps=recipe.recv_steps(case.concurrency), mem_fraction=recipe.mem_fraction)
 
 
 def _remapped(row: dict, case: Case, stored: GemmDtypes, twin: bool = False) -> list[str]:

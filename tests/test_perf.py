@@ -192,6 +192,21 @@ def test_kimi_k2_thinking_memory_split_matches_vllms_log():
     assert free / 2**30 == pytest.approx(46.80, abs=0.01)
 
 
+def test_a_static_memory_share_holds_weights_and_kv_whole():
+    # SGLang's --mem-fraction-static: weights and KV take the share whole, activations live outside it, so the
+    # same Kimi-K2-Thinking TP8 split at 0.9 leaves the 46.80 GiB vLLM reports plus vLLM's 9.15 GiB reserve
+    from prfaas_plan.perf.latency import free_cache_bytes_per_gpu
+
+    model, inst = pp.load_model("kimi-k2-thinking"), pp.instance("h200", 8)
+    static = pp.instance("h200", 8, engine=inst.engine_profile.with_launch(static_memory_fraction=0.9))
+    assert free_cache_bytes_per_gpu(model, static) / 2**30 == pytest.approx(46.80 + 9.15, abs=0.01)
+    assert free_cache_bytes_per_gpu(model, static, reserve_gib_per_gpu=0.0) == free_cache_bytes_per_gpu(model, static)
+    # 0.5 x 141 GiB = 70.5 GiB does not hold the 70.95 GiB of weights one GPU holds
+    half = pp.instance("h200", 8, engine=inst.engine_profile.with_launch(static_memory_fraction=0.5))
+    with pytest.raises(pp.PlanError, match="in its static share"):
+        free_cache_bytes_per_gpu(model, half)
+
+
 def _kimi_linear_1t_weight_bytes() -> float:
     """The INT4 QAT layout by hand from the model_db shapes: routed experts int4 + a bf16 scale per
     32 weights (0.5625 B), every other weight bf16; KDA gates low-rank as in Kimi-Linear's

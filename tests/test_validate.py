@@ -17,7 +17,7 @@ import pandas as pd
 import pytest
 
 from prfaas_plan.engine import load_engine
-from prfaas_plan.errors import InvalidInput
+from prfaas_plan.errors import InvalidInput, PlanError
 from prfaas_plan.hardware import instance
 from prfaas_plan.kvcache import per_gpu_kv_bytes
 from prfaas_plan.layout import Layout
@@ -47,6 +47,12 @@ B200_DEEPSEEK_DEC31 = ('2026_03_25_deepseek_r1_b200_sxm_sglang_fp8_agg_8192x1024
                        'p8,fp8_block,64,8,1,1,8,1,,,,,,,,,,,,,,,3089.7098679655755,40.63803152042237')
 """silicon_sample.csv line 3007, verbatim: DeepSeek-R1 on 8xB200 SGLang 0.5.6, 8k/1k, 64 clients (InferenceX,
 2025-12-31, before the MTP key existed)."""
+
+B200_DEEPSEEK_TP4 = ("dsr1_b200_sglang_fp8_agg_8192x1024_c4_cfg271,db-dump/2026-04-27; config_id=271; silicon_concurrency=4; "
+                     "measured=2026-03-25T00:00:00.000Z; workflow_run_id=337; lmsysorg/sglang:v0.5.9-cu130,sglang,0.5.9,"
+                     "deepseek-ai/DeepSeek-V3,b200_sxm,fp8,agg,8192,1024,fp8,fp8_block,4,4,1,1,4,1,,,,,,,,,,,,,,,"
+                     "585.9177203907166,11.535313140251242")
+"""silicon_sample.csv line 437, verbatim: DeepSeek-V3 on 4xB200 SGLang 0.5.9, 8k/1k, 4 clients (InferenceX)."""
 
 
 @pytest.fixture(scope="module")
@@ -193,6 +199,29 @@ def test_inferencex_runs_take_their_launch_scripts_token_budget(frame):
                        ("b200_sxm", "deepseek-v3", "sglang", 4, None, None): 8192,
                        ("b200_sxm", "minimax-m2.5", "vllm", None, "0.19.0", None): 2048}
     assert all(re.search(r"InferenceX/blob/[0-9a-f]{9}/benchmarks/", r.source) for r in RECIPES)
+
+def test_an_inferencex_run_takes_its_scripts_static_memory_share(tmp_path):
+    """DeepSeek-V3 on 4xB200 fits only as its script launched SGLang (--mem-fraction-static 0.95: the
+    weights and the KV pool take 95% of memory, activations the rest): under vLLM's accounting (0.9
+    with the engine reserve inside) its 157.5 GiB of weights per GPU do not fit; the row is predicted
+    with the script's budget 8192, 32 running requests, polling every 10 steps and FP8 KV."""
+    header = ROWS.read_text().splitlines()[0]
+    (tmp_path / "tp4.csv").write_text(f"{header}\n{B200_DEEPSEEK_TP4}\n")
+    got = validate_silicon(tmp_path / "tp4.csv")
+    assert got.iloc[0]["status"] == "ok"
+    assert got.attrs["recipe_memory"] == 1
+    deepseek = load_model("deepseek-v3")
+    launched = _budget(_engine("sglang", "0.5.9"), 8192).with_launch(32, 10, 0.95)
+    ttft, tpot = _agg(deepseek, 4, launched, 8192, 1024, 4, gpu="b200", run=INFERENCEX_RUN, settings=FP8_KV)
+    assert got.iloc[0][["ttft_ms_predicted", "tpot_ms_predicted"]].tolist() == pytest.approx([ttft, tpot], rel=1e-12)
+    with pytest.raises(PlanError, match="after the engine's reserve"):
+        _agg(deepseek, 4, _budget(_engine("sglang", "0.5.9"), 8192).with_launch(32, 10), 8192, 1024, 4, gpu="b200",
+             run=INFERENCEX_RUN, settings=FP8_KV)
+    assert {(r.system, r.model_id, r.tp): r.mem_fraction for r in RECIPES if r.spec == "none" and r.engine == "sglang"} \
+        == {("h200_sxm", "deepseek-v3", None): 0.82, ("h200_sxm", "qwen3.5-397b-a17b", None): 0.8,
+            ("b200_sxm", "qwen3.5-397b-a17b", None): 0.82, ("b200_sxm", "deepseek-v3", 8): 0.82,
+            ("b200_sxm", "deepseek-v3", 4): 0.95}
+
 
 def test_inferencex_runs_take_their_launch_scripts_scheduler_settings(tmp_path):
     """DeepSeek-R1 on B200 SGLang TP8 at 64 clients: the script's --max-running-requests 128 and

@@ -168,16 +168,22 @@ def free_cache_bytes_per_gpu(model: ModelSpec, inst: Instance,
                              reserve_gib_per_gpu: float = ENGINE_RESERVE_GIB_PER_GPU) -> float:
     """Bytes per GPU left for caches: the engine's share of memory less the layout's weights (the
     MTP layers' too, and their replicated ``eh_proj``, under speculative decoding) and the
-    engine's reserve; weights that do not fit are a one-line PlanError."""
-    usable = inst.gpu.memory_bytes * KV_MEMORY_FRACTION - reserve_gib_per_gpu * GIB_BYTES
+    engine's reserve; weights that do not fit are a one-line PlanError. An engine launched with a
+    static share (:attr:`~prfaas_plan.engine.EngineProfile.static_memory_fraction`, SGLang's
+    ``--mem-fraction-static``) gives weights and KV that share whole: its activations live outside
+    it, so ``reserve_gib_per_gpu`` does not apply."""
+    static = inst.engine_profile.static_memory_fraction
+    usable = (inst.gpu.memory_bytes * static if static is not None
+              else inst.gpu.memory_bytes * KV_MEMORY_FRACTION - reserve_gib_per_gpu * GIB_BYTES)
     resident, _ = _resident(model, inst)
     weights = weight_bytes_per_gpu(resident, instance_layout(resident, inst))
     if resident is not model:
         weights += model.mtp_projection_bytes()
     if weights >= usable:
+        room = "in its static share" if static is not None else "after the engine's reserve"
         raise InvalidInput(
             f"memory: {model.id}'s weights ({weights / GIB_BYTES:.1f} GiB per GPU) do not fit {inst.name} "
-            f"({usable / GIB_BYTES:.1f} GiB per GPU after the engine's reserve); use more GPUs per instance"
+            f"({usable / GIB_BYTES:.1f} GiB per GPU {room}); use more GPUs per instance"
         )
     return usable - weights
 
