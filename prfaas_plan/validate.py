@@ -539,13 +539,15 @@ and an MTP entry both fit is left out too, and one that only MTP entries fit is 
 CSV holds both: rows of one label and one ``measured=`` stamp differ 1.3-2.3x in TPOT (B200 1K/1K,
 c = 32, TP8 x EP8 at 2026-03-18T21:01:05Z: 7.77 and 12.87 ms), the speed-up MTP gives."""
 
-REMAPS = ("checkpoint dtypes over the label", "experts ep: tp split refused", "inferencex run: same measurement")
+REMAPS = ("checkpoint dtypes over the label", "experts ep: tp split refused", "inferencex run: same measurement",
+          "layout of the run's id")
 """Rules that predict a row otherwise than its labels say, as counted in a frame's ``attrs["remapped"]``:
 a quantised checkpoint runs in its own scheme (:func:`_online`); an expert split the engines
 refuse ran expert parallel (:func:`_layout`); a row of another file that repeats an InferenceX row's
 configuration and measured TTFT and TPOT (to the file's 0.01 ms) is that InferenceX run, predicted
 under its protocol (:func:`_frame`; NVIDIA's ``kimi-k2.5-gap-analysis.csv`` and
-``qwen3.5-397b-gap-analysis.csv`` collect InferenceX runs)."""
+``qwen3.5-397b-gap-analysis.csv`` collect InferenceX runs); a row whose sizes are its id's TP and EP
+written as attention DP runs as its id says (:func:`_as_named`)."""
 
 PROTOCOLS = ("inferencex run", "vllm bench serve run", "aiconfigurator run", "steady state")
 """The names :func:`_protocol` gives, as counted in a frame's ``attrs["protocols"]``."""
@@ -687,6 +689,29 @@ def _layout(model: ModelSpec, row: dict, prefix: str = "") -> Layout | str:
         return f"{LAYOUT_REJECTED}: {exc}"
 
 
+NAMED_LAYOUT = re.compile(r"_tp(\d+)_ep(\d+)_\d+$")
+"""The TP and EP sizes an InferenceX run's id names (``..._agg_1024x8192_c64_tp4_ep4_1339``)."""
+
+
+def _as_named(row: dict) -> dict:
+    """``row`` with the layout its InferenceX id names where its sizes are that TP and EP written as
+    attention DP (``attention_dp_size`` = tp and ``moe_ep_size`` = tp x ep; NVIDIA's
+    ``source_file=2026-04-06.csv``, its vLLM MiniMax-M2.5 and Kimi-K2.5 rows): an aggregated vLLM
+    InferenceX run on one node, whose config keys ran no attention DP (``minimaxm2.5-fp8-h100-vllm``:
+    ``{tp: 4, ep: 4}`` only; ``minimaxm2.5-fp8-b200-vllm``: ``{tp: 2|4}``, ``{tp: 2, ep: 2}``,
+    ``{tp: 4, ep: 4}``; .github/configs/nvidia-master.yaml at 51e31df4a) and whose scripts launch
+    none (``vllm serve --tensor-parallel-size`` with ``--enable-expert-parallel``), so TP ``tp`` with
+    experts EP ``ep`` on ``tp`` GPUs, not ``tp x tp``. Any other row is returned as it is."""
+    m = NAMED_LAYOUT.search(str(row.get("id") or ""))
+    if m is None or row["mode"] != "agg" or row["backend"] != "vllm" \
+            or not INFERENCEX_SOURCE.match(str(row.get("silicon_data_source") or "")):
+        return row
+    tp, ep = int(m.group(1)), int(m.group(2))
+    if tp > 1 and (_num(row, "tp_size"), _num(row, "attention_dp_size"), _num(row, "moe_ep_size")) == (tp, tp, tp * ep):
+        return {**row, "attention_dp_size": 1, "moe_ep_size": ep}
+    return row
+
+
 def _concurrency(row: dict, strict: bool) -> int | str:
     """Clients of the closed loop: silicon_concurrency=N of the data source, else batch_size.
     Negative in a user's file is bad input (``strict``); <= 0 otherwise leaves the row out."""
@@ -744,6 +769,7 @@ def _map_row(row: dict, models: dict, strict: bool = False, moe_routing: str = "
     dtypes = _online(dtypes, _model(models, model_id, ()).gemm_dtypes)
     model = _model(models, model_id, dtypes, moe_routing)
     disagg = row["mode"] == "disagg"
+    row = _as_named(row)
     layout = _layout(model, row, "prefill_" if disagg else "")
     decode = _layout(model, row, "decode_") if disagg else None
     for lay in (layout, decode):
@@ -1040,6 +1066,8 @@ def _remapped(row: dict, case: Case, stored: GemmDtypes, twin: bool = False) -> 
         rules.append(REMAPS[1])
     if twin:
         rules.append(REMAPS[2])
+    if _as_named(row) is not row:
+        rules.append(REMAPS[3])
     return rules
 
 

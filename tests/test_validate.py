@@ -200,6 +200,38 @@ def test_inferencex_runs_take_their_launch_scripts_token_budget(frame):
                        ("b200_sxm", "minimax-m2.5", "vllm", None, "0.19.0", None): 2048}
     assert all(re.search(r"InferenceX/blob/[0-9a-f]{9}/benchmarks/", r.source) for r in RECIPES)
 
+MINIMAX_H100_0406 = ("2026_04_06_minimax_m2_5_h100_sxm_vllm_fp8_agg_1024x8192_c64_tp4_ep4_1339,source_file=2026-04-06.csv; "
+                     "model=MiniMax-M2.5; silicon_concurrency=64; measured=2026-03-28T00:00:00.000Z; wip=False; "
+                     "image=vllm/vllm-openai:v0.18.0,vllm,0.18.0,MiniMaxAI/MiniMax-M2.5,h100_sxm,fp8,agg,1024,8192,fp8,fp8,"
+                     "16,4,1,4,1,16,,,,,,,,,,,,,,,20067.089307378046,31.876323783831367")
+MINIMAX_H100_0325 = ("2026_03_25_minimax_m2_5_h100_sxm_vllm_fp8_agg_1024x8192_c64_tp4_0_ep4_0_217,source_file=2026-03-25.csv; "
+                     "model=MiniMax-M2.5; silicon_concurrency=64; measured=2026-03-27T07:59:49Z; wip=False; "
+                     "image=vllm/vllm-openai:v0.18.0,vllm,0.18.0,MiniMaxAI/MiniMax-M2.5,h100_sxm,fp8,agg,1024,8192,fp8,fp8,"
+                     "64,4,1,1,1,4,,,,,,,,,,,,,,,20025.53017895698,31.95631266148903")
+"""silicon_sample.csv lines 4423 and 1936, verbatim: MiniMax-M2.5 on H100 vLLM 0.18, 1k/8k, 64 clients, the one config
+key's TP 4 / EP 4 run, written by NVIDIA's 2026-04-06 file as attention DP 4 with experts EP 16 (its id: tp4_ep4)."""
+
+
+def test_a_row_whose_sizes_write_its_ids_tp_and_ep_as_attention_dp_runs_as_its_id_says(tmp_path):
+    """minimaxm2.5-fp8-h100-vllm ran {tp: 4, ep: 4} only, with a script that launches no DP: the 2026-04-06 row's
+    attention DP 4 x EP 16 (16 GPUs, beyond the 8 of one H100 node) is its id's TP 4 with experts EP 4 on 4 GPUs,
+    predicted as the 2026-03-25 row of that configuration is; an id that does not match the sizes leaves them."""
+    header = ROWS.read_text().splitlines()[0]
+    other_id = MINIMAX_H100_0406.replace("_tp4_ep4_1339", "_tp4_ep2_1339", 1)
+    sglang = MINIMAX_H100_0406.replace(",vllm,0.18.0,", ",sglang,0.5.9,", 1)  # SGLang scripts do launch DP attention
+    (tmp_path / "h100.csv").write_text(f"{header}\n{MINIMAX_H100_0406}\n{MINIMAX_H100_0325}\n{other_id}\n{sglang}\n")
+    got = validate_silicon(tmp_path / "h100.csv")
+    assert list(got.status) == ["ok"] * 4
+    assert got.iloc[0][["tp", "attention_dp", "moe_tp", "moe_ep"]].tolist() == [4, 1, 1, 4]
+    ttft, tpot = _agg(load_model("minimax-m2.5"), 4, _engine("vllm", "0.18.0"), 1024, 8192, 64, Layout(4, "tp", "ep"),
+                      gpu="h100", run=INFERENCEX_RUN)
+    for i in (0, 1):
+        assert got.iloc[i][["ttft_ms_predicted", "tpot_ms_predicted"]].tolist() == pytest.approx([ttft, tpot], rel=1e-12)
+    assert got.iloc[2][["tp", "attention_dp", "moe_ep"]].tolist() == [4, 4, 16]
+    assert got.iloc[3][["tp", "attention_dp", "moe_ep"]].tolist() == [4, 4, 16]
+    assert got.attrs["remapped"]["layout of the run's id"] == 1
+
+
 def test_an_inferencex_run_takes_its_scripts_static_memory_share(tmp_path):
     """DeepSeek-V3 on 4xB200 fits only as its script launched SGLang (--mem-fraction-static 0.95: the
     weights and the KV pool take 95% of memory, activations the rest): under vLLM's accounting (0.9
