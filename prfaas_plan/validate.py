@@ -694,21 +694,29 @@ NAMED_LAYOUT = re.compile(r"_tp(\d+)_ep(\d+)_\d+$")
 
 
 def _as_named(row: dict) -> dict:
-    """``row`` with the layout its InferenceX id names where its sizes are that TP and EP written as
-    attention DP (``attention_dp_size`` = tp and ``moe_ep_size`` = tp x ep; NVIDIA's
-    ``source_file=2026-04-06.csv``, its vLLM MiniMax-M2.5 and Kimi-K2.5 rows): an aggregated vLLM
-    InferenceX run on one node, whose config keys ran no attention DP (``minimaxm2.5-fp8-h100-vllm``:
-    ``{tp: 4, ep: 4}`` only; ``minimaxm2.5-fp8-b200-vllm``: ``{tp: 2|4}``, ``{tp: 2, ep: 2}``,
-    ``{tp: 4, ep: 4}``; .github/configs/nvidia-master.yaml at 51e31df4a) and whose scripts launch
-    none (``vllm serve --tensor-parallel-size`` with ``--enable-expert-parallel``), so TP ``tp`` with
-    experts EP ``ep`` on ``tp`` GPUs, not ``tp x tp``. Any other row is returned as it is."""
+    """``row`` with the layout its InferenceX id names (``..._tp{T}_ep{E}_N``: TP ``T``, experts EP
+    ``E``, on ``T`` GPUs) where its sizes are that layout as NVIDIA's ``source_file=2026-04-06.csv``
+    rewrote it, a layout no single-node config key ran:
+
+    * TP ``T x E`` with experts TP ``T`` x EP ``E`` (its SGLang and TRT-LLM rows: "tp 64" on an
+      8-GPU node);
+    * attention DP ``T`` with experts EP ``T x E`` (its vLLM MiniMax-M2.5 and Kimi-K2.5 rows, ``T x T``
+      GPUs: 16 on an 8-GPU H100 node), whose config keys ran no attention DP
+      (``minimaxm2.5-fp8-h100-vllm``: ``{tp: 4, ep: 4}`` only; ``minimaxm2.5-fp8-b200-vllm``:
+      ``{tp: 2|4}``, ``{tp: 2, ep: 2}``, ``{tp: 4, ep: 4}``; .github/configs/nvidia-master.yaml at
+      51e31df4a) and whose scripts launch none (``vllm serve --tensor-parallel-size`` with
+      ``--enable-expert-parallel``). SGLang's DP-attention runs are written otherwise (attention TP 1
+      x DP ``T``) and kept.
+
+    Any other row is returned as it is."""
     m = NAMED_LAYOUT.search(str(row.get("id") or ""))
-    if m is None or row["mode"] != "agg" or row["backend"] != "vllm" \
-            or not INFERENCEX_SOURCE.match(str(row.get("silicon_data_source") or "")):
+    if m is None or row["mode"] != "agg" or not INFERENCEX_SOURCE.match(str(row.get("silicon_data_source") or "")):
         return row
     tp, ep = int(m.group(1)), int(m.group(2))
-    if tp > 1 and (_num(row, "tp_size"), _num(row, "attention_dp_size"), _num(row, "moe_ep_size")) == (tp, tp, tp * ep):
-        return {**row, "attention_dp_size": 1, "moe_ep_size": ep}
+    sizes = tuple(_num(row, f"{c}_size") or 1 for c in ("tp", "attention_dp", "moe_tp", "moe_ep"))
+    written = {(tp * ep, 1, tp, ep)} | ({(tp, tp, 1, tp * ep)} if row["backend"] == "vllm" else set())
+    if ep > 1 and tp % ep == 0 and sizes in written:
+        return {**row, "tp_size": tp, "attention_dp_size": 1, "moe_tp_size": tp // ep, "moe_ep_size": ep}
     return row
 
 

@@ -6,6 +6,7 @@ aiconfigurator-core 0.12.0's systems/silicon_sample.csv (header included), chose
 
 from __future__ import annotations
 
+import html
 import json
 import math
 import re
@@ -71,7 +72,7 @@ def test_exact_columns(frame):
 def test_status_per_rule(frame):
     assert list(frame["status"]) == [
         "ok", "ok", "ok",
-        "unsupported layout: experts tp 8 x ep 8 on 64 GPUs",  # Qwen3.5 tp64, moe 8x8
+        "ok",  # Qwen3.5 "tp 64, moe 8 x 8": its id's TP 8 / EP 8 (validate._as_named)
         "ok", "ok", "ok",
         # DeepSeek-R1 on H200, disaggregated, 2026-02-07: InferenceX's config then ran each split with and
         # without MTP, which the rows do not say (validate.DISAGG_RECIPES); row 7 gives its workers
@@ -87,8 +88,8 @@ def test_status_per_rule(frame):
         "ok",  # vLLM tp2 x dp2 on b200: attention TP groups inside DP replicas
     ]
     counts = status_counts(frame).groupby("rule")["rows"].sum()
-    assert counts.to_dict() == {"engine without kernel tables (trtllm)": 1, "no hardware entry": 1, "ok": 11,
-                                "recipe ambiguous": 2, "unknown model": 1, "unsupported layout": 1, "unsupported precision nvfp4": 2}
+    assert counts.to_dict() == {"engine without kernel tables (trtllm)": 1, "no hardware entry": 1, "ok": 12,
+                                "recipe ambiguous": 2, "unknown model": 1, "unsupported precision nvfp4": 2}
 
 
 def _engine(eid: str, version: str | None):
@@ -166,8 +167,8 @@ def test_protocol_rule_per_source(frame):
     assert AIC_RUN == BenchmarkRun(prompts_per_client=10, range_ratio=1.0, warmup_per_client=2, warmup_resent=False)
     assert _protocol({**rows[9], "silicon_data_source": "source_file=2026-04-06.csv.bak; silicon_concurrency=8"}) is None
     assert _protocol({**rows[9], "run_prompts_per_client": 3}) == BenchmarkRun(3)
-    # mapped rows (status ok): InferenceX 0, 1, 2, 4, 5, 6, 18; AIConfigurator 9, 10, 11, 14 (disagg 7, 8: ambiguous)
-    assert frame.attrs["protocols"] == {"inferencex run": 7, "vllm bench serve run": 0, "aiconfigurator run": 4,
+    # mapped rows (status ok): InferenceX 0-6, 18; AIConfigurator 9, 10, 11, 14 (disagg 7, 8: ambiguous)
+    assert frame.attrs["protocols"] == {"inferencex run": 8, "vllm bench serve run": 0, "aiconfigurator run": 4,
                                         "steady state": 0}
 
 
@@ -184,8 +185,8 @@ def test_inferencex_runs_take_their_launch_scripts_token_budget(frame):
     assert frame.iloc[6][["ttft_ms_predicted", "tpot_ms_predicted"]].tolist() == pytest.approx(list(at), rel=1e-12)
     assert at[0] != pytest.approx(default[0], rel=1e-3)
     assert load_engine("sglang").chunked_prefill_tokens == load_engine("vllm").chunked_prefill_tokens == 8192
-    assert frame.attrs["recipe_budget"] == 3  # rows 2, 6, 18 (1, 9, 11: test_agg_predictions_are_the_serving_model)
-    assert frame.attrs["recipe_kv_dtype"] == 3  # rows 2, 4, 18 (--kv-cache-dtype fp8; 6: DeepSeek H200 keeps bf16)
+    assert frame.attrs["recipe_budget"] == 4  # rows 2, 3, 6, 18 (1, 9, 11: test_agg_predictions_are_the_serving_model)
+    assert frame.attrs["recipe_kv_dtype"] == 4  # rows 2, 3, 4, 18 (--kv-cache-dtype fp8; 6: DeepSeek H200 keeps bf16)
     # row 8, the one disaggregated row without worker counts, is ambiguous (STP or MTP): no recipe workers
     # counted (test_disagg_inferencex_rows_take_their_recipes_workers moves it to a time of STP only)
     assert (frame.attrs["recipe_workers"], frame.attrs["recipe_dp_attention"]) == (0, 0)
@@ -229,6 +230,29 @@ def test_a_row_whose_sizes_write_its_ids_tp_and_ep_as_attention_dp_runs_as_its_i
         assert got.iloc[i][["ttft_ms_predicted", "tpot_ms_predicted"]].tolist() == pytest.approx([ttft, tpot], rel=1e-12)
     assert got.iloc[2][["tp", "attention_dp", "moe_ep"]].tolist() == [4, 4, 16]
     assert got.iloc[3][["tp", "attention_dp", "moe_ep"]].tolist() == [4, 4, 16]
+    assert got.attrs["remapped"]["layout of the run's id"] == 1
+
+
+QWEN35_H200_0406 = ("2026_04_06_qwen3_5_397b_h200_sxm_sglang_fp8_agg_1024x1024_c4_tp8_ep8_1889,source_file=2026-04-06.csv; "
+                    "model=Qwen3.5-397B; silicon_concurrency=4; measured=2026-03-04T00:00:00.000Z; wip=False; "
+                    "image=lmsysorg/sglang:v0.5.9-cu129-amd64,sglang,0.5.9,Qwen/Qwen3.5-397B-A17B,h200_sxm,fp8,agg,1024,"
+                    "1024,fp8,fp8_block,4,64,1,1,8,8,,,,,,,,,,,,,,,307.79067178664263,10.08063544978878")
+"""silicon_sample.csv line 4973, verbatim: Qwen3.5-397B on 8xH200 SGLang 0.5.9, 1k/1k, 4 clients, its id's TP 8 / EP 8
+written as TP 64 with experts TP 8 x EP 8."""
+
+
+def test_a_row_whose_tp_is_its_ids_tp_times_ep_runs_as_its_id_says(tmp_path):
+    """TP 64 on an 8-GPU node is qwen3.5-fp8-h200-sglang's {tp: 8, ep: 8}: predicted as its script launched it
+    (budget 16384, 128 running requests, FP8 KV, static memory 0.8) on 8 GPUs with experts EP 8."""
+    header = ROWS.read_text().splitlines()[0]
+    (tmp_path / "q.csv").write_text(f"{header}\n{QWEN35_H200_0406}\n")
+    got = validate_silicon(tmp_path / "q.csv")
+    assert got.iloc[0]["status"] == "ok"
+    assert got.iloc[0][["tp", "attention_dp", "moe_tp", "moe_ep"]].tolist() == [8, 1, 1, 8]
+    qwen35 = load_model("qwen3.5-397b-a17b").with_gemm_dtypes(attention="fp8", dense_ffn="fp8", experts="fp8_block")
+    launched = _budget(_engine("sglang", "0.5.9"), 16384).with_launch(128, None, 0.8)
+    ttft, tpot = _agg(qwen35, 8, launched, 1024, 1024, 4, Layout(8, "tp", "ep"), run=INFERENCEX_RUN, settings=FP8_KV)
+    assert got.iloc[0][["ttft_ms_predicted", "tpot_ms_predicted"]].tolist() == pytest.approx([ttft, tpot], rel=1e-12)
     assert got.attrs["remapped"]["layout of the run's id"] == 1
 
 
@@ -627,7 +651,7 @@ def test_summary_counts_and_errors(frame):
     assert got["ttft_max_abs_error_pct"] == pytest.approx(err.max())
     signed = (mm["tpot_ms_predicted"] / mm["tpot_ms_measured"] - 1) * 100
     assert got["tpot_median_signed_error_pct"] == pytest.approx(signed.median())
-    assert s.loc[("h200_sxm", "agg", "all"), "n"] == 10
+    assert s.loc[("h200_sxm", "agg", "all"), "n"] == 11
     assert s.loc[("b200_sxm", "agg", "all"), "n"] == 1
 
 
@@ -729,11 +753,13 @@ def test_html_page_and_json(tmp_path):
     assert '"type":"log"' in text.replace(" ", "") and "predicted vs measured" in text
     assert 'data-table="worst"' in text and "Content-Security-Policy" in text
     # the rows per protocol and per relabelling rule, as the frame counts them (test_protocol_rule_per_source)
-    mapping = re.search(r'data-table="mapping".*?</table>', text, re.S).group(0)
-    for rule, n in (("inferencex run", 7), ("aiconfigurator run", 4), ("steady state", 0),
-                    ("checkpoint dtypes over the label", 6),
-                    ("experts ep: tp split refused", 1), ("token budget per step of the launch script", 3),
-                    ("KV-cache dtype of the launch script", 3)):
+    mapping = html.unescape(re.search(r'data-table="mapping".*?</table>', text, re.S).group(0))
+    for rule, n in (("inferencex run", 8), ("aiconfigurator run", 4), ("steady state", 0),
+                    ("checkpoint dtypes over the label", 6), ("layout of the run's id", 1),
+                    ("experts ep: tp split refused", 1), ("token budget per step of the launch script", 4),
+                    ("KV-cache dtype of the launch script", 4),
+                    ("running-request cap or scheduler polling of the launch script", 3),
+                    ("static memory share of the launch script", 3)):
         assert re.search(rf"{re.escape(rule)}</td>\s*<td[^>]*>{n}</td>", mapping), rule
     assert [p.name for p in tmp_path.iterdir()] == ["v.html"]  # atomic: no temporary file left
 
@@ -741,15 +767,16 @@ def test_html_page_and_json(tmp_path):
 def test_table_says_how_many_rows_each_run_protocol_predicted():
     r = _cli("--csv", str(ROWS))
     assert r.returncode == 0, r.stderr
-    # the fixture's mapped rows: 7 InferenceX runs, 4 AIConfigurator runs (test_protocol_rule_per_source)
+    # the fixture's mapped rows: 8 InferenceX runs, 4 AIConfigurator runs (test_protocol_rule_per_source)
     lines = r.stdout.splitlines()
-    assert "rows mapped per run protocol: inferencex run 7, aiconfigurator run 4" in lines
-    assert "rows run at their launch script's token budget per step: 3" in lines  # RECIPES: 2, 6, 18
-    assert "rows run at their launch script's KV-cache dtype: 3" in lines  # RECIPES: 2, 4, 18
+    assert "rows mapped per run protocol: inferencex run 8, aiconfigurator run 4" in lines
+    assert "rows run at their launch script's token budget per step: 4" in lines  # RECIPES: 2, 3, 6, 18
+    assert "rows run at their launch script's KV-cache dtype: 4" in lines  # RECIPES: 2, 3, 4, 18
+    assert "rows run at their launch script's static memory share: 3" in lines  # SGLang RECIPES: 2, 3, 6
     # relabelled (validate.REMAPS): per-tensor "fp8" on the block-128 checkpoints of MiniMax-M2.5
     # (0, 1, 18), DeepSeek-V3/R1 (6; 7 and 8 are left out) and Qwen3-235B-FP8 (9, 11); experts TP8 refused (0)
     assert lines[-1] == ("rows predicted otherwise than labelled: checkpoint dtypes over the label 6, "
-                         "experts ep: tp split refused 1")
+                         "experts ep: tp split refused 1, layout of the run's id 1")  # 3: TP 64 is its id's TP 8 / EP 8
 
 
 def test_html_failure_leaves_no_file(tmp_path, monkeypatch):

@@ -58,6 +58,12 @@ def validate(
                "predicted faster than measured; >2x: rows more than 2x off, either way)",
          floats="{:,.1f}")
     emit(status_counts(df), fmt, title="rows per status")
+    _echo_mapping(df)
+
+
+def _echo_mapping(df) -> None:
+    """How the frame's rows were mapped (its ``attrs``): run protocols, launch-script settings,
+    disaggregated recipes, relabelling rules; lines with a count of 0 are left out."""
     protocols = df.attrs.get("protocols")
     if protocols:  # which rows were predicted as finite benchmark runs (validate.PROTOCOLS)
         typer.echo("rows mapped per run protocol: " + ", ".join(f"{name} {n:,}" for name, n in protocols.items() if n))
@@ -68,6 +74,8 @@ def validate(
     if df.attrs.get("recipe_scheduler"):
         typer.echo(f"rows run at their launch script's running-request cap or scheduler polling: "
                    f"{df.attrs['recipe_scheduler']:,}")
+    if df.attrs.get("recipe_memory"):
+        typer.echo(f"rows run at their launch script's static memory share: {df.attrs['recipe_memory']:,}")
     if df.attrs.get("recipe_workers"):  # disaggregated runs at their recipe's workers (validate.DISAGG_RECIPES)
         typer.echo(f"disaggregated rows at their recipe's worker counts: {df.attrs['recipe_workers']:,} "
                    f"({df.attrs.get('recipe_dp_attention', 0):,} with its DP attention)")

@@ -62,14 +62,17 @@ def _cols(df: pd.DataFrame) -> list[Col]:
 
 def _mapping(df: pd.DataFrame) -> pd.DataFrame:
     """Mapped rows per benchmark protocol, per relabelling rule, run at their launch script's token
-    budget or KV-cache dtype, and at their disaggregated recipe's workers and DP attention (the
-    frame's ``attrs``)."""
+    budget, KV-cache dtype, scheduler settings or static memory share, and at their disaggregated
+    recipe's workers and DP attention (the frame's ``attrs``)."""
     import pandas as pd
 
     rows = [("run protocol", name, n) for name, n in df.attrs.get("protocols", {}).items()]
     rows += [("predicted otherwise than labelled", name, n) for name, n in df.attrs.get("remapped", {}).items()]
     rows += [("engine as launched", "token budget per step of the launch script", df.attrs.get("recipe_budget", 0)),
              ("engine as launched", "KV-cache dtype of the launch script", df.attrs.get("recipe_kv_dtype", 0)),
+             ("engine as launched", "running-request cap or scheduler polling of the launch script",
+              df.attrs.get("recipe_scheduler", 0)),
+             ("engine as launched", "static memory share of the launch script", df.attrs.get("recipe_memory", 0)),
              ("disaggregated recipe", "worker counts of the recipe in force when measured", df.attrs.get("recipe_workers", 0)),
              ("disaggregated recipe", "DP attention of the recipe (the row reads TP)", df.attrs.get("recipe_dp_attention", 0))]
     return pd.DataFrame(rows, columns=["kind", "rule", "rows"])
