@@ -547,7 +547,7 @@ refuse ran expert parallel (:func:`_layout`); a row of another file that repeats
 configuration and measured TTFT and TPOT (to the file's 0.01 ms) is that InferenceX run, predicted
 under its protocol (:func:`_frame`; NVIDIA's ``kimi-k2.5-gap-analysis.csv`` and
 ``qwen3.5-397b-gap-analysis.csv`` collect InferenceX runs); a row whose sizes are its id's TP and EP
-written as attention DP runs as its id says (:func:`_as_named`)."""
+as NVIDIA's 2026-04-06 file rewrote them runs as its id says (:func:`_as_named`)."""
 
 PROTOCOLS = ("inferencex run", "vllm bench serve run", "aiconfigurator run", "steady state")
 """The names :func:`_protocol` gives, as counted in a frame's ``attrs["protocols"]``."""
