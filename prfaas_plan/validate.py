@@ -693,6 +693,11 @@ NAMED_LAYOUT = re.compile(r"_tp(\d+)_ep(\d+)_\d+$")
 """The TP and EP sizes an InferenceX run's id names (``..._agg_1024x8192_c64_tp4_ep4_1339``)."""
 
 
+def _source(row: dict) -> str:
+    """A row's ``silicon_data_source`` ("" where the CSV leaves it empty)."""
+    return str(row.get("silicon_data_source") or "")
+
+
 def _as_named(row: dict) -> dict:
     """``row`` with the layout its InferenceX id names (``..._tp{T}_ep{E}_N``: TP ``T``, experts EP
     ``E``, on ``T`` GPUs) where its sizes are that layout as NVIDIA's ``source_file=2026-04-06.csv``
@@ -710,7 +715,7 @@ def _as_named(row: dict) -> dict:
 
     Any other row is returned as it is."""
     m = NAMED_LAYOUT.search(str(row.get("id") or ""))
-    if m is None or row["mode"] != "agg" or not INFERENCEX_SOURCE.match(str(row.get("silicon_data_source") or "")):
+    if m is None or row["mode"] != "agg" or not INFERENCEX_SOURCE.match(_source(row)):
         return row
     tp, ep = int(m.group(1)), int(m.group(2))
     sizes = tuple(_num(row, f"{c}_size") or 1 for c in ("tp", "attention_dp", "moe_tp", "moe_ep"))
@@ -723,7 +728,7 @@ def _as_named(row: dict) -> dict:
 def _concurrency(row: dict, strict: bool) -> int | str:
     """Clients of the closed loop: silicon_concurrency=N of the data source, else batch_size.
     Negative in a user's file is bad input (``strict``); <= 0 otherwise leaves the row out."""
-    m = CONCURRENCY.search(str(row.get("silicon_data_source") or ""))
+    m = CONCURRENCY.search(_source(row))
     c = int(m.group(1)) if m else _num(row, "batch_size")
     if c is not None and c < 0 and strict:
         raise InvalidInput(f"concurrency: row {row.get('id', '?')} has concurrency {c}; give a count >= 1")
@@ -742,7 +747,7 @@ def _protocol(row: dict) -> BenchmarkRun | None:
     per_client = row.get("run_prompts_per_client")
     if per_client is not None:
         return BenchmarkRun(int(per_client))
-    source = str(row.get("silicon_data_source") or "")
+    source = _source(row)
     if INFERENCEX_SOURCE.match(source) or INFERENCEX_COLLECTION.match(source):
         return INFERENCEX_RUN
     return AIC_RUN if AIC_SOURCE.match(source) else None
@@ -800,7 +805,7 @@ def _with_recipe(row: dict, case: Case, model: ModelSpec) -> Case | str:
     says neither), :data:`SPECULATIVE_RUN` when every one decodes with MTP, as for an aggregated
     run (:func:`_as_launched`); unchanged when none fits (or the row is not InferenceX's). A row
     that gives its worker counts is checked against the recipes of that split for MTP only."""
-    if not INFERENCEX_SOURCE.match(str(row.get("silicon_data_source") or "")):
+    if not INFERENCEX_SOURCE.match(_source(row)):
         return case
     span = _measured_span(row)
     fit = [r for r in DISAGG_RECIPES if span and r.fits(row, case, span)]
@@ -844,7 +849,7 @@ def _with_dp_attention(layout: Layout, dp: bool) -> Layout:
 def _measured_span(row: dict) -> tuple[datetime, datetime] | None:
     """When an InferenceX row was measured, from its ``measured=`` field: that second, or its whole
     day (UTC) when only the date is given (``T00:00:00.000Z``); None without one."""
-    m = MEASURED.search(str(row.get("silicon_data_source") or ""))
+    m = MEASURED.search(_source(row))
     if m is None:
         return None
     stamp = m.group(1)
@@ -966,7 +971,7 @@ def _out_row(row: dict, case: Case | str, got: tuple[float, float] | str) -> dic
 
 
 def _concurrency_or_nan(row: dict) -> float:
-    m = CONCURRENCY.search(str(row.get("silicon_data_source") or ""))
+    m = CONCURRENCY.search(_source(row))
     c = int(m.group(1)) if m else _num(row, "batch_size")
     return math.nan if c is None else float(c)
 
@@ -984,7 +989,7 @@ def _frame(rows: list[dict], strict: bool, moe_routing: str = "balanced") -> pd.
     spans = [_measured_span(row) for row in rows]
     measured = [_measurement(row, case) if isinstance(case, Case) else None for row, case in zip(rows, cases)]
     inferencex: dict[tuple, tuple[datetime, datetime] | None] = {}  # each InferenceX measurement: when, narrowest
-    dated = [bool(INFERENCEX_SOURCE.match(str(row.get("silicon_data_source") or ""))) for row in rows]
+    dated = [bool(INFERENCEX_SOURCE.match(_source(row))) for row in rows]
     for case, key, span, ix in zip(cases, measured, spans, dated):
         if ix and isinstance(case, Case) and case.run == INFERENCEX_RUN:
             inferencex[key] = min((s for s in (inferencex.get(key), span) if s is not None),

@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Literal, Optional
+from typing import TYPE_CHECKING, Annotated, Literal, Optional
 
 import typer
 
 from prfaas_plan.cli.output import FormatOpt, emit
 from prfaas_plan.errors import InvalidInput
 from prfaas_plan.vocab import MoeRouting
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 Source = Literal["silicon", "runs"]
 
@@ -61,7 +64,7 @@ def validate(
     _echo_mapping(df)
 
 
-def _echo_mapping(df) -> None:
+def _echo_mapping(df: pd.DataFrame) -> None:
     """How the frame's rows were mapped (its ``attrs``): run protocols, launch-script settings,
     disaggregated recipes, relabelling rules; lines with a count of 0 are left out."""
     protocols = df.attrs.get("protocols")
