@@ -12,7 +12,9 @@ Honesty rules (issue #14): the rows are never used to fit or tune anything; only
 and the engine profiles' documented constants are inputs. A row that is not predicted says why in
 ``status``: one of the rules below, written in :func:`_map_row`, counted by :func:`status_counts`.
 Predictions are cached per identical case (model, dtypes, GPU, engine, layout, ISL, OSL,
-concurrency, benchmark protocol), so the CSV's repeated configurations cost one prediction each.
+concurrency, benchmark protocol), so the CSV's repeated configurations cost one prediction each;
+a row that repeats an earlier row's case and measured TTFT and TPOT is that run filed again and
+counts once (:data:`REPEATED_RUN`: its status names the row; the summaries read status ``ok``).
 
 What a row ran is what its engine can load (counted in the frame's ``attrs["remapped"]``,
 :data:`REMAPS`): a checkpoint that ships a GEMM class quantised runs it in its own scheme (the
@@ -571,6 +573,13 @@ NO_GPU = "no gpu in the run's metadata"
 PREDICTION_FAILED = "prediction failed"
 AMBIGUOUS_RECIPE = "recipe ambiguous"
 SPECULATIVE_RUN = "speculative decoding run"
+REPEATED_RUN = "repeats an earlier row"
+"""A row predicted as an earlier row (the same :class:`Case`, protocol and launch included) with
+the same measured TTFT and TPOT (to :data:`REPEAT_RESOLUTION_MS`) is that measured run filed again
+(NVIDIA's files collect each other's runs: one InferenceX run can stand in its dated file, a
+collection file and the 2026-04-06 file). It carries the prediction, equal to that row's, but
+counts once: its status names the row (``repeats an earlier row: row 17``, the frame's index), so
+that no figure weighs a run by the number of files that hold it."""
 
 
 @dataclass(frozen=True)
@@ -977,13 +986,15 @@ def _concurrency_or_nan(row: dict) -> float:
 
 
 def _frame(rows: list[dict], strict: bool, moe_routing: str = "balanced") -> pd.DataFrame:
-    """Map, predict (once per identical case) and tabulate ``rows``, MoE timed at ``moe_routing``."""
+    """Map, predict (once per identical case) and tabulate ``rows``, MoE timed at ``moe_routing``;
+    a repeat of an earlier row's measured run is marked :data:`REPEATED_RUN`."""
     import pandas as pd
 
     models: dict = {}
     predictions: dict[Case, tuple[float, float] | str] = {}
     protocols: Counter = Counter()
     remapped: Counter = Counter()
+    runs: dict[tuple, int] = {}  # each measured run, as predicted: the first row that holds it
     budgets = kv_dtypes = schedulers = memories = workers = dp_attention = 0
     cases = [_map_row(row, models, strict, moe_routing) for row in rows]
     spans = [_measured_span(row) for row in rows]
@@ -1016,6 +1027,10 @@ def _frame(rows: list[dict], strict: bool, moe_routing: str = "balanced") -> pd.
             if case not in predictions:
                 predictions[case] = predict(case, models)
             got = predictions[case]
+            first = runs.setdefault((case, *_measurement(row, case)[1:]), len(out))
+            if first != len(out):
+                out.append({**_out_row(row, case, got), "status": f"{REPEATED_RUN}: row {first}"})
+                continue
         out.append(_out_row(row, case, got if got is not None else case))
     df = pd.DataFrame(out, columns=list(COLUMNS))
     df.attrs["unique_predictions"] = len(predictions)
@@ -1198,7 +1213,8 @@ def _blank(row: dict) -> dict:
 
 # ----------------------------------------------------------------------------- summaries
 def errors_pct(df: pd.DataFrame) -> pd.DataFrame:
-    """The predicted rows with their signed errors in percent of the measured value."""
+    """The predicted rows with their signed errors in percent of the measured value: status ``ok``,
+    each measured run once (a row marked :data:`REPEATED_RUN` is not among them)."""
     ok = df[df["status"] == "ok"].copy()
     ok["ttft_error_pct"] = (ok["ttft_ms_predicted"] / ok["ttft_ms_measured"] - 1) * 100
     ok["tpot_error_pct"] = (ok["tpot_ms_predicted"] / ok["tpot_ms_measured"] - 1) * 100
@@ -1257,6 +1273,6 @@ def worst_rows(df: pd.DataFrame, n: int = 20) -> pd.DataFrame:
 
 
 __all__ = ["AIC_RUN", "AIC_SOURCE", "COLUMNS", "Case", "DISAGG_RECIPES", "DisaggRecipe", "INFERENCEX_COLLECTION", "INFERENCEX_RUN", "INFERENCEX_SOURCE", "MODEL_IDS", "PROTOCOLS", "RECIPES",
-           "REMAPS", "REQUIRED_COLUMNS", "Recipe", "RecipeRun", "SYSTEM_GPUS", "default_csv", "errors_pct", "off_factor",
+           "REMAPS", "REPEATED_RUN", "REQUIRED_COLUMNS", "Recipe", "RecipeRun", "SYSTEM_GPUS", "default_csv", "errors_pct", "off_factor",
            "predict", "protocol_name", "status_counts", "summary", "system_names", "validate_runs",
            "validate_silicon", "worst_rows"]

@@ -395,7 +395,8 @@ def test_a_repeated_inferencex_measurement_is_that_run(tmp_path):
     verbatim, with the InferenceX row it repeats) is predicted under InferenceX's protocol, exactly as
     that row, and so is its row 0.02 ms off (the file collects InferenceX runs: one of a day the CSV
     does not hold). A row of another file is that InferenceX run only where it repeats it: 0.02 ms off
-    it is another measurement and keeps the steady state."""
+    it is another measurement and keeps the steady state. A repeat carries its run's prediction and
+    counts once (validate.REPEATED_RUN)."""
     twins = pd.read_csv(FIX / "inferencex_twin_rows.csv")
     assert twins.silicon_data_source.str.startswith(("source_file=2026-04-06.csv;",
                                                      "source_file=kimi-k2.5-gap-analysis.csv;")).all()
@@ -404,7 +405,9 @@ def test_a_repeated_inferencex_measurement_is_that_run(tmp_path):
     path = tmp_path / "rows.csv"
     pd.concat([twins, off, elsewhere, elsewhere.assign(silicon_ttft_ms=off.silicon_ttft_ms)]).to_csv(path, index=False)
     got = validate_silicon(path)
-    assert list(got.status) == ["ok"] * 5
+    # the twin and the other file's exact repeat are the dated run filed again: predicted, counted once
+    assert list(got.status) == ["ok", "repeats an earlier row: row 0", "ok", "repeats an earlier row: row 0", "ok"]
+    assert summary(got).set_index("model").loc["all", "n"] == 3
     kimi = load_model("kimi-k2-thinking").with_gemm_dtypes(experts="int4_w4a16", group_size=32)
     for i, run in enumerate((INFERENCEX_RUN,) * 4 + (None,)):
         ttft, tpot = _agg(kimi, 8, _engine("vllm", "0.16.0"), 8192, 1024, 4, run=run)

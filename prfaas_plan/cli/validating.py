@@ -57,7 +57,7 @@ def validate(
     short = {c: c.replace("_median_abs_error_pct", " median").replace("_max_abs_error_pct", " max")
                  .replace("_median_signed_error_pct", " bias").replace("_rows_beyond_2x", " >2x")
                  .replace("ttft", "TTFT").replace("tpot", "TPOT") for c in summ.columns}
-    emit(summ.rename(columns=short), fmt, title="|error|, % of the measured value, predicted rows (bias: median signed error, below 0 "
+    emit(summ.rename(columns=short), fmt, title="|error|, % of the measured value, predicted runs, each once (bias: median signed error, below 0 "
                "predicted faster than measured; >2x: rows more than 2x off, either way)",
          floats="{:,.1f}")
     emit(status_counts(df), fmt, title="rows per status")

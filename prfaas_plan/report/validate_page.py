@@ -102,7 +102,9 @@ def validate_report(df: pd.DataFrame, path: str | Path, title: str = "Validation
                                                                      "predicted faster than measured, an optimistic plan); "
                                                                      "rows beyond 2x: predicted more than 2x off, either way")]),
         Section("status", "Rows per status", [Table("status", counts, _cols(counts),
-                                                    caption="ok: predicted; any other: the rule that left the row out")]),
+                                                    caption="ok: predicted and counted; repeats an earlier row: the same measured run "
+                                                            "filed again, predicted as that row and counted once; "
+                                                            "any other: the rule that left the row out")]),
         Section("mapping", "How the mapped rows were read", [Table(
                 "mapping", mapping, [*_cols(mapping)[:2], Col("rows", "rows", fmt="int")],
                 caption="the benchmark protocol each row was predicted under, the rules that predict a row "
@@ -112,12 +114,12 @@ def validate_report(df: pd.DataFrame, path: str | Path, title: str = "Validation
                                                      caption="by how many times off the farther of TTFT and TPOT is, either way")]),
     ]
     src = df.attrs.get("source", "")
-    subtitle = (f"{len(df):,} rows{' from <code>' + _e(src) + '</code>' if src else ''}; {len(ok):,} predicted. "
+    subtitle = (f"{len(df):,} rows{' from <code>' + _e(src) + '</code>' if src else ''}; {len(ok):,} distinct runs predicted. "
                 "The rows were never used to fit or tune anything.")
-    cards = [("rows predicted", f"{len(ok):,}", f"of {len(df):,}")]
+    cards = [("runs predicted", f"{len(ok):,}", f"of {len(df):,} rows")]
     if len(ok):
-        cards += [("TTFT median |error|", f"{ok['ttft_error_pct'].abs().median():.0f}%", "all predicted rows"),
-                  ("TPOT median |error|", f"{ok['tpot_error_pct'].abs().median():.0f}%", "all predicted rows"),
+        cards += [("TTFT median |error|", f"{ok['ttft_error_pct'].abs().median():.0f}%", "all predicted runs"),
+                  ("TPOT median |error|", f"{ok['tpot_error_pct'].abs().median():.0f}%", "all predicted runs"),
                   ("TTFT median signed error", f"{ok['ttft_error_pct'].median():+.0f}%",
                    "below 0: predicted faster than measured"),
                   ("TPOT beyond 2x", f"{int(summ.loc[summ['model'] == 'all', 'tpot_rows_beyond_2x'].sum()):,}",
