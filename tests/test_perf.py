@@ -31,7 +31,7 @@ from prfaas_plan.perf.calibration import fit_request_overhead, load_observations
 from prfaas_plan.perf.kernels import kernel_tables
 from prfaas_plan.perf.latency import decode_capacity, decode_step_s, prefill_latency
 from prfaas_plan.perf.ops import forward_ops
-from prfaas_plan.perf.roofline import MeasuredProfile, expected_experts_touched, layer_costs
+from prfaas_plan.perf.roofline import MeasuredProfile, layer_costs
 
 ROOT = Path(__file__).resolve().parents[1]
 PAPER_POINTS = ROOT / "bench_results" / "prfaas-paper-h200.yaml"
@@ -150,13 +150,6 @@ def test_measured_profile_interpolates_linearly():
     assert prof.prefill_time_s(8192) == pytest.approx(0.72)
     mid = (8192 + 32768) / 2
     assert prof.prefill_time_s(mid) == pytest.approx((0.72 + 1.84) / 2)
-
-
-def test_expected_experts_closed_form_vs_monte_carlo():
-    rng = np.random.default_rng(0)
-    e, k, b = 256, 8, 32
-    draws = [len({x for _ in range(b) for x in rng.choice(e, k, replace=False)}) for _ in range(2000)]
-    assert expected_experts_touched(e, k, b) == pytest.approx(np.mean(draws), rel=0.01)
 
 
 def test_decode_capacity_meets_slo_and_is_maximal():

@@ -8,9 +8,9 @@ family's layer shapes once), so that no other module switches on ``kind``:
 * **weights**: :meth:`gemm_shapes` (the matmul weights, ``(in, out)`` elements, low-rank where the
   checkpoint is low-rank) and :meth:`vector_shapes` (short-conv filters, decay parameters), the
   shapes the torch models of the benchmark harness are built from; norms are left out (< 0.1%);
-* **FLOPs**: per token pair of softmax attention in prefill (:attr:`pair_flops`), per context
-  token in decode (:attr:`decode_flops_per_context_token`), per token of chunked linear attention
-  (:attr:`linear_flops_per_token`); the GEMMs cost ``2 * gemm_params`` per token;
+* **FLOPs**: per token pair of softmax attention in prefill (:attr:`pair_flops`), per token of
+  chunked linear attention (:attr:`linear_flops_per_token`); the GEMMs cost ``2 * gemm_params`` per
+  token (decode's attention is timed from the kernel tables, :mod:`prfaas_plan.perf.kernels`);
 * **cache**: elements per token of a growing cache (:attr:`kv_elements_per_token`, kept for the
   last :attr:`window` tokens only when there is a window), fixed conv and recurrent state
   elements per request, and the element type vLLM keeps the recurrent state in;
@@ -79,7 +79,6 @@ class _Kind(_Frozen):
         return None
 
     pair_flops: ClassVar[int] = 0  # FLOPs per (query, key) pair of softmax attention in prefill
-    decode_flops_per_context_token: ClassVar[int] = 0  # FLOPs per cached token attended in one decode step
     linear_flops_per_token: ClassVar[int] = 0  # FLOPs per token of chunked linear attention
     kv_elements_per_token: ClassVar[int] = 0  # elements per token of a length-growing cache
     conv_channels: ClassVar[int] = 0  # channels of the short convolution(s)
@@ -131,10 +130,6 @@ class GQA(_Kind):
         return 2 * self.num_heads * (self.head_dim_k + self.head_dim_v)
 
     @property
-    def decode_flops_per_context_token(self) -> int:
-        return self.pair_flops
-
-    @property
     def kv_elements_per_token(self) -> int:
         return self.num_kv_heads * (self.head_dim_k + self.head_dim_v)
 
@@ -169,9 +164,6 @@ class SWA(GQA):
     def window(self) -> int | None:
         return self.window_tokens
 
-    # Decode attends at most W tokens, whatever the context: neglected against the full layers.
-    decode_flops_per_context_token: ClassVar[int] = 0  # type: ignore[misc]
-
 
 class MLA(_Kind):
     """Multi-head latent attention (DeepSeek-V3, Kimi): caches the compressed latent plus the
@@ -199,11 +191,6 @@ class MLA(_Kind):
     def pair_flops(self) -> int:
         """Prefill decompresses the latent: ``2 * H * (d_nope + d_rope + d_v)`` per pair."""
         return 2 * self.num_heads * (self.qk_nope_head_dim + self.qk_rope_head_dim + self.v_head_dim)
-
-    @property
-    def decode_flops_per_context_token(self) -> int:
-        """Decode uses the absorbed form: scores and values over the latent per head."""
-        return 2 * self.num_heads * (2 * self.kv_lora_rank + self.qk_rope_head_dim)
 
     @property
     def kv_elements_per_token(self) -> int:

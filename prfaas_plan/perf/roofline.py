@@ -176,10 +176,3 @@ def _interp(x, xs, ys):
     y = np.maximum(y, 1e-9)
     return float(y) if y.ndim == 0 else y
 
-
-def expected_experts_touched(num_experts: int, top_k: int, batch: int) -> float:
-    """Expected distinct experts a batch of ``batch`` tokens activates per MoE layer, assuming
-    uniform independent routing: ``E * (1 - (1 - k/E)^B)``."""
-    if num_experts == 0:
-        return 0.0
-    return num_experts * (1.0 - (1.0 - top_k / num_experts) ** batch)
