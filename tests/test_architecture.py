@@ -30,7 +30,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("planner",),
     ("sim",),
     ("sweeps", "sizing"),
-    ("analysis", "validate"),
+    ("analysis", "validate", "inferencex"),
     ("report", "bench"),
     ("cli",),
 )

@@ -20,6 +20,7 @@ import pytest
 from prfaas_plan.engine import load_engine
 from prfaas_plan.errors import InvalidInput, PlanError
 from prfaas_plan.hardware import instance
+from prfaas_plan.inferencex import RECIPES, _concs
 from prfaas_plan.kvcache import per_gpu_kv_bytes
 from prfaas_plan.layout import Layout
 from prfaas_plan.model import load_model
@@ -30,8 +31,6 @@ from prfaas_plan.validate import (
     AIC_RUN,
     COLUMNS,
     INFERENCEX_RUN,
-    RECIPES,
-    _concs,
     _protocol,
     status_counts,
     summary,
@@ -75,7 +74,7 @@ def test_status_per_rule(frame):
         "ok",  # Qwen3.5 "tp 64, moe 8 x 8": its id's TP 8 / EP 8 (validate._as_named)
         "ok", "ok", "ok",
         # DeepSeek-R1 on H200, disaggregated, 2026-02-07: InferenceX's config then ran each split with and
-        # without MTP, which the rows do not say (validate.DISAGG_RECIPES); row 7 gives its workers
+        # without MTP, which the rows do not say (inferencex.DISAGG_RECIPES); row 7 gives its workers
         "recipe ambiguous: 1P1D with or without MTP",
         "recipe ambiguous: 1P6D (prefill and decode DP attention) or 1P6D (prefill and decode DP attention) with MTP",
         "ok", "ok",
@@ -126,7 +125,7 @@ def test_agg_predictions_are_the_serving_model(frame):
         # its labelled experts TP8 leave 192 channels per GPU, no whole 128-block: the engines refuse it, so EP8
         0: _agg(minimax, 8, _engine("vllm", "0.18.0"), 8192, 1024, 8, Layout(8, "tp", "ep"), run=ix),
         1: _agg(minimax, 4, _engine("vllm", "0.16.0"), 8192, 1024, 8, run=ix),
-        # InferenceX launched it with --chunked-prefill-size 16384 --kv-cache-dtype fp8_e4m3 (validate.RECIPES)
+        # InferenceX launched it with --chunked-prefill-size 16384 --kv-cache-dtype fp8_e4m3 (inferencex.RECIPES)
         2: _agg(qwen35, 8, _budget(_engine("sglang", "0.5.9"), 16384), 1024, 8192, 64, Layout(8, "tp", "ep"), run=ix,
                 settings=FP8_KV),
         # no version in the CSV: the profile's; kv-cache-dtype: fp8 in InferenceX's config.yaml
@@ -336,7 +335,7 @@ CONFIG_RUNS = (
 
 def test_inferencex_rows_take_the_recipes_their_config_ran(tmp_path):
     """A recipe launches a row only where its config key ran it (a version in force when it was
-    measured lists its lengths, GPUs, expert ranks and concurrency; validate.Recipe.ran): the two
+    measured lists its lengths, GPUs, expert ranks and concurrency; inferencex.Recipe.ran): the two
     DeepSeek keys both ran 64 clients that day and launch the engine differently (left out as
     ambiguous); only the MTP key ran 256 (left out: speculative decoding), and only Qwen3.5's MTP
     key ran EP 1 on 4 GPUs, only its STP key EP 4 (at its script's 32,768-token budget, FP8 KV,
@@ -448,7 +447,7 @@ def test_disagg_inferencex_rows_take_their_recipes_workers(tmp_path):
     """Row 8, an InferenceX DeepSeek-R1 run on H200 (1K/1K, c = 1,024, prefill and decode TP8 x EP8)
     that gives no worker counts, measured on 2026-02-06 (the config of its own date, 02-07 22:52, also
     runs that split with MTP: test_status_per_rule): InferenceX's config runs that layout as 1 prefill
-    and 6 decode workers with DP attention (validate.DISAGG_RECIPES; the CSV's row reads attention
+    and 6 decode workers with DP attention (inferencex.DISAGG_RECIPES; the CSV's row reads attention
     TP8), and it is predicted so, not as one TP decode worker. At 8K/1K, c = 16
     the config runs 1P6D and 1P3D: the row is left out, saying so; a concurrency no recipe runs
     (c = 2,048 at 8K/1K) keeps the row's own (none: one per role)."""
@@ -495,7 +494,7 @@ def test_disagg_inferencex_rows_take_their_recipes_workers(tmp_path):
 ])
 def test_disagg_recipes_are_those_in_force_when_the_row_was_measured(tmp_path, measured, expected):
     """Row 8 as a B200 run at 1K/1K, c = 64 (TP8 x EP8 both roles), measured at four times: it
-    takes the recipes of the config versions in force then (validate.DISAGG_RECIPES' since/until)."""
+    takes the recipes of the config versions in force then (inferencex.DISAGG_RECIPES' since/until)."""
     src = pd.read_csv(ROWS).iloc[[8]]
     src = src.assign(system="b200_sxm", silicon_data_source=src.silicon_data_source.str.replace(
         "silicon_concurrency=1024", "silicon_concurrency=64").str.replace("2026-02-07T22:52:25Z", measured))

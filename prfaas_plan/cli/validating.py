@@ -70,7 +70,7 @@ def _echo_mapping(df: pd.DataFrame) -> None:
     protocols = df.attrs.get("protocols")
     if protocols:  # which rows were predicted as finite benchmark runs (validate.PROTOCOLS)
         typer.echo("rows mapped per run protocol: " + ", ".join(f"{name} {n:,}" for name, n in protocols.items() if n))
-    if df.attrs.get("recipe_budget"):  # InferenceX runs at their launch script's settings (validate.RECIPES)
+    if df.attrs.get("recipe_budget"):  # InferenceX runs at their launch script's settings (inferencex.RECIPES)
         typer.echo(f"rows run at their launch script's token budget per step: {df.attrs['recipe_budget']:,}")
     if df.attrs.get("recipe_kv_dtype"):
         typer.echo(f"rows run at their launch script's KV-cache dtype: {df.attrs['recipe_kv_dtype']:,}")
@@ -79,7 +79,7 @@ def _echo_mapping(df: pd.DataFrame) -> None:
                    f"{df.attrs['recipe_scheduler']:,}")
     if df.attrs.get("recipe_memory"):
         typer.echo(f"rows run at their launch script's static memory share: {df.attrs['recipe_memory']:,}")
-    if df.attrs.get("recipe_workers"):  # disaggregated runs at their recipe's workers (validate.DISAGG_RECIPES)
+    if df.attrs.get("recipe_workers"):  # disaggregated runs at their recipe's workers (inferencex.DISAGG_RECIPES)
         typer.echo(f"disaggregated rows at their recipe's worker counts: {df.attrs['recipe_workers']:,} "
                    f"({df.attrs.get('recipe_dp_attention', 0):,} with its DP attention)")
     remapped = {name: n for name, n in df.attrs.get("remapped", {}).items() if n}
