@@ -124,11 +124,6 @@ class EngineProfile(BaseModel):
     default 1: every step).
     speculative: speculative decoding (:class:`Speculative`), or None (off); a profile that sets
     it names its acceptance's source (a ``sources`` entry covering ``speculative``).
-    prefix_cache_block_tokens: the engine keeps the KV of finished requests for reuse, in blocks of
-    this many tokens (vLLM V1: 16-token blocks; SGLang's radix cache: pages of 1 token, both on by
-    default); a prompt sent again is served from the blocks still held, up to its length less one
-    token (the last is recomputed for its logits), so it recomputes
-    :meth:`resent_prompt_tokens`. None: no prefix caching.
     static_memory_fraction: the share of each GPU's memory the weights and the KV pool take
     together, activations and CUDA graphs living outside it (SGLang ``--mem-fraction-static`` as a
     launch sets it); None: vLLM's accounting, ``gpu_memory_utilization`` 0.9 with the engine's
@@ -157,7 +152,6 @@ class EngineProfile(BaseModel):
     max_running_requests: PositiveInt | None = None
     recv_interval_steps: PositiveInt = 1
     speculative: Speculative | None = None
-    prefix_cache_block_tokens: PositiveInt | None = None
     static_memory_fraction: float | None = Field(default=None, gt=0, le=1)
     provenance: str = Field(min_length=1, description="where the numbers come from, and what was fitted to what")
     sources: list[Source] = Field(min_length=1)
@@ -197,14 +191,6 @@ class EngineProfile(BaseModel):
     def with_chunked_prefill(self, tokens: int) -> EngineProfile:
         """This profile with one token budget on every GPU (a launch flag that sets it)."""
         return self.model_copy(update={"chunked_prefill_tokens": tokens, "chunked_prefill_by_gpu": ()})
-
-    def resent_prompt_tokens(self, isl_tokens: int) -> int:
-        """Tokens a prompt of ``isl_tokens`` recomputes when the engine still holds all of it in its
-        prefix cache: the hit is whole blocks of at most ``isl - 1`` tokens (vLLM's
-        ``get_computed_blocks`` caps it at the prompt less one token; SGLang's ``max_prefix_len`` is
-        ``input_len - 1``), the rest is recomputed; the whole prompt without prefix caching."""
-        block = self.prefix_cache_block_tokens
-        return int(isl_tokens) if block is None else int(isl_tokens) - (int(isl_tokens) - 1) // block * block
 
     def layer_launch_s_for(self, phase: str) -> float:
         """Launch time per layer in ``phase`` (``"prefill"`` eager, ``"decode"`` in graphs if enabled)."""

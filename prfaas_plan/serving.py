@@ -81,10 +81,7 @@ every client's first request at t = 0 (a burst) and ``prompts_per_client`` reque
 all, every one measured. The run's mean is the first wave's mean (``c`` prompts queued together
 behind each other's prefill, :func:`_first_wave`) weighted ``1`` against the steady state's
 ``prompts_per_client - 1``: the later requests are sent as earlier ones end, spread out by the
-wave's own prefill, and taken at :func:`colocated_closed_loop`'s steady state. A run whose first
-requests resend its warm-up's prompts (:attr:`BenchmarkRun.warmup_resent`, as genai-perf's do) has
-them served from a prefix-caching engine's cache while its pool holds them; the first wave of new
-prompts comes after.
+wave's own prefill, and taken at :func:`colocated_closed_loop`'s steady state.
 
 Times are seconds, token counts tokens, rates requests per second.
 """
@@ -723,25 +720,11 @@ class BenchmarkRun:
     measured clients; ``InferenceProfiler::ProfileHelper`` then records from an empty request
     list); ``vllm bench serve`` awaits its ``--num-warmups`` requests the same way, and aiperf its
     warm-up credits (aiperf/timing/credit_issuing_strategy.py ``_execute_phases``).
-
-    ``warmup_resent``: the measured run's first ``warmup_per_client`` requests per client resend
-    the warm-up's prompts, as perf_analyzer's concurrency mode does: each client takes the
-    dataset's entries from its own index on (``InferContext``'s ``data_step_id_`` starts at the
-    client's thread id and steps by the number of clients, src/infer_context.cc
-    ``UpdateJsonData``), and the measured clients are new ones (``LoadManager::
-    WaitForWarmupAndCleanup`` clears the warm-up's), so they start again from entry 0; only a
-    fixed schedule skips the warm-up's entries (src/command_line_parser.cc,
-    ``dataset_size - warmup_request_count``). An engine that caches prefixes
-    (:attr:`~prfaas_plan.engine.EngineProfile.prefix_cache_block_tokens`) serves those prompts from
-    its cache while it still holds them (:func:`colocated_benchmark`). aiperf does not (from 0.3.0
-    its synthetic entries are drawn without replacement by one sampler for both phases,
-    aiperf/dataset/dataset_samplers.py ``ShuffleSampler``): give false.
     """
 
     prompts_per_client: int = 10
     range_ratio: float = 1.0
     warmup_per_client: int = 0
-    warmup_resent: bool = False
 
     def __post_init__(self) -> None:
         n = self.prompts_per_client
@@ -753,8 +736,6 @@ class BenchmarkRun:
         w = self.warmup_per_client
         if isinstance(w, bool) or not isinstance(w, int | np.integer) or w < 0:
             raise InvalidInput(f"run.warmup_per_client: must be a whole number >= 0, got {w!r}")
-        if not isinstance(self.warmup_resent, bool):
-            raise InvalidInput(f"run.warmup_resent: must be true or false, got {self.warmup_resent!r}")
 
     def mean_tokens(self, nominal_tokens: int) -> int:
         """The mean of the uniform whole lengths in ``[int(range_ratio L), L]``, rounded half up, at least 1."""
@@ -779,12 +760,7 @@ def colocated_benchmark(model: ModelSpec, inst: Instance, isl_tokens: int, osl_t
       any decodes, so they decode together, end in the same step and send the next wave together;
       every wave, warm-up or measured, is the first. TTFT and TPOT are its means; throughput is
       ``c`` per wave period (the request overhead, the burst's steps and the decode steps), the
-      batch and shares over that period.
-    * Resent prompts (``run.warmup_resent``, :func:`_resent_waves`): the first ``k`` waves resend
-      the warm-up's prompts, which a prefix-caching engine still holds; each prompt recomputes
-      :meth:`~prfaas_plan.engine.EngineProfile.resent_prompt_tokens`, the wave decodes together,
-      ends together and sends the next together, so the first wave of new prompts is the
-      ``k + 1``-th; the means weight the ``k c`` resent requests in."""
+      batch and shares over that period."""
     _check(isl_tokens, osl_tokens)
     if not isinstance(run, BenchmarkRun):
         raise InvalidInput("run: give a BenchmarkRun")
@@ -793,44 +769,14 @@ def colocated_benchmark(model: ModelSpec, inst: Instance, isl_tokens: int, osl_t
     t = step_table(model, with_spec(inst, spec), isl, osl, settings)
     wave = min(int(concurrency), t.fit)
     ttft_s, tpot_s = _first_wave(t, wave, steady.tpot_s)
-    n, k = run.prompts_per_client * int(concurrency), _resent_waves(t, run, int(concurrency))
-    if k:  # each resent wave: its prompts' uncached tails, then the wave decodes alone
-        tokens = t.case.inst.engine_profile.resent_prompt_tokens(isl)
-        r_ttft, r_tpot = _first_wave(t, wave, t.at(float(wave)).decode_s, prompt_tokens=tokens)
-        resent = (k * float(r_ttft.sum()), k * float(r_tpot.sum()))
-        resent_note = (f"; the first {k} per client resend the warm-up's prompts, {tokens} tokens each recomputed "
-                       f"from the prefix cache: mean TTFT {r_ttft.mean() * 1e3:.4g} ms, TPOT {r_tpot.mean() * 1e3:.4g} ms")
-    else:
-        resent, resent_note = (0.0, 0.0), ""
-    fresh = n - k * wave  # requests with prompts the engine has not seen
     if run.range_ratio == 1.0 and not t.mixed and wave == concurrency and osl > 1:
-        point = _lockstep(t, wave, ttft_s, tpot_s)
-        return replace(point, ttft_s=(resent[0] + fresh * point.ttft_s) / n, tpot_s=(resent[1] + fresh * point.tpot_s) / n,
-                       notes=(point.notes[0] + resent_note,)) if k else point
-    first = min(fresh, wave)  # the first wave of new prompts is a burst; the others at the steady state
+        return _lockstep(t, wave, ttft_s, tpot_s)
+    n = run.prompts_per_client * int(concurrency)
     note = (f"benchmark run: {run.prompts_per_client} requests per client from a burst start; first wave of "
             f"{wave}: mean TTFT {ttft_s.mean() * 1e3:.4g} ms, TPOT {tpot_s.mean() * 1e3:.4g} ms"
-            + (f" (after a drained warm-up of {run.warmup_per_client} per client)" if run.warmup_per_client else "")
-            + resent_note)
-    burst = (float(ttft_s.sum()), float(tpot_s.sum())) if first else (0.0, 0.0)
-    rest = fresh - first
-    return replace(steady, ttft_s=(resent[0] + burst[0] + rest * steady.ttft_s) / n,
-                   tpot_s=(resent[1] + burst[1] + rest * steady.tpot_s) / n, notes=(*steady.notes, note))
-
-
-def _resent_waves(t: StepTable, run: BenchmarkRun, clients: int) -> int:
-    """Waves of a run's measured requests whose prompts the engine still holds from its warm-up
-    (:attr:`BenchmarkRun.warmup_resent`): ``warmup_per_client`` of them (at most the run's) when
-    the engine caches prefixes, every client runs at once and its pool holds every warm-up request
-    at its final context (``isl + osl`` tokens each); else none, as a least-recently-used cache
-    swept again in the order it was filled keeps nothing of a sweep larger than itself (the
-    measured run asks first for the oldest)."""
-    case, w = t.case, min(run.warmup_per_client, run.prompts_per_client)
-    if not run.warmup_resent or case.inst.engine_profile.prefix_cache_block_tokens is None or clients > t.fit:
-        return 0
-    held = requests_fit(case.model, case.inst, t.isl + t.osl, free_cache_bytes_per_gpu(case.model, case.inst),
-                        case.settings)
-    return w if held >= w * clients else 0
+            + (f" (after a drained warm-up of {run.warmup_per_client} per client)" if run.warmup_per_client else ""))
+    return replace(steady, ttft_s=float((ttft_s.sum() + (n - wave) * steady.ttft_s) / n),
+                   tpot_s=float((tpot_s.sum() + (n - wave) * steady.tpot_s) / n), notes=(*steady.notes, note))
 
 
 def _lockstep(t: StepTable, wave: int, ttft_s: np.ndarray, tpot_s: np.ndarray) -> ServingPoint:
@@ -849,8 +795,7 @@ def _lockstep(t: StepTable, wave: int, ttft_s: np.ndarray, tpot_s: np.ndarray) -
                         throughput_rps=x, output_tokens_per_s=x * t.osl, notes=(note,))
 
 
-def _first_wave(t: StepTable, wave: int, tail_tpot_s: float,
-                prompt_tokens: int | None = None) -> tuple[np.ndarray, np.ndarray]:
+def _first_wave(t: StepTable, wave: int, tail_tpot_s: float) -> tuple[np.ndarray, np.ndarray]:
     """TTFT and TPOT (s) of ``wave`` requests sent together at t = 0, by the engine's step loop
     until the first of them ends (when its client sends the next request and the run heads for
     its steady state). They reach the engine after the request overhead; each step the running
@@ -863,16 +808,12 @@ def _first_wave(t: StepTable, wave: int, tail_tpot_s: float,
     and every request of the wave decodes from the step after the burst. Once every prompt is in,
     pure decode steps at batch ``wave`` run until the first request ends (no prompt arrives before:
     the clients send their next requests as theirs end); the tokens left after that run at the
-    steady state's ``tail_tpot_s`` per token. With ``osl = 1`` TPOT is nan (no decode).
-    ``prompt_tokens``: the tokens each prompt computes (default ``isl``; fewer for a prompt served
-    from the prefix cache), its decodes at the table's context all the same; the chunk steps time
-    those tokens at prefix 0, so a served prompt's attention over its cached prefix (a few query
-    tokens against ``isl`` keys each, a decode step's worth) is left out."""
-    prompt, osl, per, mixed = t.isl if prompt_tokens is None else int(prompt_tokens), t.osl, t.k + 1, t.mixed
+    steady state's ``tail_tpot_s`` per token. With ``osl = 1`` TPOT is nan (no decode)."""
+    isl, osl, per, mixed = t.isl, t.osl, t.k + 1, t.mixed
     steps = math.ceil((osl - 1) / t.accepted)  # decode steps a request runs
     ends = [t.request_s]  # ends[m + 1]: when step m ends
     done_at: list[int] = []  # the step that finishes each prompt, in order
-    total = wave * prompt
+    total = wave * isl
     left = total  # prompt tokens still to prefill
     while left > 0:
         m = len(ends) - 1
@@ -884,7 +825,7 @@ def _first_wave(t: StepTable, wave: int, tail_tpot_s: float,
         s = now.full_s if take == avail else t.chunk_s(b, take)
         ends.append(ends[-1] + s)
         left -= take
-        done_at += [m] * ((total - left) // prompt - len(done_at))
+        done_at += [m] * ((total - left) // isl - len(done_at))
     ends_s, first = np.asarray(ends), np.asarray(done_at)
     ttft = ends_s[first + 1]
     if osl == 1:

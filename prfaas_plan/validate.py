@@ -171,8 +171,8 @@ into the engine's container for each evaluation.
 The rows' engines were released after aiperf 0.3.0 (2025-11-20,
 https://pypi.org/project/aiperf/0.3.0/; vLLM 0.12.0 2025-12-03, SGLang 0.5.6.post2 2025-12-11,
 0.5.8.post1 2026-02-05), but for H100's SGLang 0.5.1.post1 (2025-08-24), whose runs may be older
-and so genai-perf's, which resent the warm-up's prompts
-(:attr:`~prfaas_plan.serving.BenchmarkRun.warmup_resent`), or aiperf 0.1-0.2's, which drew entries
+and so genai-perf's, which resent the warm-up's prompts (perf_analyzer's measured clients start
+again at dataset entry 0; not modelled), or aiperf 0.1-0.2's, which drew entries
 with replacement; they are taken as the rest. From 0.3.0 on aiperf draws a synthetic dataset's
 entries without replacement (``InputDefaults.DATASET_SAMPLING_STRATEGY = SHUFFLE``,
 aiperf/dataset/dataset_samplers.py ``ShuffleSampler``, one sampler for the warm-up and the
@@ -681,7 +681,7 @@ def _frame(rows: list[dict], strict: bool, moe_routing: str = "balanced") -> pd.
             if case not in predictions:
                 predictions[case] = predict(case, models)
             got = predictions[case]
-            first = runs.setdefault((case, *_measurement(row, case)[1:]), len(out))
+            first = runs.setdefault((case.run, _measurement(row, case)), len(out))  # the case and what it measured
             if first != len(out):
                 out.append({**_out_row(row, case, got), "status": f"{REPEATED_RUN}: row {first}"})
                 continue

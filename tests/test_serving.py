@@ -299,7 +299,6 @@ def test_range_ratio_runs_the_mean_lengths(minimax):
     (dict(range_ratio=-0.1), "run.range_ratio"),
     (dict(warmup_per_client=-1), "run.warmup_per_client"),
     (dict(warmup_per_client=1.5), "run.warmup_per_client"),
-    (dict(warmup_resent="yes"), "run.warmup_resent"),
 ])
 def test_bad_benchmark_run_names_the_field(kwargs, field):
     with pytest.raises(InvalidInput, match=rf"^{field}:"):
@@ -358,79 +357,6 @@ def test_fixed_lengths_on_a_prefill_first_engine_repeat_the_burst(deepseek):
     over = colocated_benchmark(model, inst, 30000, 2000, fit + 4, BenchmarkRun(2))
     assert fit == 18 and over.notes[-1].startswith(f"benchmark run: 2 requests per client from a burst start; "
                                                    f"first wave of {fit}:")
-
-
-@pytest.mark.parametrize(("engine", "isl", "tokens"), [("vllm", 1000, 8), ("vllm", 1024, 16), ("vllm", 16, 16),
-                                                   ("vllm", 17, 1), ("sglang", 1000, 1), ("sglang", 1, 1)])
-def test_a_prompt_held_in_full_recomputes_its_last_block(engine, isl, tokens):
-    """vLLM serves whole 16-token blocks up to the prompt less one token (1000 = 62 blocks + 8;
-    1024 = 63 + 16), SGLang every token but the last; without prefix caching the whole prompt."""
-    profile = instance("h200", 8, engine=engine).engine_profile
-    assert profile.resent_prompt_tokens(isl) == tokens
-    assert profile.model_copy(update={"prefix_cache_block_tokens": None}).resent_prompt_tokens(isl) == isl
-
-
-def test_resent_warm_up_prompts_are_served_from_the_prefix_cache_on_a_prefill_first_engine(deepseek):
-    """SGLang, fixed lengths, 8 clients, 10 per client after a warm-up of 2 whose prompts the first 2
-    per client resend: those 2 waves recompute one token each (a prompt step of 8 tokens after the
-    request overhead), then decode together at batch 8 (TPOT the batch-8 decode step); the other 8
-    waves are the lockstep burst of a run without resent prompts, each request weighted alike."""
-    model, inst = deepseek
-    isl, osl, c = 3000, 64, 8
-    r = inst.engine_profile.request_overhead_s
-    fresh = colocated_benchmark(model, inst, isl, osl, c, BenchmarkRun(10, warmup_per_client=2))
-    got = colocated_benchmark(model, inst, isl, osl, c, BenchmarkRun(10, warmup_per_client=2, warmup_resent=True))
-    resent_ttft, resent_tpot = r + _chunk_s(model, inst, c), decode_step_s(model, inst, c, isl + osl / 2)
-    assert got.ttft_s == pytest.approx((2 * resent_ttft + 8 * fresh.ttft_s) / 10, rel=1e-9)
-    assert got.tpot_s == pytest.approx((2 * resent_tpot + 8 * fresh.tpot_s) / 10, rel=1e-9)
-    assert got.ttft_s < 0.85 * fresh.ttft_s
-    assert "resend the warm-up's prompts, 1 tokens each recomputed" in got.notes[0]
-    # the engine without prefix caching prefills them again: the run without resent prompts
-    plain = instance("h200", 8, engine=inst.engine_profile.model_copy(update={"prefix_cache_block_tokens": None}))
-    again = colocated_benchmark(model, plain, isl, osl, c, BenchmarkRun(10, warmup_per_client=2, warmup_resent=True))
-    assert (again.ttft_s, again.tpot_s) == (fresh.ttft_s, fresh.tpot_s)
-
-
-def test_resent_prompts_are_cached_only_while_the_pool_holds_the_whole_warm_up(deepseek):
-    """30,000 + 2,000-token requests: the pool holds 2 x 8 finished ones but not 2 x 10, and an LRU
-    cache swept again in the order it filled keeps none of a sweep larger than itself."""
-    from prfaas_plan.perf.latency import free_cache_bytes_per_gpu, requests_fit
-    model, inst = deepseek
-    isl, osl = 30000, 2000
-    held = requests_fit(model, inst, isl + osl, free_cache_bytes_per_gpu(model, inst))
-    assert 16 <= held < 20
-    for c, cached in ((8, True), (10, False)):
-        fresh = colocated_benchmark(model, inst, isl, osl, c, BenchmarkRun(10, warmup_per_client=2))
-        got = colocated_benchmark(model, inst, isl, osl, c, BenchmarkRun(10, warmup_per_client=2, warmup_resent=True))
-        assert (got.ttft_s < fresh.ttft_s) is cached
-        assert (got.ttft_s == fresh.ttft_s) is not cached
-    # more clients than the engine runs at once (--max-running-requests 4): they do not arrive as one wave
-    capped = instance("h200", 8, engine=inst.engine_profile.with_launch(max_running_requests=4))
-    fresh = colocated_benchmark(model, capped, 3000, 64, 8, BenchmarkRun(10, warmup_per_client=2))
-    got = colocated_benchmark(model, capped, 3000, 64, 8, BenchmarkRun(10, warmup_per_client=2, warmup_resent=True))
-    assert (got.ttft_s, got.tpot_s) == (fresh.ttft_s, fresh.tpot_s)
-
-
-def test_resent_prompts_before_the_burst_on_a_mixed_engine(minimax):
-    """vLLM, 16 clients, 1000-token prompts: the 2 resent waves recompute 8 tokens each (the last
-    partial 16-token block), 128 tokens in one step, then decode together; the first wave of new
-    prompts is the 3rd, a burst from an idle engine (serving's own step loop), the other 7 at the
-    steady state."""
-    from prfaas_plan.serving import _first_wave
-    model, inst = minimax
-    isl, osl, c, n = 1000, 256, 16, 10
-    r = inst.engine_profile.request_overhead_s
-    steady = colocated_closed_loop(model, inst, isl, osl, c)
-    got = colocated_benchmark(model, inst, isl, osl, c, BenchmarkRun(n, warmup_per_client=2, warmup_resent=True))
-    ttft, tpot = _first_wave(step_table(model, inst, isl, osl), c, steady.tpot_s)
-    resent_ttft, resent_tpot = r + _chunk_s(model, inst, 8 * c), decode_step_s(model, inst, c, isl + osl / 2)
-    assert got.ttft_s == pytest.approx((2 * c * resent_ttft + ttft.sum() + 7 * c * steady.ttft_s) / (n * c), rel=1e-9)
-    assert got.tpot_s == pytest.approx((2 * c * resent_tpot + tpot.sum() + 7 * c * steady.tpot_s) / (n * c), rel=1e-9)
-    # every measured request resent: none of them a burst of new prompts
-    for per_client in (1, 2):
-        short = colocated_benchmark(model, inst, isl, osl, c,
-                                    BenchmarkRun(per_client, warmup_per_client=2, warmup_resent=True))
-        assert (short.ttft_s, short.tpot_s) == pytest.approx((resent_ttft, resent_tpot), rel=1e-9)
 
 
 def test_bad_run_argument(minimax):

@@ -163,7 +163,7 @@ def test_protocol_rule_per_source(frame):
     assert INFERENCEX_RUN == BenchmarkRun(prompts_per_client=10, range_ratio=0.8)
     # aiperf --request-count 10c --warmup-request-count 2c --num-dataset-entries 12c, fixed lengths (AIConfigurator's
     # eval runner): the warm-up drained first, its 2c prompts not among the 10c measured (aiperf >= 0.3.0 shuffles)
-    assert AIC_RUN == BenchmarkRun(prompts_per_client=10, range_ratio=1.0, warmup_per_client=2, warmup_resent=False)
+    assert AIC_RUN == BenchmarkRun(prompts_per_client=10, range_ratio=1.0, warmup_per_client=2)
     assert _protocol({**rows[9], "silicon_data_source": "source_file=2026-04-06.csv.bak; silicon_concurrency=8"}) is None
     assert _protocol({**rows[9], "run_prompts_per_client": 3}) == BenchmarkRun(3)
     # mapped rows (status ok): InferenceX 0-6, 18; AIConfigurator 9, 10, 11, 14 (disagg 7, 8: ambiguous)
