@@ -77,7 +77,7 @@ from prfaas_plan.errors import InvalidInput, PlanError
 from prfaas_plan.inferencex import DISAGG_RECIPES, RECIPES, parse_utc
 from prfaas_plan.layout import Layout, check_layout, expert_tp_problem
 from prfaas_plan.serving import BenchmarkRun
-from prfaas_plan.vocab import MOE_ROUTINGS, KvDtype, check_choice
+from prfaas_plan.vocab import GEMM_CLASSES, MOE_ROUTINGS, KvDtype, check_choice
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -118,6 +118,7 @@ MODEL_IDS = {
     # moonshotai--Kimi-K2.5_config.json) with the same INT4 QAT block as K2-Thinking (routed experts
     # int4 group 32, the rest bf16): our kimi-k2-thinking entry.
     "moonshotai/Kimi-K2.5": "kimi-k2-thinking",
+    "openai/gpt-oss-120b": "gpt-oss-120b",
 }
 """The CSV's Hugging Face model paths that have a model_db entry, and that entry's id."""
 
@@ -284,16 +285,27 @@ def _num(row: dict, key: str) -> float | None:
     return float(v)
 
 
-def _dtypes(row: dict) -> tuple[tuple[str, str], ...] | str:
+def _mxfp4_as_nvfp4(row: dict, stored: GemmDtypes | None) -> bool:
+    """Whether ``row`` labels an MXFP4 checkpoint's run ``nvfp4``: NVIDIA's files give gpt-oss-120b's
+    rows ``fp4`` / ``nvfp4`` on every GPU, Hopper's too (which has no FP4 tensor cores), while
+    openai/gpt-oss-120b ships MXFP4 experts and bf16 elsewhere (its quantization_config) and
+    InferenceX's scripts serve it without ``--quantization`` (benchmarks/single_node/gptoss_fp4_h200.sh)."""
+    return stored is not None and "mxfp4_w4a16" in (getattr(stored, c) for c in GEMM_CLASSES) and \
+        "nvfp4" in (row.get("gemm_quant_mode"), row.get("moe_quant_mode"))
+
+
+def _dtypes(row: dict, stored: GemmDtypes | None = None) -> tuple[tuple[str, str], ...] | str:
     """GEMM dtype overrides from gemm_quant_mode (attention, dense FFN) and moe_quant_mode (experts),
-    or the status leaving the row out. Empty modes keep the checkpoint's dtypes; ``int4_wo`` as the
-    gemm mode keeps them too (the Kimi checkpoints leave attention, shared experts and the dense MLP
-    in bf16: quantization_config ``ignore``). :func:`_online` then keeps only the overrides of
-    classes the checkpoint ships in bf16."""
+    or the status leaving the row out. Empty modes keep the checkpoint's dtypes (``stored``); so do
+    ``int4_wo`` as the gemm mode (the Kimi checkpoints leave attention, shared experts and the dense
+    MLP in bf16: quantization_config ``ignore``) and ``nvfp4`` on an MXFP4 checkpoint
+    (:func:`_mxfp4_as_nvfp4`). :func:`_online` then keeps only the overrides of classes the
+    checkpoint ships in bf16."""
     out = []
+    native = _mxfp4_as_nvfp4(row, stored)
     for col, classes in (("gemm_quant_mode", ("attention", "dense_ffn")), ("moe_quant_mode", ("experts",))):
         mode = row.get(col)
-        if not isinstance(mode, str) or not mode:
+        if not isinstance(mode, str) or not mode or (native and mode == "nvfp4"):
             continue
         if mode not in QUANT_DTYPES:
             return f"{UNSUPPORTED_PRECISION} {mode}"
@@ -426,7 +438,7 @@ def _map_row(row: dict, models: dict, strict: bool = False, moe_routing: str = "
     """One CSV row as a :class:`Case` (its model's MoE timed at ``moe_routing``), or the status (a
     rule of this module) that leaves it out."""
     model_id = MODEL_IDS.get(row["model_path"])
-    dtypes = _dtypes(row)
+    dtypes = _dtypes(row, _model(models, model_id, ()).gemm_dtypes if model_id else None)
     if model_id is None:  # NVIDIA's own NVFP4 checkpoints are named by their precision
         return dtypes if isinstance(dtypes, str) and "NVFP4" in row["model_path"] else UNKNOWN_MODEL
     gpu_id = SYSTEM_GPUS.get(row["system"])
@@ -741,7 +753,7 @@ def _remapped(row: dict, case: Case, stored: GemmDtypes, twin: bool = False) -> 
     """The :data:`REMAPS` rules that changed what ``row``'s labels say about ``case`` (``stored``: the
     checkpoint's dtypes; ``twin``: the row repeats an InferenceX measurement)."""
     rules = []
-    if any(getattr(stored, c) not in ("bf16", d) for c, d in _dtypes(row)):
+    if _mxfp4_as_nvfp4(row, stored) or any(getattr(stored, c) not in ("bf16", d) for c, d in _dtypes(row, stored)):
         rules.append(REMAPS[0])
     roles = (("prefill_", case.layout), ("decode_", case.decode_layout)) if case.decode_layout else (("", case.layout),)
     if any(lay.experts == "ep" and (_num(row, f"{p}moe_ep_size") or 1) <= 1 for p, lay in roles):

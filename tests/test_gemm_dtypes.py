@@ -12,6 +12,7 @@ from prfaas_plan.vocab import GEMM_CLASSES
 
 FP8_BLOCK_B = 1 + 4 / (128 * 128)  # e4m3 weight + one fp32 scale per 128 x 128 block
 INT4_G32_B = 0.5 + 2 / 32  # int4 weight + one bf16 scale per 32 weights
+MXFP4_B = 0.5 + 1 / 32  # e2m1 weight + one 8-bit e8m0 scale per block of 32 (OCP MX v1.0)
 
 
 def _fp8_and_bf16_params(model) -> tuple[int, int]:
@@ -28,6 +29,7 @@ def test_bytes_per_param_closed_forms():
     assert GemmDtypes.uniform("fp8_block").bytes_per_param("dense_ffn") == FP8_BLOCK_B
     assert GemmDtypes.uniform("int4_w4a16", group_size=32).bytes_per_param("lm_head") == INT4_G32_B == 0.5625
     assert GemmDtypes.uniform("int4_w4a16", group_size=128).bytes_per_param("experts") == 0.5 + 2 / 128
+    assert GemmDtypes.uniform("mxfp4_w4a16").bytes_per_param("experts") == MXFP4_B == 0.53125
 
 
 def test_deepseek_v3_reproduces_the_published_safetensors_by_dtype():
@@ -77,6 +79,17 @@ def test_weight_bytes_by_class_kimi_k2_thinking():
     assert w.total_bytes == w.outside_experts_bytes + w.experts_bytes
 
 
+def test_gpt_oss_120b_weights_match_its_published_checkpoint_size():
+    # MXFP4 routed experts, everything else bf16 (its quantization_config); the model card
+    # (arXiv 2508.10925, Table 1) gives a 60.8 GiB checkpoint. Ours leaves out the ~40 M bf16
+    # biases and the norms (~0.08 GiB).
+    m = load_model("gpt-oss-120b")
+    p, w = m.param_counts(), m.weight_bytes()
+    assert w.experts_bytes == p.routed * MXFP4_B == 36 * 128 * 3 * 2880 * 2880 * MXFP4_B
+    assert w.total_bytes == w.experts_bytes + 2 * (p.total - p.routed)
+    assert w.total_bytes / 2**30 == pytest.approx(60.8, rel=0.003)
+
+
 def test_bf16_models_keep_two_bytes_per_parameter():
     for m in list_model_specs():
         if all(m.gemm_dtype(c) == "bf16" for c in GEMM_CLASSES):
@@ -109,7 +122,7 @@ def test_override_changes_bytes_by_the_closed_form():
 
 @pytest.mark.parametrize("overrides, words", [
     ({"expert": "bf16"}, ["'expert'", "attention, dense_ffn, experts, lm_head"]),
-    ({"experts": "int3"}, ["gemm_dtypes.experts", "'int3'", "bf16, fp8, fp8_block, int4_w4a16"]),
+    ({"experts": "int3"}, ["gemm_dtypes.experts", "'int3'", "bf16, fp8, fp8_block, int4_w4a16, fp32, mxfp4_w4a16"]),
     ({"experts": "int4_w4a16"}, ["group_size"]),
     ({"group_size": 32}, ["group_size", "no class is int4_w4a16"]),
 ])

@@ -35,6 +35,7 @@ FIXTURES = {
     "qwen3-235b-a22b.json": "qwen3-235b-a22b",
     "qwen3-next-80b-a3b.json": "qwen3-next-80b-a3b",
     "qwen3.5-397b-a17b.json": "qwen3.5-397b-a17b",
+    "gpt-oss-120b.json": "gpt-oss-120b",
 }
 
 SETTINGS = {

@@ -230,7 +230,16 @@ def test_vllm_tables_where_imported_else_sglang_stands_in():
     assert kt.gemm(4096, 8192, 8192, "fp8_block").source == ("table h200 sglang-0.5.14 sglang_deepgemm_gemm_nt_f8f8bf16; "
                                                               "sglang tables stand in for vllm")
     assert kt.mla_generation(64, 4096, 16, 512, 64).source.endswith("sglang tables stand in for vllm")  # no vLLM MLA
-    assert "stand in" in kernel_tables(load_gpu("h100"), "vllm").gemm(4096, 8192, 8192, "bf16").source
+    h100 = kernel_tables(load_gpu("h100"), "vllm")
+    assert "stand in" in h100.gemm(4096, 8192, 8192, "bf16").source
+    # H100 keeps vLLM's fused-MoE table only (kernels_import.VLLM_GPUS): gpt-oss's MXFP4 experts at 8
+    # tokens on one GPU are the wheel's h100_sxm/moe/vllm/0.24.0 row (0.200635 ms), not SGLang's
+    # Triton kernel (0.576 ms), which vLLM does not run for them
+    mx = h100.moe(8, 2880, 2880, 4, 128, 1, 1, "mxfp4_w4a16")
+    assert mx.source == "table h100 vllm-0.24.0 vllm_gptossmxfp4moe_triton_oaitritonmxfp4expertsmonolithic"
+    assert mx.latency_s == pytest.approx(0.200635e-3, rel=1e-5)
+    assert kernel_tables(load_gpu("h100"), "sglang").moe(8, 2880, 2880, 4, 128, 1, 1, "mxfp4_w4a16").latency_s > 2 * mx.latency_s
+    assert sorted(p.name for p in (kernels_dir() / "h100" / "vllm-0.24.0").iterdir()) == ["moe.npz", "provenance.yaml"]
     with pytest.raises(InvalidInput, match="engine: unknown 'tgi'"):
         kernel_tables(H200, "tgi")
 

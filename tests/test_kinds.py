@@ -29,6 +29,8 @@ PUBLISHED_TOTALS = {
     "llama-3.1-8b": (8.03e9, "https://huggingface.co/meta-llama/Llama-3.1-8B-Instruct"),
     "qwen3-32b": (32.8e9, "https://huggingface.co/Qwen/Qwen3-32B"),
     "mimo-v2-flash": (309e9, "https://huggingface.co/XiaomiMiMo/MiMo-V2-Flash"),
+    # model card Table 1 (its count holds the ~40 M attention and expert biases we leave out)
+    "gpt-oss-120b": (116.83e9, "https://arxiv.org/abs/2508.10925"),
     "minimax-m2.5": (229e9, "https://huggingface.co/MiniMaxAI/MiniMax-M2.5"),
     "qwen3-235b-a22b": (235e9, "https://huggingface.co/Qwen/Qwen3-235B-A22B"),
     "qwen3-235b-a22b-fp8": (235e9, "https://huggingface.co/Qwen/Qwen3-235B-A22B-FP8"),

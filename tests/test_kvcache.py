@@ -75,6 +75,9 @@ PINNED = {
     # x 2 = 199,680 B/token for the last 128 tokens only: 199,680 x 128 = 25,559,040 B fixed.
     # 32K: 23,040 x 32,768 + 25,559,040 = 754,974,720 + 25,559,040 = 780,533,760 B.
     "mimo-v2-flash": (23_040, 25_559_040, 25_559_040, 780_533_760),
+    # gpt-oss-120b: 18 full x 8 KV x (64 + 64) x 2 B = 36,864 B/token; 18 SWA layers keep 128 tokens
+    # of the same 36,864 B: 4,718,592 B fixed. 32K: 36,864 x 32,768 + 4,718,592 = 1,212,678,144 B.
+    "gpt-oss-120b": (36_864, 4_718_592, 4_718_592, 1_212_678_144),
     # Kimi-Linear-1T (reconstructed): 15 MLA x 1,152 = 17,280 B/token. KDA layer: 60 heads x
     # (128*128*4 + 3*(128 + 2*128)*2) = 60 x 67,840 = 4,070,400 B; 45 x 4,070,400 = 183,168,000 B
     # (KDA recurrent state fp32 in both engines). 32K: 566,231,040 + 183,168,000 = 749,399,040 B.

@@ -14,7 +14,7 @@ MODEL_DB = Path(__file__).parent.parent / "prfaas_plan" / "data" / "model_db"
 EXPECTED_IDS = {
     "minimax-m2.5", "mimo-v2-flash", "qwen3.5-397b-a17b", "qwen3-235b-a22b", "qwen3-next-80b-a3b",
     "ring-2.5-1t", "kimi-linear-48b-a3b", "kimi-linear-1t", "deepseek-v3", "kimi-k2", "kimi-k2-thinking",
-    "llama-3.1-70b", "qwen3-235b-a22b-fp8", "llama-3.1-8b", "qwen3-32b",
+    "llama-3.1-70b", "qwen3-235b-a22b-fp8", "llama-3.1-8b", "qwen3-32b", "gpt-oss-120b",
 }
 
 
@@ -54,6 +54,13 @@ def test_count_params_by_hand():
     # Qwen3-32B: 64 x (5120 x (64 + 16) x 128 + 64 x 128 x 5120 + 3 x 5120 x 25600) = 64 x 487,587,840
     # = 31,205,621,760 active (the card's "31.2B non-embedding"); + 2 x 151,936 x 5120 = 32,761,446,400
     assert count_params(load_model("qwen3-32b")) == (32_761_446_400, 31_205_621_760)
+    # gpt-oss-120b: 36 x (2880 x (64 + 8 + 8) x 64 + 64 x 64 x 2880 + 2880 x 128 + 4 x 3 x 2880 x 2880)
+    # = 36 x (14,745,600 + 11,796,480 + 368,640 + 99,532,800) = 36 x 126,443,520 = 4,551,966,720 active
+    # in the layers (+ the 579,133,440 of the unembedding: 5,131,100,160, the card's 5.13B); total
+    # adds 124 experts per layer and embedding + LM head 2 x 201,088 x 2880
+    total, active = count_params(load_model("gpt-oss-120b"))
+    assert active == 4_551_966_720 and active + 201_088 * 2880 == 5_131_100_160
+    assert total == active + 36 * 124 * 3 * 2880 * 2880 + 2 * 201_088 * 2880 == 116_788_838_400
 
 
 @pytest.fixture

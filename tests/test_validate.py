@@ -1,7 +1,7 @@
 """Validation against measured serving runs (prfaas_plan.validate): row mapping rules, predictions
 equal to the serving / latency model's for the same inputs, bad input, the HTML page.
 
-The fixture tests/fixtures/validate/silicon_rows.csv holds 19 rows copied verbatim from
+The fixture tests/fixtures/validate/silicon_rows.csv holds 20 rows copied verbatim from
 aiconfigurator-core 0.12.0's systems/silicon_sample.csv (header included), chosen to hit every rule."""
 
 from __future__ import annotations
@@ -65,7 +65,7 @@ def test_exact_columns(frame):
         "system", "model", "engine", "engine_version", "precision", "mode", "isl", "osl", "concurrency", "tp",
         "attention_dp", "moe_tp", "moe_ep", "ttft_ms_measured", "ttft_ms_predicted", "tpot_ms_measured",
         "tpot_ms_predicted", "status")
-    assert len(frame) == 19
+    assert len(frame) == 20
 
 
 def test_status_per_rule(frame):
@@ -80,14 +80,15 @@ def test_status_per_rule(frame):
         "ok", "ok",
         "ok",  # vLLM Qwen3-235B tp1 with moe_tp 2: attention dp 2 (the SDK's tp x dp == moe_tp x moe_ep)
         "engine without kernel tables (trtllm)",
-        "unknown model",  # gpt-oss-120b
+        "ok",  # gpt-oss-120b: labelled nvfp4, predicted as its checkpoint (MXFP4 experts, the rest bf16)
         "ok",  # Llama-3.1-8B on SGLang, one GPU
         "no hardware entry",  # b300_sxm
         "unsupported precision nvfp4", "unsupported precision nvfp4",  # NVIDIA's NVFP4 checkpoint; fp4 DeepSeek-R1
         "ok",  # vLLM tp2 x dp2 on b200: attention TP groups inside DP replicas
+        "unknown model",  # GLM-5
     ]
     counts = status_counts(frame).groupby("rule")["rows"].sum()
-    assert counts.to_dict() == {"engine without kernel tables (trtllm)": 1, "no hardware entry": 1, "ok": 12,
+    assert counts.to_dict() == {"engine without kernel tables (trtllm)": 1, "no hardware entry": 1, "ok": 13,
                                 "recipe ambiguous": 2, "unknown model": 1, "unsupported precision nvfp4": 2}
 
 
@@ -133,6 +134,8 @@ def test_agg_predictions_are_the_serving_model(frame):
         5: _agg(kimi, 8, _engine("vllm", "0.16.0"), 8192, 1024, 4, run=ix),
         9: _agg(qwen3, 2, _engine("vllm", "0.12.0"), 2000, 500, 16, Layout(2, "tp", "ep"), run=aic),
         11: _agg(qwen3, 2, _engine("vllm", "0.12.0"), 1000, 100, 8, Layout(2, "dp", "tp"), run=aic),
+        # NVIDIA labels it nvfp4; Hopper runs the checkpoint as stored: MXFP4 experts (W4A16), bf16 elsewhere
+        13: _agg(load_model("gpt-oss-120b"), 4, _engine("vllm", "0.18.0"), 1024, 8192, 4, run=ix),
         14: _agg(llama8, 1, _engine("sglang", "0.5.6.post2"), 1000, 100, 160, run=aic),  # bf16 checkpoint: online FP8
         # --max-num-batched-tokens $((ISL * 2)) --kv-cache-dtype fp8 in InferenceX's B200 MiniMax vLLM 0.19.0 script
         18: _agg(minimax, 4, _budget(_engine("vllm", "0.19.0"), 2048), 1024, 1024, 512,
@@ -155,7 +158,7 @@ def test_protocol_rule_per_source(frame):
     a user's run its own."""
     rows = pd.read_csv(ROWS).to_dict("records")
     got = [_protocol(r) for r in rows]
-    inferencex = {0, 1, 2, 3, 4, 5, 6, 12, 13, 15, 17, 18}  # agg rows whose source is source_file=DATE.csv / db-dump/
+    inferencex = {0, 1, 2, 3, 4, 5, 6, 12, 13, 15, 17, 18, 19}  # agg rows whose source is source_file=DATE.csv / db-dump/
     aic = {9, 10, 11, 14, 16}  # source_file=.../aic-auto-gap-analysis/data/...
     assert [i for i, g in enumerate(got) if g == INFERENCEX_RUN] == sorted(inferencex)
     assert [i for i, g in enumerate(got) if g == AIC_RUN] == sorted(aic)
@@ -166,8 +169,8 @@ def test_protocol_rule_per_source(frame):
     assert AIC_RUN == BenchmarkRun(prompts_per_client=10, range_ratio=1.0, warmup_per_client=2)
     assert _protocol({**rows[9], "silicon_data_source": "source_file=2026-04-06.csv.bak; silicon_concurrency=8"}) is None
     assert _protocol({**rows[9], "run_prompts_per_client": 3}) == BenchmarkRun(3)
-    # mapped rows (status ok): InferenceX 0-6, 18; AIConfigurator 9, 10, 11, 14 (disagg 7, 8: ambiguous)
-    assert frame.attrs["protocols"] == {"inferencex run": 8, "vllm bench serve run": 0, "aiconfigurator run": 4,
+    # mapped rows (status ok): InferenceX 0-6, 13, 18; AIConfigurator 9, 10, 11, 14 (disagg 7, 8: ambiguous)
+    assert frame.attrs["protocols"] == {"inferencex run": 9, "vllm bench serve run": 0, "aiconfigurator run": 4,
                                         "steady state": 0}
 
 
@@ -653,7 +656,7 @@ def test_summary_counts_and_errors(frame):
     assert got["ttft_max_abs_error_pct"] == pytest.approx(err.max())
     signed = (mm["tpot_ms_predicted"] / mm["tpot_ms_measured"] - 1) * 100
     assert got["tpot_median_signed_error_pct"] == pytest.approx(signed.median())
-    assert s.loc[("h200_sxm", "agg", "all"), "n"] == 11
+    assert s.loc[("h200_sxm", "agg", "all"), "n"] == 12
     assert s.loc[("b200_sxm", "agg", "all"), "n"] == 1
 
 
@@ -756,8 +759,8 @@ def test_html_page_and_json(tmp_path):
     assert 'data-table="worst"' in text and "Content-Security-Policy" in text
     # the rows per protocol and per relabelling rule, as the frame counts them (test_protocol_rule_per_source)
     mapping = html.unescape(re.search(r'data-table="mapping".*?</table>', text, re.S).group(0))
-    for rule, n in (("inferencex run", 8), ("aiconfigurator run", 4), ("steady state", 0),
-                    ("checkpoint dtypes over the label", 6), ("layout of the run's id", 1),
+    for rule, n in (("inferencex run", 9), ("aiconfigurator run", 4), ("steady state", 0),
+                    ("checkpoint dtypes over the label", 7), ("layout of the run's id", 1),
                     ("experts ep: tp split refused", 1), ("token budget per step of the launch script", 4),
                     ("KV-cache dtype of the launch script", 4),
                     ("running-request cap or scheduler polling of the launch script", 3),
@@ -769,15 +772,16 @@ def test_html_page_and_json(tmp_path):
 def test_table_says_how_many_rows_each_run_protocol_predicted():
     r = _cli("--csv", str(ROWS))
     assert r.returncode == 0, r.stderr
-    # the fixture's mapped rows: 8 InferenceX runs, 4 AIConfigurator runs (test_protocol_rule_per_source)
+    # the fixture's mapped rows: 9 InferenceX runs, 4 AIConfigurator runs (test_protocol_rule_per_source)
     lines = r.stdout.splitlines()
-    assert "rows mapped per run protocol: inferencex run 8, aiconfigurator run 4" in lines
+    assert "rows mapped per run protocol: inferencex run 9, aiconfigurator run 4" in lines
     assert "rows run at their launch script's token budget per step: 4" in lines  # RECIPES: 2, 3, 6, 18
     assert "rows run at their launch script's KV-cache dtype: 4" in lines  # RECIPES: 2, 3, 4, 18
     assert "rows run at their launch script's static memory share: 3" in lines  # SGLang RECIPES: 2, 3, 6
     # relabelled (validate.REMAPS): per-tensor "fp8" on the block-128 checkpoints of MiniMax-M2.5
-    # (0, 1, 18), DeepSeek-V3/R1 (6; 7 and 8 are left out) and Qwen3-235B-FP8 (9, 11); experts TP8 refused (0)
-    assert lines[-1] == ("rows predicted otherwise than labelled: checkpoint dtypes over the label 6, "
+    # (0, 1, 18), DeepSeek-V3/R1 (6; 7 and 8 are left out) and Qwen3-235B-FP8 (9, 11), "nvfp4" on gpt-oss's
+    # MXFP4 checkpoint (13); experts TP8 refused (0)
+    assert lines[-1] == ("rows predicted otherwise than labelled: checkpoint dtypes over the label 7, "
                          "experts ep: tp split refused 1, layout of the run's id 1")  # 3: TP 64 is its id's TP 8 / EP 8
 
 
@@ -809,7 +813,7 @@ def test_default_csv_is_the_installed_package(tmp_path, monkeypatch):
     monkeypatch.setattr(validate.importlib.util, "find_spec", lambda name: spec if name == "aiconfigurator_core" else None)
     df = validate_silicon(systems=["h200"])
     assert df.attrs["source"] == str(tmp_path / "systems" / "silicon_sample.csv")
-    assert set(df["system"]) == {"h200_sxm"} and len(df) == 15
+    assert set(df["system"]) == {"h200_sxm"} and len(df) == 16
 
 
 def test_scatter_specs_are_valid_vega_lite(frame):

@@ -52,12 +52,18 @@ GPU_DIRS = {"h200": "h200_sxm", "h100": "h100_sxm", "a100-80g": "a100_sxm", "l40
 ENGINES = ("sglang", "vllm")
 """Kernel engines imported: SGLang for every GPU, vLLM where :data:`VLLM_GPUS` (its tables stand in
 for the families vLLM has none of: MLA, DeepEP all-to-all)."""
-VLLM_GPUS = ("h200",)  # the 7 MB budget of committed tables holds one vLLM set
+VLLM_GPUS: dict[str, tuple[str, ...] | None] = {"h200": None, "h100": ("moe",)}
+"""GPUs whose vLLM tables are imported, and which families (None: all). The 7 MB budget of committed
+tables holds one whole vLLM set (H200's); H100 keeps vLLM's fused-MoE table, as the only SGLang
+table of gpt-oss's MXFP4 experts times a Triton kernel vLLM does not run for them, 2-3x slower at
+decode sizes (H100, 8 tokens, one GPU: 0.58 ms against vLLM's triton_kernels 0.20 ms)."""
 ALL_VERSION_GPUS = ("h200",)
 """GPUs whose tables of every collected engine version are kept (the others: the newest of each
 source), for engine profiles that name an older version (:func:`prfaas_plan.perf.kernels.pick_table`)."""
-DTYPES = {"bfloat16": "bf16", "fp8": "fp8", "fp8_block": "fp8_block", "int4_wo": "int4_w4a16"}
-"""Wheel dtype names -> ours (int4_wo: int4 weights, 16-bit activations, i.e. W4A16 Marlin)."""
+DTYPES = {"bfloat16": "bf16", "fp8": "fp8", "fp8_block": "fp8_block", "int4_wo": "int4_w4a16",
+          "w4a16_mxfp4": "mxfp4_w4a16"}
+"""Wheel dtype names -> ours (int4_wo: int4 weights, 16-bit activations, i.e. W4A16 Marlin;
+w4a16_mxfp4: MXFP4 weights, 16-bit activations, gpt-oss's experts on Hopper)."""
 KERNEL_PREFERENCE = {
     ("sglang", "gemm"): ("sglang_torch_linear", "sglang_sgl_kernel_fp8_scaled_mm", "sglang_deepgemm_gemm_nt_f8f8bf16",
                          "sglang"),
@@ -67,14 +73,16 @@ KERNEL_PREFERENCE = {
                        "CutlassFp8BlockScaledMMKernel"),
     ("vllm", "moe"): ("vllm_unquantizedfusedmoe_triton_tritonexperts", "vllm_fp8moe_triton_tritonexperts",
                       "vllm_modeloptfp8moe_flashinfer_cutlass_flashinferexperts",
-                      "vllm_compressedtensorswna16marlinmoe_marlin_marlinexperts"),
+                      "vllm_compressedtensorswna16marlinmoe_marlin_marlinexperts",
+                      "vllm_gptossmxfp4moe_triton_oaitritonmxfp4expertsmonolithic", "vllm_mxfp4_moe"),
     ("vllm", "attention"): ("vllm_flash_attn_fa3", "vllm_flash_attn_fa4"),
 }
 """Per engine and family, the kernels the engine runs by default (first present wins per dtype or
 shape). SGLang: torch linear for bf16, sgl-kernel fp8_scaled_mm for per-tensor FP8, DeepGEMM for
 FP8 block; the Triton fused MoE (Marlin for int4); FA3 attention on Hopper (FlashAttention-2 on
 A100, FlashInfer on L40S). vLLM: torch linear, CUTLASS scaled_mm, DeepGEMM; Triton experts
-(FlashInfer CUTLASS for per-tensor FP8, Marlin for int4); FA3."""
+(FlashInfer CUTLASS for per-tensor FP8, Marlin for int4, OpenAI's triton_kernels for gpt-oss's
+MXFP4 on Hopper: vLLM's Mxfp4MoEMethod picks them unless ``VLLM_MXFP4_USE_MARLIN=1``); FA3."""
 EAGER_TIMED = {("vllm", "gemm"): ("fp8_block",)}
 """Dtypes whose rows an engine's collection timed outside CUDA graphs, left out so that the lookup
 reads a graph-timed table of the same GPU instead (SGLang's, whose DeepGEMM FP8-block GEMM is the
@@ -543,7 +551,10 @@ def import_gpu(root: Path, gpu_id: str, engine: str, out: Path, echo) -> dict[st
     """Write ``out/<gpu_id>/<engine>-<version>/<family>.npz`` and ``provenance.yaml`` per collected
     engine version, each folder all or none; returns the bytes of each file per folder name."""
     gpu = load_gpu(gpu_id)
-    plan, modules = _plan(root, gpu_id, engine, SOURCES), _plan(root, gpu_id, engine, MODULE_SOURCES)
+    kept = VLLM_GPUS.get(gpu_id) if engine == "vllm" else None
+    sources, module_sources = ({k: v for k, v in src.items() if kept is None or k in kept}
+                               for src in (SOURCES, MODULE_SOURCES))
+    plan, modules = _plan(root, gpu_id, engine, sources), _plan(root, gpu_id, engine, module_sources)
     sizes: dict[str, dict[str, int]] = {}
     for version in sorted(plan, key=K.version_key, reverse=True):
         sizes[f"{engine}-{version}"] = _write_version(root, gpu, engine, version, plan[version], out, echo, {})

@@ -216,6 +216,14 @@ def _minimax_m2(c: _Config) -> dict:
     return {"attention": {"full": _gqa(c)}, "layers": {"count": count, "default": "full"}, "ffn": ffn}
 
 
+def _gpt_oss(c: _Config) -> dict:
+    count, full = _from_layer_types(c, {"full_attention": "full", "sliding_attention": "swa"}, "swa")
+    swa = {**_gqa(c, "swa"), "window_tokens": c.count("sliding_window")}
+    ffn = {"num_experts": c.req("num_local_experts"), "experts_per_token": c.req("num_experts_per_tok"),
+           "expert_intermediate": c.req("intermediate_size"), "num_shared_experts": 0}
+    return {"attention": {"full": _gqa(c), "swa": swa}, "layers": _layers(count, "swa", "full", full), "ffn": ffn}
+
+
 def _deepseek(c: _Config) -> dict:
     return {"attention": {"mla": _mla(c)}, "layers": {"count": c.req("num_hidden_layers"), "default": "mla"},
             "ffn": _deepseek_ffn(c, "n_routed_experts", "num_experts_per_tok", "n_shared_experts")}
@@ -324,15 +332,18 @@ _BUILDERS: dict[str, Callable[[_Config], dict]] = {
     "llama": _dense, "qwen3": _dense, "qwen3_moe": _qwen3_moe, "deepseek_v3": _deepseek,
     "kimi_k2": _deepseek, "qwen3_next": _qwen_next, "qwen3_5_moe": _qwen_next,
     "qwen3_5_moe_text": _qwen_next, "kimi_linear": _kimi_linear, "mimo_v2_flash": _mimo_v2_flash, "minimax_m2": _minimax_m2,
-    "bailing_hybrid": _bailing_hybrid,
+    "bailing_hybrid": _bailing_hybrid, "gpt_oss": _gpt_oss,
 }
 
 
 def _quant_dtype(c: _Config, quant: dict) -> tuple[str, dict]:
     """(GEMM dtype, extra GemmDtypes fields) of the quantised Linear layers of a
     ``quantization_config``: the ``fp8`` method (``weight_block_size`` -> fp8_block) or
-    compressed-tensors (int4 groups -> int4_w4a16; fp8 blocks -> fp8_block; other fp8 -> fp8)."""
+    compressed-tensors (int4 groups -> int4_w4a16; fp8 blocks -> fp8_block; other fp8 -> fp8), or
+    ``mxfp4`` (gpt-oss: OCP MXFP4 weights, bf16 activations on the GPUs we model -> mxfp4_w4a16)."""
     method = quant.get("quant_method")
+    if method == "mxfp4":
+        return "mxfp4_w4a16", {}
     if method == "fp8":
         block = quant.get("weight_block_size")
         if block is None:
@@ -355,7 +366,8 @@ def _quant_dtype(c: _Config, quant: dict) -> tuple[str, dict]:
                 return "fp8_block", {"block": int(block[0])}
             return "fp8", {}
         raise c.fail("quantization_config.config_groups", f"weights {w!r}: supported are int4 groups (W4A16) and fp8")
-    raise c.fail("quantization_config.quant_method", f"{method!r} is not supported; supported: fp8, compressed-tensors")
+    raise c.fail("quantization_config.quant_method", f"{method!r} is not supported; supported: fp8, compressed-tensors, "
+                 "mxfp4")
 
 
 def _unconverted_classes(quant: dict) -> set[str]:
@@ -382,6 +394,8 @@ def _gemm_dtypes(c: _Config) -> dict:
         return dict.fromkeys(GEMM_CLASSES, "bf16")
     dtype, extra = _quant_dtype(c, quant)
     unconverted = _unconverted_classes(quant)
+    if dtype == "mxfp4_w4a16":  # the MXFP4 quantiser converts the routed-expert modules only (gpt-oss)
+        unconverted |= set(GEMM_CLASSES) - {"experts"}
     out = {cls: "bf16" if cls in unconverted else dtype for cls in GEMM_CLASSES}
     if "group_size" in extra and "int4_w4a16" not in out.values():
         extra = {}

@@ -12,6 +12,8 @@ records that per class (:data:`~prfaas_plan.vocab.GemmClass`), and
   (block 128: 1.000244 B).
 * ``int4_w4a16`` (int4 weights, one bf16 scale per ``group_size`` weights, symmetric, so no
   zero point): 0.5 + 2 / group_size B (group 32: 0.5625 B).
+* ``mxfp4_w4a16`` (OCP MXFP4: e2m1 weights, one 8-bit e8m0 scale per block of 32, fixed by the
+  format): 0.5 + 1 / 32 = 0.53125 B.
 
 Weights outside the four classes (the input embedding, MoE routers, the non-matmul parameters of
 linear-attention layers) stay bf16 in every checkpoint of the model database
@@ -33,6 +35,11 @@ UNQUANTISED_BYTES_PER_PARAM = DTYPE_BYTES["bf16"]
 (fp32 in an all-fp32 model: the CPU microbenchmark's drafts)."""
 _FP32_SCALE_BYTES = 4.0
 _BF16_SCALE_BYTES = DTYPE_BYTES["bf16"]
+MX_BLOCK = 32
+"""Elements per shared scale in the OCP Microscaling formats (MX v1.0 spec, section 5: k = 32, the
+scale an 8-bit E8M0 power of two;
+https://www.opencompute.org/documents/ocp-microscaling-formats-mx-v1-0-spec-final-pdf)."""
+_E8M0_SCALE_BYTES = 1.0
 
 
 class GemmDtypes(BaseModel):
@@ -80,6 +87,8 @@ class GemmDtypes(BaseModel):
             return DTYPE_BYTES["fp8"] + _FP32_SCALE_BYTES / self.block**2
         if dtype == "int4_w4a16":
             return DTYPE_BYTES["int4"] + _BF16_SCALE_BYTES / self.group_size
+        if dtype == "mxfp4_w4a16":
+            return DTYPE_BYTES["int4"] + _E8M0_SCALE_BYTES / MX_BLOCK  # 4-bit elements, whatever their encoding
         return DTYPE_BYTES[dtype]
 
     @property
@@ -117,4 +126,4 @@ class GemmDtypes(BaseModel):
         return f"{name(main)} ({rest})" if rest else name(main)
 
 
-__all__ = ["UNQUANTISED_BYTES_PER_PARAM", "GemmDtypes"]
+__all__ = ["MX_BLOCK", "UNQUANTISED_BYTES_PER_PARAM", "GemmDtypes"]

@@ -9,7 +9,7 @@ GPU measured. For a kernel of ``flops``, ``bytes_moved`` and ``tiles`` output ti
    and prologue cost is set by the driver and host (A100 and H200 both measure 2.4-2.5 us).
 2. **Split the rest by the source's roofline.** ``roof = max(flops / (peak * u), bytes / hbm)``
    with ``peak`` the dense tensor-core peak *of the dtype* (fp8 and fp8_block on the FP8 peak;
-   int4_w4a16 computes in bf16 and only its bytes shrink) and ``u`` the wave utilisation below.
+   int4_w4a16 and mxfp4_w4a16 compute in bf16 and only their bytes shrink) and ``u`` the wave utilisation below.
    The kernel's efficiency on the source, ``busy = roof_src / (t_src - floor)`` (contract A's
    convention, above the floor), is the share of its time the bounding resource works at peak.
 3. **Carry the efficiency over.** That share scales with the target's own roofline
@@ -51,7 +51,7 @@ _FP8_DTYPES = ("fp8", "fp8_block")
 
 
 def peak_flops_per_s(gpu: GPU, dtype: str) -> float:
-    """Dense tensor-core FLOP/s of ``gpu`` for ``dtype`` (int4_w4a16 computes in bf16)."""
+    """Dense tensor-core FLOP/s of ``gpu`` for ``dtype`` (the W4A16 dtypes compute in bf16)."""
     if dtype not in GEMM_DTYPES:
         raise InvalidInput(f"dtype: unknown GEMM dtype {dtype!r}{did_you_mean(dtype, list(GEMM_DTYPES))}; "
                            f"use one of {', '.join(GEMM_DTYPES)}")
