@@ -298,6 +298,37 @@ def test_the_importer_leaves_out_vllm_fp8_block_gemms_timed_outside_cuda_graphs(
         assert set(prov["families"]["gemm"]["tables"]["gemm"]["kernel_source"]) == kept
 
 
+def test_the_importer_keeps_only_h100s_vllm_moe_family(tmp_path):
+    # kernels_import.VLLM_GPUS: H200 takes every vLLM family, H100 its fused-MoE table alone (the
+    # 7 MB budget), SGLang every family on both
+    import pandas as pd
+
+    for gpu in ("h200_sxm", "h100_sxm"):
+        for engine, version in (("vllm", "0.24.0"), ("sglang", "0.5.14")):
+            base = tmp_path / "aiconfigurator_core" / "systems" / "data" / gpu
+            (base / "gemm" / engine / version).mkdir(parents=True)
+            (base / "moe" / engine / version).mkdir(parents=True)
+            kernel = "torch.nn.functional.linear" if engine == "vllm" else "sglang_torch_linear"
+            pd.DataFrame([dict(framework=engine.upper(), version=version, device=gpu, op_name="gemm", kernel_source=kernel,
+                               gemm_dtype="bfloat16", m=m, n=1024, k=3072, latency=0.0065) for m in (1, 8)]
+                         ).to_parquet(base / "gemm" / engine / version / "gemm_perf.parquet")
+            moe = "vllm_gptossmxfp4moe_triton_oaitritonmxfp4expertsmonolithic" if engine == "vllm" else \
+                "sglang_fused_moe_triton"
+            pd.DataFrame([dict(framework=engine.upper(), version=version, device=gpu, op_name="moe", kernel_source=moe,
+                               moe_dtype="w4a16_mxfp4", num_tokens=n, hidden_size=2880, inter_size=2880, topk=4,
+                               num_experts=128, moe_tp_size=1, moe_ep_size=1, distribution="balanced", latency=0.2)
+                          for n in (1, 8)]).to_parquet(base / "moe" / engine / version / "moe_perf.parquet")
+    out = tmp_path / "out"
+    kernels_import.import_kernels(["h200", "h100"], out, folder=tmp_path, echo=lambda line: None)
+    families = {p.parent.relative_to(out).as_posix(): sorted(q.stem for q in p.parent.glob("*.npz"))
+                for p in out.glob("*/*/provenance.yaml")}
+    assert families == {"h200/vllm-0.24.0": ["gemm", "moe"], "h200/sglang-0.5.14": ["gemm", "moe"],
+                        "h100/vllm-0.24.0": ["moe"], "h100/sglang-0.5.14": ["gemm", "moe"]}
+    prov = yaml.safe_load((out / "h100" / "vllm-0.24.0" / "provenance.yaml").read_text())
+    assert prov["families"]["moe"]["tables"]["moe"]["kernel_source"] == {
+        "mxfp4_w4a16": ["vllm_gptossmxfp4moe_triton_oaitritonmxfp4expertsmonolithic"]}
+
+
 def test_the_importer_leaves_out_moe_tables_that_timed_ep_ranks_with_ep_times_their_work(tmp_path):
     # aiconfigurator's SGLang MoE collector before its rank-0 projection fix (kernels_import.EP_UNPROJECTED)
     # timed moe_ep 8 as slow as one GPU running every expert: where a later collection exists (H200's 0.5.14)
