@@ -19,8 +19,9 @@ counts once (:data:`REPEATED_RUN`: its status names the row; the summaries read 
 What a row ran is what its engine can load (counted in the frame's ``attrs["remapped"]``,
 :data:`REMAPS`): a checkpoint that ships a GEMM class quantised runs it in its own scheme (the
 CSV's per-tensor ``fp8`` label on the FP8 block-128 MiniMax-M2.5 and Qwen3-235B-A22B-FP8
-checkpoints is not what vLLM loads), and an expert split the engines refuse (FP8 block experts
-left a fraction of a block per GPU: MiniMax-M2.5 over 8 GPUs) ran expert parallel, their fix.
+checkpoints is not what vLLM loads, nor its ``nvfp4`` on gpt-oss-120b's MXFP4 experts), and an
+expert split the engines refuse (FP8 block experts left a fraction of a block per GPU: MiniMax-M2.5
+over 8 GPUs) ran expert parallel, their fix.
 
 The benchmark protocol of a row (:func:`_protocol`, counted in the frame's
 ``attrs["protocols"]``): the measured numbers are means over a finite run, not a steady state.
