@@ -181,6 +181,7 @@ def _cases() -> list[Case]:
         c("plan: unknown model in scenario", "plan {t}/sc-unknown-model.yaml"),
         c("plan: unknown GPU in scenario", "plan {t}/sc-unknown-gpu.yaml"),
         c("plan: binary model in scenario", "plan {t}/sc-binary-model.yaml"),
+        c("plan: MXFP8 activations on Hopper", "plan {t}/sc-mx-on-hopper.yaml -o out.json"),
         c("plan: --load 0", "plan paper-case-study --load 0"),
         c("plan: --load 1.5", "plan paper-case-study --load 1.5"),
         c("plan: --load nan", "plan paper-case-study --load nan"),
@@ -374,6 +375,7 @@ def _write_fixtures(t: Path) -> None:
         "sc-unknown-model": scenario.replace("model: kimi-linear-1t", "model: kimi-linear-2t"),
         "sc-unknown-gpu": scenario.replace("  gpu: h200", "  gpu: h2000"),
         "sc-binary-model": scenario.replace("model: kimi-linear-1t", f"model: {t / 'binary.yaml'}"),
+        "sc-mx-on-hopper": scenario.replace("model: kimi-linear-1t", "model: gpt-oss-120b\ngemm_dtypes: {experts: mxfp4_w4a8}"),
     }
     for name, text in variants.items():
         assert text != scenario, name

@@ -41,6 +41,12 @@ class Efficiency(BaseModel):
     provenance: str = Field(min_length=1, description="where these numbers come from")
 
 
+MX_ARCHS: tuple[str, ...] = ("blackwell",)
+"""Architectures whose tensor cores take OCP microscaling (MX) operands, which a ``mxfp4_w4a8`` GEMM
+needs: Blackwell's fifth-generation tensor cores (MXFP8 / MXFP6 / MXFP4 with block scales in
+hardware; https://resources.nvidia.com/en-us-blackwell-architecture); Hopper and earlier have none."""
+
+
 class GPU(BaseModel):
     """One accelerator type."""
 
@@ -76,6 +82,12 @@ class GPU(BaseModel):
     def peak_flops(self) -> float:
         """Dense bf16 FLOP/s."""
         return self.bf16_dense_tflops * 1e12
+
+    def check_mx(self, dtype: str) -> None:
+        """One-line InvalidInput where GEMM dtype ``dtype`` needs MX tensor cores (:data:`MX_ARCHS`) this GPU lacks."""
+        if dtype == "mxfp4_w4a8" and self.arch not in MX_ARCHS:
+            raise InvalidInput(f"gemm_dtypes: {self.id} ({self.arch}) has no MX tensor cores, so it cannot run mxfp4_w4a8 "
+                               "(MXFP8 activations); use mxfp4_w4a16 on it")
 
     @property
     def memory_bytes(self) -> float:

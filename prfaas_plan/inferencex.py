@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 
-from prfaas_plan.vocab import KvDtype
+from prfaas_plan.vocab import GemmDtype, KvDtype
 
 if TYPE_CHECKING:
     from prfaas_plan.validate import Case
@@ -88,7 +88,9 @@ class Recipe:
     for an ``(isl, osl)`` it lists) and how often its scheduler polls for new requests
     (``--scheduler-recv-interval``: ``recv_interval``, ``(least concurrency, decode steps)`` pairs,
     the last the row's concurrency reaches applies) and the share of memory weights and KV take
-    (SGLang ``--mem-fraction-static``: ``mem_fraction``); None: the engine's defaults.
+    (SGLang ``--mem-fraction-static``: ``mem_fraction``) and the experts' GEMM dtype where an
+    environment switch selects another kernel (vLLM ``VLLM_USE_FLASHINFER_MOE_MXFP4_MXFP8=1``:
+    ``experts_dtype`` "mxfp4_w4a8"); None: the engine's defaults.
     ``version`` / ``tp`` / ``precision``: only rows of that engine version / attention TP / CSV
     precision label (None: any). ``key``: the config key that runs the script, ``runs`` its
     versions (:class:`RecipeRun`), ``spec`` its speculative decoding ("none" or "mtp")."""
@@ -104,6 +106,7 @@ class Recipe:
     max_running_at: tuple[tuple[int, int, int], ...] = ()
     recv_interval: tuple[tuple[int, int], ...] = ()
     mem_fraction: float | None = None
+    experts_dtype: GemmDtype | None = None
     version: str | None = None
     tp: int | None = None
     precision: str | None = None
@@ -225,6 +228,17 @@ RECIPES = (
       for system, commit, script in (("h100_sxm", "af4ccd03f", "70b_fp8_h100_slurm.sh and 70b_fp8_h100_docker.sh"),
                                      ("h200_sxm", "9596d23d7", "70b_fp8_h200_slurm.sh"),
                                      ("b200_sxm", "4b860b78e", "70b_fp8_b200_docker.sh"))),
+    Recipe("b200_sxm", "gpt-oss-120b", "vllm",
+           f"{_IX}/d2c2acb19/benchmarks/single_node/gptoss_fp4_b200.sh (config.yaml: kv-cache-dtype: fp8, "
+           "max-num-batched-tokens: 8192; VLLM_USE_FLASHINFER_MOE_MXFP4_MXFP8=1, FlashInfer's TRT-LLM experts on "
+           "MXFP8 activations; kv fp8 since 25506e87c, 2025-12-05, MXFP8 since 2025-09-24; the vLLM 0.15.1 rows "
+           "of 2026-02-25)", kv_dtype="fp8", experts_dtype="mxfp4_w4a8", version="0.15.1",
+           key="gptoss-fp4-b200-vllm",
+           # d2c2acb19 took the key to vLLM 0.15.1; da5515841 moved it to 0.16.0 and cad1169b9 reverted that
+           runs=tuple(_run(commit, since, until, (_ALL, 1, 1, 4, 128), (_ALL, 2, 1, 4, 128), (_ALL, 4, 1, 4, 64),
+                           (_ALL[:2], 8, 1, 4, 8), (_ALL[2:], 8, 1, 4, 4))
+                      for commit, since, until in (("d2c2acb19", "2026-02-25T19:02:08Z", "2026-03-10T15:49:28Z"),
+                                                   ("cad1169b9", "2026-03-10T16:48:43Z", _MAR28)))),
 )
 """InferenceX launch settings that differ from the engine's defaults, each with its script (the
 version in force at the rows' ``measured=`` dates); every other InferenceX recipe of a system,

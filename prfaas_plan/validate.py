@@ -41,8 +41,9 @@ The benchmark protocol of a row (:func:`_protocol`, counted in the frame's
   (:data:`INFERENCEX_COLLECTION`);
 * an InferenceX run is predicted with the engine as its launch script started it where that script
   sets the token budget per step (SGLang ``--chunked-prefill-size``, vLLM
-  ``--max-num-batched-tokens``) or the KV-cache dtype (``--kv-cache-dtype``): :data:`~prfaas_plan.inferencex.RECIPES`,
-  counted in ``attrs["recipe_budget"]`` and ``attrs["recipe_kv_dtype"]``;
+  ``--max-num-batched-tokens``), the KV-cache dtype (``--kv-cache-dtype``) or the experts' GEMM
+  dtype (vLLM ``VLLM_USE_FLASHINFER_MOE_MXFP4_MXFP8=1``): :data:`~prfaas_plan.inferencex.RECIPES`,
+  counted in ``attrs["recipe_budget"]``, ``attrs["recipe_kv_dtype"]`` and ``attrs["recipe_experts_dtype"]``;
 * a disaggregated InferenceX row that does not give its worker counts takes those of its recipe in
   the version of InferenceX's config in force when it was measured (:data:`~prfaas_plan.inferencex.DISAGG_RECIPES`), and
   the recipe's DP attention, which such rows drop; where the recipes that fit it disagree (in
@@ -78,7 +79,7 @@ from prfaas_plan.errors import InvalidInput, PlanError
 from prfaas_plan.inferencex import DISAGG_RECIPES, RECIPES, parse_utc
 from prfaas_plan.layout import Layout, check_layout, expert_tp_problem
 from prfaas_plan.serving import BenchmarkRun
-from prfaas_plan.vocab import GEMM_CLASSES, MOE_ROUTINGS, KvDtype, check_choice
+from prfaas_plan.vocab import GEMM_CLASSES, MOE_ROUTINGS, GemmDtype, KvDtype, check_choice
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -262,6 +263,7 @@ class Case:
     max_running: int | None = None  # --max-running-requests as the run's recipe launched it; None: the profile's
     recv_interval_steps: int | None = None  # --scheduler-recv-interval as the run's recipe launched it; None: the profile's
     mem_fraction: float | None = None  # --mem-fraction-static as the run's recipe launched it; None: the profile's
+    experts_dtype: GemmDtype | None = None  # the experts' GEMM dtype as the run's recipe launched it; None: the checkpoint's
 
 
 @dataclass(frozen=True)
@@ -612,7 +614,8 @@ def predict(case: Case, models: dict) -> tuple[float, float] | str:
     """(TTFT ms, TPOT ms) of one case, or the status of a prediction the model refuses."""
     from prfaas_plan.model.cache import CacheSettings
 
-    model = _model(models, case.model_id, case.dtypes, case.moe_routing)
+    dtypes = case.dtypes if case.experts_dtype is None else (*case.dtypes, ("experts", case.experts_dtype))
+    model = _model(models, case.model_id, dtypes, case.moe_routing)
     settings = CacheSettings(kv_dtype=case.kv_dtype) if case.kv_dtype != "bf16" else None
     try:
         if case.decode_layout is not None:
@@ -662,7 +665,7 @@ def _frame(rows: list[dict], strict: bool, moe_routing: str = "balanced") -> pd.
     protocols: Counter = Counter()
     remapped: Counter = Counter()
     runs: dict[tuple, int] = {}  # each measured run, as predicted: the first row that holds it
-    budgets = kv_dtypes = schedulers = memories = workers = dp_attention = 0
+    budgets = kv_dtypes = schedulers = memories = experts = workers = dp_attention = 0
     cases = [_map_row(row, models, strict, moe_routing) for row in rows]
     spans = [_measured_span(row) for row in rows]
     measured = [_measurement(row, case) if isinstance(case, Case) else None for row, case in zip(rows, cases)]
@@ -687,6 +690,7 @@ def _frame(rows: list[dict], strict: bool, moe_routing: str = "balanced") -> pd.
             kv_dtypes += case.kv_dtype != "bf16"
             schedulers += case.max_running is not None or case.recv_interval_steps is not None
             memories += case.mem_fraction is not None
+            experts += case.experts_dtype is not None
             took_workers, took_dp = _from_recipe(row, case)
             workers += took_workers
             dp_attention += took_dp
@@ -707,6 +711,7 @@ def _frame(rows: list[dict], strict: bool, moe_routing: str = "balanced") -> pd.
     df.attrs["recipe_kv_dtype"] = kv_dtypes  # ... and at its KV-cache dtype
     df.attrs["recipe_scheduler"] = schedulers  # ... and at its running-request cap or scheduler polling
     df.attrs["recipe_memory"] = memories  # ... and at its static memory share
+    df.attrs["recipe_experts_dtype"] = experts  # ... and with its experts' GEMM dtype
     df.attrs["recipe_workers"] = workers  # disaggregated runs at their recipe's workers (DISAGG_RECIPES)
     df.attrs["recipe_dp_attention"] = dp_attention  # ... and at its DP attention, which the row does not give
     return df
@@ -747,7 +752,8 @@ def _as_launched(row: dict, case: Case, span: tuple[datetime, datetime] | None) 
         return f"{SPECULATIVE_RUN}: {recipe.key} ({recipe.spec})"
     return replace(case, token_budget=recipe.budget(case.isl_tokens), kv_dtype=recipe.kv_dtype or case.kv_dtype,
                    max_running=recipe.running(case.isl_tokens, case.osl_tokens),
-                   recv_interval_steps=recipe.recv_steps(case.concurrency), mem_fraction=recipe.mem_fraction)
+                   recv_interval_steps=recipe.recv_steps(case.concurrency), mem_fraction=recipe.mem_fraction,
+                   experts_dtype=recipe.experts_dtype)
 
 
 def _remapped(row: dict, case: Case, stored: GemmDtypes, twin: bool = False) -> list[str]:

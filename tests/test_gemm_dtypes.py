@@ -30,6 +30,7 @@ def test_bytes_per_param_closed_forms():
     assert GemmDtypes.uniform("int4_w4a16", group_size=32).bytes_per_param("lm_head") == INT4_G32_B == 0.5625
     assert GemmDtypes.uniform("int4_w4a16", group_size=128).bytes_per_param("experts") == 0.5 + 2 / 128
     assert GemmDtypes.uniform("mxfp4_w4a16").bytes_per_param("experts") == MXFP4_B == 0.53125
+    assert GemmDtypes.uniform("mxfp4_w4a8").bytes_per_param("experts") == MXFP4_B  # same weights, MXFP8 activations
 
 
 def test_deepseek_v3_reproduces_the_published_safetensors_by_dtype():
@@ -122,7 +123,7 @@ def test_override_changes_bytes_by_the_closed_form():
 
 @pytest.mark.parametrize("overrides, words", [
     ({"expert": "bf16"}, ["'expert'", "attention, dense_ffn, experts, lm_head"]),
-    ({"experts": "int3"}, ["gemm_dtypes.experts", "'int3'", "bf16, fp8, fp8_block, int4_w4a16, fp32, mxfp4_w4a16"]),
+    ({"experts": "int3"}, ["gemm_dtypes.experts", "'int3'", "bf16, fp8, fp8_block, int4_w4a16, fp32, mxfp4_w4a16, mxfp4_w4a8"]),
     ({"experts": "int4_w4a16"}, ["group_size"]),
     ({"group_size": 32}, ["group_size", "no class is int4_w4a16"]),
 ])

@@ -18,6 +18,7 @@ from prfaas_plan.bench import kernels_import
 from prfaas_plan.cli import main
 from prfaas_plan.errors import InvalidInput
 from prfaas_plan.hardware import load_gpu
+from prfaas_plan.perf import kernels as K
 from prfaas_plan.perf.kernels import CODES, kernel_tables, kernels_dir
 
 WHEEL_DIR = Path("/tmp/acc/w")
@@ -296,6 +297,21 @@ def test_the_importer_leaves_out_vllm_fp8_block_gemms_timed_outside_cuda_graphs(
     for engine, version, kept in (("vllm", "0.24.0", {"bf16"}), ("sglang", "0.5.14", {"bf16", "fp8_block"})):
         prov = yaml.safe_load((out / "h200" / f"{engine}-{version}" / "provenance.yaml").read_text())
         assert set(prov["families"]["gemm"]["tables"]["gemm"]["kernel_source"]) == kept
+
+
+def test_mxfp4_with_mxfp8_activations_runs_on_blackwell_only():
+    # B200's SGLang 0.5.14 collection times gpt-oss's experts in FlashInfer's TRT-LLM kernel with
+    # MXFP8 activations: at 16,384 tokens on one GPU the wheel's row is 1.581 ms, the bf16-activation
+    # kernel's 5.99 ms; FP8 operands run at the FP8 peak. Hopper has no MX tensor cores.
+    b200 = kernel_tables(load_gpu("b200"), "sglang")
+    w4a8 = b200.moe(16384, 2880, 2880, 4, 128, 1, 1, "mxfp4_w4a8")
+    w4a16 = b200.moe(16384, 2880, 2880, 4, 128, 1, 1, "mxfp4_w4a16")
+    assert w4a8.source == "table b200 sglang-0.5.14 sglang_flashinfer_trtllm_moe"
+    assert w4a8.latency_s == pytest.approx(1.581e-3, rel=1e-3) and w4a16.latency_s > 3 * w4a8.latency_s
+    assert K.peak_flops(load_gpu("b200"), "mxfp4_w4a8") == load_gpu("b200").fp8_dense_tflops * 1e12
+    for gpu in ("h200", "h20"):
+        with pytest.raises(InvalidInput, match=r"^gemm_dtypes: \S+ \(hopper\) has no MX tensor cores.*use mxfp4_w4a16"):
+            kernel_tables(load_gpu(gpu), "sglang").moe(8, 2880, 2880, 4, 128, 1, 1, "mxfp4_w4a8")
 
 
 def test_the_importer_keeps_only_h100s_vllm_moe_family(tmp_path):

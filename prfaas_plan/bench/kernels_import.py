@@ -61,9 +61,10 @@ ALL_VERSION_GPUS = ("h200",)
 """GPUs whose tables of every collected engine version are kept (the others: the newest of each
 source), for engine profiles that name an older version (:func:`prfaas_plan.perf.kernels.pick_table`)."""
 DTYPES = {"bfloat16": "bf16", "fp8": "fp8", "fp8_block": "fp8_block", "int4_wo": "int4_w4a16",
-          "w4a16_mxfp4": "mxfp4_w4a16"}
+          "w4a16_mxfp4": "mxfp4_w4a16", "w4a8_mxfp4_mxfp8": "mxfp4_w4a8"}
 """Wheel dtype names -> ours (int4_wo: int4 weights, 16-bit activations, i.e. W4A16 Marlin;
-w4a16_mxfp4: MXFP4 weights, 16-bit activations, gpt-oss's experts on Hopper)."""
+w4a16_mxfp4: MXFP4 weights, 16-bit activations, gpt-oss's experts on Hopper; w4a8_mxfp4_mxfp8: the
+same weights with MXFP8 activations, Blackwell's FlashInfer TRT-LLM MoE)."""
 KERNEL_PREFERENCE = {
     ("sglang", "gemm"): ("sglang_torch_linear", "sglang_sgl_kernel_fp8_scaled_mm", "sglang_deepgemm_gemm_nt_f8f8bf16",
                          "sglang"),

@@ -79,6 +79,8 @@ def _echo_mapping(df: pd.DataFrame) -> None:
                    f"{df.attrs['recipe_scheduler']:,}")
     if df.attrs.get("recipe_memory"):
         typer.echo(f"rows run at their launch script's static memory share: {df.attrs['recipe_memory']:,}")
+    if df.attrs.get("recipe_experts_dtype"):
+        typer.echo(f"rows run at their launch script's experts dtype: {df.attrs['recipe_experts_dtype']:,}")
     if df.attrs.get("recipe_workers"):  # disaggregated runs at their recipe's workers (inferencex.DISAGG_RECIPES)
         typer.echo(f"disaggregated rows at their recipe's worker counts: {df.attrs['recipe_workers']:,} "
                    f"({df.attrs.get('recipe_dp_attention', 0):,} with its DP attention)")

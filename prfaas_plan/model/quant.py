@@ -13,7 +13,8 @@ records that per class (:data:`~prfaas_plan.vocab.GemmClass`), and
 * ``int4_w4a16`` (int4 weights, one bf16 scale per ``group_size`` weights, symmetric, so no
   zero point): 0.5 + 2 / group_size B (group 32: 0.5625 B).
 * ``mxfp4_w4a16`` (OCP MXFP4: e2m1 weights, one 8-bit e8m0 scale per block of 32, fixed by the
-  format): 0.5 + 1 / 32 = 0.53125 B.
+  format): 0.5 + 1 / 32 = 0.53125 B; ``mxfp4_w4a8`` stores the same weights (its activations are
+  MXFP8).
 
 Weights outside the four classes (the input embedding, MoE routers, the non-matmul parameters of
 linear-attention layers) stay bf16 in every checkpoint of the model database
@@ -87,7 +88,7 @@ class GemmDtypes(BaseModel):
             return DTYPE_BYTES["fp8"] + _FP32_SCALE_BYTES / self.block**2
         if dtype == "int4_w4a16":
             return DTYPE_BYTES["int4"] + _BF16_SCALE_BYTES / self.group_size
-        if dtype == "mxfp4_w4a16":
+        if dtype in ("mxfp4_w4a16", "mxfp4_w4a8"):
             return DTYPE_BYTES["int4"] + _E8M0_SCALE_BYTES / MX_BLOCK  # 4-bit elements, whatever their encoding
         return DTYPE_BYTES[dtype]
 

@@ -47,7 +47,7 @@ TILE_ROWS = 128
 """Rows (and columns) of one output tile: the 128x128 CTA tile of Hopper/Ampere GEMM and
 FlashAttention kernels (CUTLASS, DeepGEMM, FA2/FA3 defaults)."""
 
-_FP8_DTYPES = ("fp8", "fp8_block")
+_FP8_DTYPES = ("fp8", "fp8_block", "mxfp4_w4a8")
 
 
 def peak_flops_per_s(gpu: GPU, dtype: str) -> float:
@@ -55,6 +55,7 @@ def peak_flops_per_s(gpu: GPU, dtype: str) -> float:
     if dtype not in GEMM_DTYPES:
         raise InvalidInput(f"dtype: unknown GEMM dtype {dtype!r}{did_you_mean(dtype, list(GEMM_DTYPES))}; "
                            f"use one of {', '.join(GEMM_DTYPES)}")
+    gpu.check_mx(dtype)
     if dtype in _FP8_DTYPES:
         if gpu.fp8_dense_tflops is None:
             raise InvalidInput(f"dtype: {gpu.id} has no FP8 tensor cores (no fp8_dense_tflops), so it cannot run "
