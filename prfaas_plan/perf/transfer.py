@@ -8,8 +8,9 @@ GPU measured. For a kernel of ``flops``, ``bytes_moved`` and ``tiles`` output ti
    2.4 us for a GEMM, 16 us for a fused MoE on H200 with SGLang 0.5.14), is kept unchanged: launch
    and prologue cost is set by the driver and host (A100 and H200 both measure 2.4-2.5 us).
 2. **Split the rest by the source's roofline.** ``roof = max(flops / (peak * u), bytes / hbm)``
-   with ``peak`` the dense tensor-core peak *of the dtype* (fp8 and fp8_block on the FP8 peak;
-   int4_w4a16 and mxfp4_w4a16 compute in bf16 and only their bytes shrink) and ``u`` the wave utilisation below.
+   with ``peak`` the dense tensor-core peak *of the dtype* (fp8, fp8_block and mxfp4_w4a8 on the FP8
+   peak; int4_w4a16 and mxfp4_w4a16 compute in bf16 and only their bytes shrink) and ``u`` the wave
+   utilisation below.
    The kernel's efficiency on the source, ``busy = roof_src / (t_src - floor)`` (contract A's
    convention, above the floor), is the share of its time the bounding resource works at peak.
 3. **Carry the efficiency over.** That share scales with the target's own roofline
