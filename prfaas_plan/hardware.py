@@ -56,6 +56,8 @@ class GPU(BaseModel):
     name: str
     bf16_dense_tflops: PositiveFloat
     fp8_dense_tflops: PositiveFloat | None = None
+    fp4_dense_tflops: PositiveFloat | None = Field(
+        default=None, description="dense FP4 tensor-core peak, TFLOP/s (Blackwell): NVFP4 GEMMs; None: no FP4 tensor cores")
     fp32_tflops: PositiveFloat | None = Field(
         default=None, description="FP32 (non-tensor-core) peak, TFLOP/s: GEMMs an engine runs in fp32 (MoE routers)")
     memory_gib: PositiveFloat
@@ -83,11 +85,15 @@ class GPU(BaseModel):
         """Dense bf16 FLOP/s."""
         return self.bf16_dense_tflops * 1e12
 
-    def check_mx(self, dtype: str) -> None:
-        """One-line InvalidInput where GEMM dtype ``dtype`` needs MX tensor cores (:data:`MX_ARCHS`) this GPU lacks."""
+    def check_gemm_dtype(self, dtype: str) -> None:
+        """One-line InvalidInput where GEMM dtype ``dtype`` needs tensor cores this GPU lacks: MX
+        operands (:data:`MX_ARCHS`) for mxfp4_w4a8, FP4 (``fp4_dense_tflops``) for nvfp4."""
         if dtype == "mxfp4_w4a8" and self.arch not in MX_ARCHS:
             raise InvalidInput(f"gemm_dtypes: {self.id} ({self.arch}) has no MX tensor cores, so it cannot run mxfp4_w4a8 "
                                "(MXFP8 activations); use mxfp4_w4a16 on it")
+        if dtype == "nvfp4" and self.fp4_dense_tflops is None:
+            raise InvalidInput(f"gemm_dtypes: {self.id} has no FP4 tensor cores (no fp4_dense_tflops), so it cannot run "
+                               "nvfp4; serve the checkpoint's bf16 or FP8 release on it")
 
     @property
     def memory_bytes(self) -> float:

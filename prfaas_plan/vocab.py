@@ -37,12 +37,13 @@ BenchDevice = Literal["auto", "cpu", "cuda"]
 """Where the microbenchmark harness runs."""
 BenchStatistic = Literal["min", "median"]
 """Which per-case time of the repeats calibration uses."""
-GemmDtype = Literal["bf16", "fp8", "fp8_block", "int4_w4a16", "fp32", "mxfp4_w4a16", "mxfp4_w4a8"]
+GemmDtype = Literal["bf16", "fp8", "fp8_block", "int4_w4a16", "fp32", "mxfp4_w4a16", "mxfp4_w4a8", "nvfp4"]
 """How a GEMM runs: bf16; FP8 e4m3 with per-tensor scales; FP8 with 128x128 block scales
 (DeepSeek-style); int4 weights in groups with bf16 activations (Marlin-style W4A16); MXFP4 weights
 (OCP microscaling: e2m1 elements, one e8m0 scale per 32) with bf16 activations, as gpt-oss ships
 its experts and Hopper runs them; MXFP4 weights with MXFP8 activations (Blackwell's MX tensor cores,
-at the FP8 rate); fp32 (the CPU microbenchmark's torch drafts only)."""
+at the FP8 rate); NVFP4 weights and activations (e2m1, one FP8 e4m3 scale per 16; Blackwell's FP4
+tensor cores, at the FP4 rate); fp32 (the CPU microbenchmark's torch drafts only)."""
 GemmClass = Literal["attention", "dense_ffn", "experts", "lm_head"]
 """The GEMM classes a checkpoint quantises separately (projections of attention, dense FFNs and
 shared experts, routed experts, the output head)."""

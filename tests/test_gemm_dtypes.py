@@ -31,6 +31,7 @@ def test_bytes_per_param_closed_forms():
     assert GemmDtypes.uniform("int4_w4a16", group_size=128).bytes_per_param("experts") == 0.5 + 2 / 128
     assert GemmDtypes.uniform("mxfp4_w4a16").bytes_per_param("experts") == MXFP4_B == 0.53125
     assert GemmDtypes.uniform("mxfp4_w4a8").bytes_per_param("experts") == MXFP4_B  # same weights, MXFP8 activations
+    assert GemmDtypes.uniform("nvfp4").bytes_per_param("experts") == 0.5 + 1 / 16 == 0.5625  # FP8 scale per 16
 
 
 def test_deepseek_v3_reproduces_the_published_safetensors_by_dtype():
@@ -91,6 +92,17 @@ def test_gpt_oss_120b_weights_match_its_published_checkpoint_size():
     assert w.total_bytes / 2**30 == pytest.approx(60.8, rel=0.003)
 
 
+def test_minimax_nvfp4_release_is_the_fp8_checkpoint_with_nvfp4_experts_and_bf16_attention():
+    # NVIDIA's NVFP4 release (its quantization_config: every Linear but lm_head, the routers and
+    # self_attn in NVFP4): 62 x 256 routed experts of 3 x 3072 x 1536 at 0.5625 B, attention bf16
+    fp8, fp4 = load_model("minimax-m2.5"), load_model("minimax-m2.5-nvfp4")
+    assert fp4.param_counts() == fp8.param_counts() and fp4.layer_kinds == fp8.layer_kinds
+    w = fp4.weight_bytes()
+    assert w.experts_bytes == 62 * 256 * 3 * 3072 * 1536 * 0.5625
+    assert w.attention_bytes == 2 * fp8.param_counts().attention_gemm
+    assert w.total_bytes / 1e9 == pytest.approx(134.40, abs=0.01)
+
+
 def test_bf16_models_keep_two_bytes_per_parameter():
     for m in list_model_specs():
         if all(m.gemm_dtype(c) == "bf16" for c in GEMM_CLASSES):
@@ -123,7 +135,7 @@ def test_override_changes_bytes_by_the_closed_form():
 
 @pytest.mark.parametrize("overrides, words", [
     ({"expert": "bf16"}, ["'expert'", "attention, dense_ffn, experts, lm_head"]),
-    ({"experts": "int3"}, ["gemm_dtypes.experts", "'int3'", "bf16, fp8, fp8_block, int4_w4a16, fp32, mxfp4_w4a16, mxfp4_w4a8"]),
+    ({"experts": "int3"}, ["gemm_dtypes.experts", "'int3'", "bf16, fp8, fp8_block, int4_w4a16, fp32, mxfp4_w4a16, mxfp4_w4a8, nvfp4"]),
     ({"experts": "int4_w4a16"}, ["group_size"]),
     ({"group_size": 32}, ["group_size", "no class is int4_w4a16"]),
 ])

@@ -36,6 +36,7 @@ FIXTURES = {
     "qwen3-next-80b-a3b.json": "qwen3-next-80b-a3b",
     "qwen3.5-397b-a17b.json": "qwen3.5-397b-a17b",
     "gpt-oss-120b.json": "gpt-oss-120b",
+    "minimax-m2.5-nvfp4.json": "minimax-m2.5-nvfp4",
 }
 
 SETTINGS = {

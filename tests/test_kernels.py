@@ -314,6 +314,23 @@ def test_mxfp4_with_mxfp8_activations_runs_on_blackwell_only():
             kernel_tables(load_gpu(gpu), "sglang").moe(8, 2880, 2880, 4, 128, 1, 1, "mxfp4_w4a8")
 
 
+def test_nvfp4_reads_blackwells_fp4_kernels_and_hopper_refuses_it():
+    # B200's SGLang 0.5.14 collection: FlashInfer's CuTe-DSL NVFP4 GEMM at 4096^3 (0.063941 ms) and the
+    # TRT-LLM NVFP4 MoE at MiniMax-M2.5's shape, 4,096 tokens on one GPU (0.449672 ms): the wheel's rows
+    b200 = load_gpu("b200")
+    kt = kernel_tables(b200, "sglang")
+    g = kt.gemm(4096, 4096, 4096, "nvfp4")
+    assert g.source == "table b200 sglang-0.5.14 sglang_flashinfer_cutedsl_nvfp4"
+    assert g.latency_s == pytest.approx(0.063941e-3, rel=1e-5)
+    m = kt.moe(4096, 3072, 1536, 8, 256, 1, 1, "nvfp4")
+    assert m.source == "table b200 sglang-0.5.14 sglang_flashinfer_trtllm_moe"
+    assert m.latency_s == pytest.approx(0.449672e-3, rel=1e-5)
+    assert K.peak_flops(b200, "nvfp4") == 9000e12 == 2 * K.peak_flops(b200, "fp8")  # HGX B200, dense
+    for gpu in ("h200", "h20"):
+        with pytest.raises(InvalidInput, match=r"^gemm_dtypes: \S+ has no FP4 tensor cores \(no fp4_dense_tflops\)"):
+            kernel_tables(load_gpu(gpu), "sglang").gemm(4096, 4096, 4096, "nvfp4")
+
+
 def test_the_importer_keeps_only_h100s_vllm_moe_family(tmp_path):
     # kernels_import.VLLM_GPUS: H200 takes every vLLM family, H100 its fused-MoE table alone (the
     # 7 MB budget), SGLang every family on both

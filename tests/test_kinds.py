@@ -31,6 +31,8 @@ PUBLISHED_TOTALS = {
     "mimo-v2-flash": (309e9, "https://huggingface.co/XiaomiMiMo/MiMo-V2-Flash"),
     # model card Table 1 (its count holds the ~40 M attention and expert biases we leave out)
     "gpt-oss-120b": (116.83e9, "https://arxiv.org/abs/2508.10925"),
+    # the NVFP4 release quantises MiniMax-M2.5's weights: the same parameters as its safetensors count
+    "minimax-m2.5-nvfp4": (229e9, "https://huggingface.co/MiniMaxAI/MiniMax-M2.5"),
     "minimax-m2.5": (229e9, "https://huggingface.co/MiniMaxAI/MiniMax-M2.5"),
     "qwen3-235b-a22b": (235e9, "https://huggingface.co/Qwen/Qwen3-235B-A22B"),
     "qwen3-235b-a22b-fp8": (235e9, "https://huggingface.co/Qwen/Qwen3-235B-A22B-FP8"),

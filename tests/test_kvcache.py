@@ -36,6 +36,7 @@ PINNED = {
     # MiniMax-M2.5: 62 layers x 8 KV heads x (128 + 128) x 2 B = 253,952 B/token; no state.
     # 32K: 253,952 x 32,768 = 8,321,499,136 B.
     "minimax-m2.5": (253_952, 0, 0, 8_321_499_136),
+    "minimax-m2.5-nvfp4": (253_952, 0, 0, 8_321_499_136),  # NVIDIA's NVFP4 release: the same attention
     # Qwen3-235B-A22B: 94 x 4 KV heads x (128 + 128) x 2 B = 192,512 B/token.
     # 32K: 192,512 x 32,768 = 6,308,233,216 B.
     "qwen3-235b-a22b": (192_512, 0, 0, 6_308_233_216),

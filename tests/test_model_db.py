@@ -14,7 +14,7 @@ MODEL_DB = Path(__file__).parent.parent / "prfaas_plan" / "data" / "model_db"
 EXPECTED_IDS = {
     "minimax-m2.5", "mimo-v2-flash", "qwen3.5-397b-a17b", "qwen3-235b-a22b", "qwen3-next-80b-a3b",
     "ring-2.5-1t", "kimi-linear-48b-a3b", "kimi-linear-1t", "deepseek-v3", "kimi-k2", "kimi-k2-thinking",
-    "llama-3.1-70b", "qwen3-235b-a22b-fp8", "llama-3.1-8b", "qwen3-32b", "gpt-oss-120b",
+    "llama-3.1-70b", "qwen3-235b-a22b-fp8", "llama-3.1-8b", "qwen3-32b", "gpt-oss-120b", "minimax-m2.5-nvfp4",
 }
 
 

@@ -61,13 +61,13 @@ ALL_VERSION_GPUS = ("h200",)
 """GPUs whose tables of every collected engine version are kept (the others: the newest of each
 source), for engine profiles that name an older version (:func:`prfaas_plan.perf.kernels.pick_table`)."""
 DTYPES = {"bfloat16": "bf16", "fp8": "fp8", "fp8_block": "fp8_block", "int4_wo": "int4_w4a16",
-          "w4a16_mxfp4": "mxfp4_w4a16", "w4a8_mxfp4_mxfp8": "mxfp4_w4a8"}
+          "w4a16_mxfp4": "mxfp4_w4a16", "w4a8_mxfp4_mxfp8": "mxfp4_w4a8", "nvfp4": "nvfp4"}
 """Wheel dtype names -> ours (int4_wo: int4 weights, 16-bit activations, i.e. W4A16 Marlin;
 w4a16_mxfp4: MXFP4 weights, 16-bit activations, gpt-oss's experts on Hopper; w4a8_mxfp4_mxfp8: the
-same weights with MXFP8 activations, Blackwell's FlashInfer TRT-LLM MoE)."""
+same weights with MXFP8 activations, Blackwell's FlashInfer TRT-LLM MoE; nvfp4: W4A4 NVFP4, Blackwell's)."""
 KERNEL_PREFERENCE = {
     ("sglang", "gemm"): ("sglang_torch_linear", "sglang_sgl_kernel_fp8_scaled_mm", "sglang_deepgemm_gemm_nt_f8f8bf16",
-                         "sglang"),
+                         "sglang_flashinfer_cutedsl_nvfp4", "sglang"),
     ("sglang", "moe"): ("sglang_fused_moe_triton", "sglang_marlin_moe", "sglang_flashinfer_trtllm_moe"),
     ("sglang", "attention"): ("fa3", "flash_attention", "flashinfer", "triton"),
     ("vllm", "gemm"): ("torch.nn.functional.linear", "CutlassFP8ScaledMMLinearKernel", "DeepGemmFp8BlockScaledMMKernel",
@@ -80,7 +80,8 @@ KERNEL_PREFERENCE = {
 }
 """Per engine and family, the kernels the engine runs by default (first present wins per dtype or
 shape). SGLang: torch linear for bf16, sgl-kernel fp8_scaled_mm for per-tensor FP8, DeepGEMM for
-FP8 block; the Triton fused MoE (Marlin for int4); FA3 attention on Hopper (FlashAttention-2 on
+FP8 block, FlashInfer's CuTe-DSL GEMM for NVFP4; the Triton fused MoE (Marlin for int4, FlashInfer's
+TRT-LLM MoE where Blackwell's collection timed it); FA3 attention on Hopper (FlashAttention-2 on
 A100, FlashInfer on L40S). vLLM: torch linear, CUTLASS scaled_mm, DeepGEMM; Triton experts
 (FlashInfer CUTLASS for per-tensor FP8, Marlin for int4, OpenAI's triton_kernels for gpt-oss's
 MXFP4 on Hopper: vLLM's Mxfp4MoEMethod picks them unless ``VLLM_MXFP4_USE_MARLIN=1``); FA3."""

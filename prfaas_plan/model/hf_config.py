@@ -339,11 +339,17 @@ _BUILDERS: dict[str, Callable[[_Config], dict]] = {
 def _quant_dtype(c: _Config, quant: dict) -> tuple[str, dict]:
     """(GEMM dtype, extra GemmDtypes fields) of the quantised Linear layers of a
     ``quantization_config``: the ``fp8`` method (``weight_block_size`` -> fp8_block) or
-    compressed-tensors (int4 groups -> int4_w4a16; fp8 blocks -> fp8_block; other fp8 -> fp8), or
-    ``mxfp4`` (gpt-oss: OCP MXFP4 weights, bf16 activations on the GPUs we model -> mxfp4_w4a16)."""
+    compressed-tensors (int4 groups -> int4_w4a16; fp8 blocks -> fp8_block; other fp8 -> fp8),
+    ``mxfp4`` (gpt-oss: OCP MXFP4 weights, bf16 activations on the GPUs we model -> mxfp4_w4a16), or
+    ``modelopt`` with ``quant_algo: NVFP4`` (NVIDIA's FP4 releases -> nvfp4)."""
     method = quant.get("quant_method")
     if method == "mxfp4":
         return "mxfp4_w4a16", {}
+    if method == "modelopt":
+        if quant.get("quant_algo") == "NVFP4":
+            return "nvfp4", {}
+        raise c.fail("quantization_config.quant_algo", f"{quant.get('quant_algo')!r}: of ModelOpt's schemes only NVFP4 "
+                     "is supported")
     if method == "fp8":
         block = quant.get("weight_block_size")
         if block is None:
@@ -367,7 +373,7 @@ def _quant_dtype(c: _Config, quant: dict) -> tuple[str, dict]:
             return "fp8", {}
         raise c.fail("quantization_config.config_groups", f"weights {w!r}: supported are int4 groups (W4A16) and fp8")
     raise c.fail("quantization_config.quant_method", f"{method!r} is not supported; supported: fp8, compressed-tensors, "
-                 "mxfp4")
+                 "mxfp4, modelopt (NVFP4)")
 
 
 def _unconverted_classes(quant: dict) -> set[str]:

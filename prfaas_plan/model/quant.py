@@ -15,6 +15,8 @@ records that per class (:data:`~prfaas_plan.vocab.GemmClass`), and
 * ``mxfp4_w4a16`` (OCP MXFP4: e2m1 weights, one 8-bit e8m0 scale per block of 32, fixed by the
   format): 0.5 + 1 / 32 = 0.53125 B; ``mxfp4_w4a8`` stores the same weights (its activations are
   MXFP8).
+* ``nvfp4`` (NVIDIA NVFP4: e2m1 weights and activations, one FP8 e4m3 scale per 16 elements and one
+  fp32 scale per tensor): 0.5 + 1 / 16 = 0.5625 B.
 
 Weights outside the four classes (the input embedding, MoE routers, the non-matmul parameters of
 linear-attention layers) stay bf16 in every checkpoint of the model database
@@ -41,6 +43,10 @@ MX_BLOCK = 32
 scale an 8-bit E8M0 power of two;
 https://www.opencompute.org/documents/ocp-microscaling-formats-mx-v1-0-spec-final-pdf)."""
 _E8M0_SCALE_BYTES = 1.0
+NVFP4_BLOCK = 16
+"""Elements per FP8 (e4m3) scale in NVFP4, beside one fp32 scale per tensor
+(https://developer.nvidia.com/blog/introducing-nvfp4-for-efficient-and-accurate-low-precision-inference/)."""
+_E4M3_SCALE_BYTES = 1.0
 
 
 class GemmDtypes(BaseModel):
@@ -90,6 +96,8 @@ class GemmDtypes(BaseModel):
             return DTYPE_BYTES["int4"] + _BF16_SCALE_BYTES / self.group_size
         if dtype in ("mxfp4_w4a16", "mxfp4_w4a8"):
             return DTYPE_BYTES["int4"] + _E8M0_SCALE_BYTES / MX_BLOCK  # 4-bit elements, whatever their encoding
+        if dtype == "nvfp4":
+            return DTYPE_BYTES["int4"] + _E4M3_SCALE_BYTES / NVFP4_BLOCK
         return DTYPE_BYTES[dtype]
 
     @property
@@ -127,4 +135,4 @@ class GemmDtypes(BaseModel):
         return f"{name(main)} ({rest})" if rest else name(main)
 
 
-__all__ = ["MX_BLOCK", "UNQUANTISED_BYTES_PER_PARAM", "GemmDtypes"]
+__all__ = ["MX_BLOCK", "NVFP4_BLOCK", "UNQUANTISED_BYTES_PER_PARAM", "GemmDtypes"]

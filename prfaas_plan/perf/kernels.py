@@ -60,12 +60,12 @@ KERNEL_ENGINES: tuple[str, ...] = ("sglang", "vllm", "trtllm")
 LINEAR_KINDS: tuple[str, ...] = ("gdn", "kda", "lightning")
 
 WEIGHT_BYTES = {"bf16": 2.0, "fp8": 1.0, "fp8_block": 1.0, "int4_w4a16": 0.5, "mxfp4_w4a16": 0.5, "mxfp4_w4a8": 0.5,
-                "fp32": 4.0}
+                "nvfp4": 0.5, "fp32": 4.0}
 """Weight bytes per element by GEMM dtype (block / group scales, under 1-3% of the weights, left out)."""
 ACT_BYTES = {"bf16": 2.0, "fp8": 1.0, "fp8_block": 1.0, "int4_w4a16": 2.0, "mxfp4_w4a16": 2.0, "mxfp4_w4a8": 1.0,
-             "fp32": 4.0}
-"""Activation bytes per element entering a GEMM (W4A16 keeps bf16 activations, W4A8 takes MXFP8); outputs
-are bf16."""
+             "nvfp4": 0.5, "fp32": 4.0}
+"""Activation bytes per element entering a GEMM (W4A16 keeps bf16 activations, W4A8 takes MXFP8, NVFP4
+quantises them to FP4); outputs are bf16."""
 OUT_BYTES = 2.0
 STATE_BYTES = 4.0  # linear-attention recurrent state is fp32 in the fla / sglang kernels
 DISPATCH_BYTES, COMBINE_BYTES = 1.0, 2.0  # DeepEP dispatches fp8 activations, combines bf16
@@ -202,9 +202,11 @@ def all_to_all_cost(tokens, hidden, topk, ep):
 def peak_flops(gpu: GPU, dtype: str) -> float:
     """Dense FLOP/s for a GEMM dtype: FP8 peak for fp8 / fp8_block (bf16 peak where the GPU has no
     FP8 units) and for mxfp4_w4a8 (FP8 activations into FP4 weights run at the FP8 rate on MX tensor
-    cores; :meth:`~prfaas_plan.hardware.GPU.check_mx`); int4_w4a16 and mxfp4_w4a16 dequantize to bf16 and
-    run at the bf16 peak."""
-    gpu.check_mx(dtype)
+    cores), FP4 peak for nvfp4 (:meth:`~prfaas_plan.hardware.GPU.check_gemm_dtype` refuses either where the
+    GPU lacks those tensor cores); int4_w4a16 and mxfp4_w4a16 dequantize to bf16 and run at the bf16 peak."""
+    gpu.check_gemm_dtype(dtype)
+    if dtype == "nvfp4":
+        return gpu.fp4_dense_tflops * 1e12
     if dtype in ("fp8", "fp8_block", "mxfp4_w4a8") and gpu.fp8_dense_tflops is not None:
         return gpu.fp8_dense_tflops * 1e12
     if dtype == "fp32":

@@ -9,8 +9,8 @@ GPU measured. For a kernel of ``flops``, ``bytes_moved`` and ``tiles`` output ti
    and prologue cost is set by the driver and host (A100 and H200 both measure 2.4-2.5 us).
 2. **Split the rest by the source's roofline.** ``roof = max(flops / (peak * u), bytes / hbm)``
    with ``peak`` the dense tensor-core peak *of the dtype* (fp8, fp8_block and mxfp4_w4a8 on the FP8
-   peak; int4_w4a16 and mxfp4_w4a16 compute in bf16 and only their bytes shrink) and ``u`` the wave
-   utilisation below.
+   peak, nvfp4 on the FP4 peak; int4_w4a16 and mxfp4_w4a16 compute in bf16 and only their bytes
+   shrink) and ``u`` the wave utilisation below.
    The kernel's efficiency on the source, ``busy = roof_src / (t_src - floor)`` (contract A's
    convention, above the floor), is the share of its time the bounding resource works at peak.
 3. **Carry the efficiency over.** That share scales with the target's own roofline
@@ -56,7 +56,9 @@ def peak_flops_per_s(gpu: GPU, dtype: str) -> float:
     if dtype not in GEMM_DTYPES:
         raise InvalidInput(f"dtype: unknown GEMM dtype {dtype!r}{did_you_mean(dtype, list(GEMM_DTYPES))}; "
                            f"use one of {', '.join(GEMM_DTYPES)}")
-    gpu.check_mx(dtype)
+    gpu.check_gemm_dtype(dtype)
+    if dtype == "nvfp4":
+        return gpu.fp4_dense_tflops * 1e12
     if dtype in _FP8_DTYPES:
         if gpu.fp8_dense_tflops is None:
             raise InvalidInput(f"dtype: {gpu.id} has no FP8 tensor cores (no fp8_dense_tflops), so it cannot run "
