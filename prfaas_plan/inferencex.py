@@ -149,6 +149,12 @@ _DSR1_B200_RUNS = (_run("17d5e204f", "2025-11-03T18:05:50Z", "2025-11-10T19:55:0
                    _run("1d29967c4", "2026-01-13T20:47:13Z", _MAR28, (_ALL[:2], 8, 1, 4, 64), (_ALL[2:], 8, 1, 4, 4),
                         (_ALL[2:], 4, 1, 4, 32)),
                    _run("626932a11", _MAR28, _MAY01, (_ALL[:1], 8, 1, 4, 64), (_ALL[2:], 8, 1, 4, 4), (_ALL[2:], 4, 1, 4, 32)))
+_MM_FP4 = "minimaxm2.5-fp4-b200-vllm"  # NVIDIA's MiniMax-M2.5-NVFP4 on B200 vLLM: #996's branch, then main
+_MM_FP4_SHAPES_0402 = ((_ALL[:1], 2, 1, 4, 512), (_ALL[:1], 4, 1, 4, 512), (_ALL[2:], 2, 1, 4, 256),
+                       (_ALL[2:], 4, 1, 4, 256))
+_MM_FP4_SHAPES_0407 = ((_ALL[:1], 1, 1, 4, 4), (_ALL[:1], 2, 2, 128, 256), (_ALL[:1], 2, 2, 512, 512),
+                       (_ALL[:1], 4, 1, 4, 8), (_ALL[:1], 4, 4, 32, 128), (_ALL[:1], 8, 1, 4, 4), (_ALL[2:], 1, 1, 4, 32),
+                       (_ALL[2:], 1, 1, 256, 512), (_ALL[2:], 2, 2, 128, 512), (_ALL[2:], 4, 1, 4, 8), (_ALL[2:], 8, 1, 4, 4))
 _QWEN35_B200_BF16_RUNS = (_run("521d19951", "2026-02-20T05:32:41Z", _MAR28, (_ALL, 8, 1, 4, 64)),
                           _run("626932a11", _MAR28, _MAY01, (_NO_1K8K, 8, 1, 4, 64)))
 
@@ -228,6 +234,30 @@ RECIPES = (
       for system, commit, script in (("h100_sxm", "af4ccd03f", "70b_fp8_h100_slurm.sh and 70b_fp8_h100_docker.sh"),
                                      ("h200_sxm", "9596d23d7", "70b_fp8_h200_slurm.sh"),
                                      ("b200_sxm", "4b860b78e", "70b_fp8_b200_docker.sh"))),
+    Recipe("b200_sxm", "minimax-m2.5-nvfp4", "vllm",
+           f"{_IX}/08bcde8f1/benchmarks/single_node/minimaxm2.5_fp4_b200.sh (--kv-cache-dtype fp8, no "
+           "--max-num-batched-tokens: #996's branch from 2026-04-02, its vLLM nightly and then v0.19.0 image, until "
+           "a9c199207 set the budget)", kv_dtype="fp8", key=_MM_FP4,
+           runs=(_run("08bcde8f1", "2026-04-02T21:50:30Z", "2026-04-03T20:29:47Z", *_MM_FP4_SHAPES_0402),
+                 _run("1ac963635", "2026-04-03T20:29:47Z", "2026-04-07T17:44:41Z", *_MM_FP4_SHAPES_0402),
+                 _run("22ce952d0", "2026-04-07T17:44:41Z", "2026-04-07T19:13:08Z", *_MM_FP4_SHAPES_0407))),
+    Recipe("b200_sxm", "minimax-m2.5-nvfp4", "vllm",
+           f"{_IX}/79bd988e9/benchmarks/single_node/minimaxm2.5_fp4_b200.sh (--kv-cache-dtype fp8, "
+           "--max-num-batched-tokens $((ISL * 2)), from a9c199207 on #996's branch, 2026-04-07, merged as 79bd988e9; "
+           "13962fcfa added VLLM_FLOAT32_MATMUL_PRECISION=high, TF32 for the fp32 router, not modelled)",
+           per_isl=2, kv_dtype="fp8", version="0.19.0", key=_MM_FP4,
+           runs=(_run("a9c199207", "2026-04-07T19:13:08Z", "2026-04-08T18:55:08Z", *_MM_FP4_SHAPES_0407),
+                 _run("79bd988e9", "2026-04-08T18:55:08Z", "2026-04-22T04:01:04Z",
+                      (_ALL[:1], 1, 1, 4, 4), (_ALL[:1], 2, 1, 4, 512), (_ALL[:1], 2, 2, 128, 256),
+                      (_ALL[:1], 2, 2, 512, 512), (_ALL[:1], 4, 1, 4, 512), (_ALL[:1], 4, 4, 32, 128),
+                      (_ALL[:1], 8, 1, 4, 4), (_ALL[2:], 1, 1, 4, 32), (_ALL[2:], 1, 1, 256, 512),
+                      (_ALL[2:], 2, 1, 4, 512), (_ALL[2:], 2, 2, 128, 512), (_ALL[2:], 4, 1, 4, 512),
+                      (_ALL[2:], 8, 1, 4, 4)),
+                 _run("13962fcfa", "2026-04-22T04:01:04Z", _MAY01,
+                      (_ALL[:1], 1, 1, 4, 16), (_ALL[:1], 2, 1, 16, 16), (_ALL[:1], 2, 2, 128, 128),
+                      (_ALL[:1], 2, 2, 256, 1024), (_ALL[:1], 4, 1, 4, 16), (_ALL[:1], 4, 4, 64, 128),
+                      (_ALL[:1], 8, 1, 4, 8), (_ALL[2:], 1, 1, 4, 32), (_ALL[2:], 1, 1, 256, 256),
+                      (_ALL[2:], 2, 2, 128, 512), (_ALL[2:], 4, 1, 4, 8), (_ALL[2:], 8, 1, 4, 4)))),
     Recipe("b200_sxm", "gpt-oss-120b", "vllm",
            f"{_IX}/d2c2acb19/benchmarks/single_node/gptoss_fp4_b200.sh (config.yaml: kv-cache-dtype: fp8, "
            "max-num-batched-tokens: 8192; VLLM_USE_FLASHINFER_MOE_MXFP4_MXFP8=1, FlashInfer's TRT-LLM experts on "

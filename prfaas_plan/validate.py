@@ -19,7 +19,8 @@ counts once (:data:`REPEATED_RUN`: its status names the row; the summaries read 
 What a row ran is what its engine can load (counted in the frame's ``attrs["remapped"]``,
 :data:`REMAPS`): a checkpoint that ships a GEMM class quantised runs it in its own scheme (the
 CSV's per-tensor ``fp8`` label on the FP8 block-128 MiniMax-M2.5 and Qwen3-235B-A22B-FP8
-checkpoints is not what vLLM loads, nor its ``nvfp4`` on gpt-oss-120b's MXFP4 experts), and an
+checkpoints is not what vLLM loads, nor its ``nvfp4`` on gpt-oss-120b's MXFP4 experts or on the
+attention NVIDIA's NVFP4 releases keep in bf16: :data:`NVFP4_RELEASES`), and an
 expert split the engines refuse (FP8 block experts left a fraction of a block per GPU: MiniMax-M2.5
 over 8 GPUs) ran expert parallel, their fix.
 
@@ -123,6 +124,15 @@ MODEL_IDS = {
     "openai/gpt-oss-120b": "gpt-oss-120b",
 }
 """The CSV's Hugging Face model paths that have a model_db entry, and that entry's id."""
+
+NVFP4_RELEASES = {
+    # InferenceX's minimaxm2.5-fp4-b200-vllm serves model: nvidia/MiniMax-M2.5-NVFP4
+    # (.github/configs/nvidia-master.yaml from 79bd988e9, 2026-04-08, and its PR branch)
+    "MiniMaxAI/MiniMax-M2.5": "minimax-m2.5-nvfp4",
+}
+"""The NVFP4 release of a model path, where the model database holds it: the CSV names an NVFP4
+run by its base model with ``nvfp4`` quant modes, and InferenceX's fp4 config keys serve NVIDIA's
+ModelOpt releases, whose own dtypes (:func:`_native_fp4`) the row then runs in."""
 
 SYSTEM_GPUS = {"h200_sxm": "h200", "h100_sxm": "h100", "b200_sxm": "b200"}
 """The CSV's systems that have a hardware_db entry (gb200, gb300, b300_sxm have none)."""
@@ -288,24 +298,31 @@ def _num(row: dict, key: str) -> float | None:
     return float(v)
 
 
-def _mxfp4_as_nvfp4(row: dict, stored: GemmDtypes | None) -> bool:
-    """Whether ``row`` labels an MXFP4 checkpoint's run ``nvfp4``: NVIDIA's files give gpt-oss-120b's
-    rows ``fp4`` / ``nvfp4`` on every GPU, Hopper's too (which has no FP4 tensor cores), while
-    openai/gpt-oss-120b ships MXFP4 experts and bf16 elsewhere (its quantization_config) and
-    InferenceX's scripts serve it without ``--quantization`` (benchmarks/single_node/gptoss_fp4_h200.sh)."""
-    return stored is not None and "mxfp4_w4a16" in (getattr(stored, c) for c in GEMM_CLASSES) and \
-        "nvfp4" in (row.get("gemm_quant_mode"), row.get("moe_quant_mode"))
+def _fp4_label(row: dict) -> bool:
+    """Whether the row's quant modes say ``nvfp4``."""
+    return "nvfp4" in (row.get("gemm_quant_mode"), row.get("moe_quant_mode"))
+
+
+def _native_fp4(row: dict, stored: GemmDtypes | None) -> bool:
+    """Whether ``row`` labels ``nvfp4`` the run of a checkpoint that stores its 4-bit classes in a
+    scheme of its own, which the engine serves as stored: NVIDIA's NVFP4 releases
+    (:data:`NVFP4_RELEASES`: attention bf16, experts NVFP4), and gpt-oss-120b, whose rows NVIDIA's
+    files label ``fp4`` / ``nvfp4`` on every GPU, Hopper's too (no FP4 tensor cores), while it ships
+    MXFP4 experts and bf16 elsewhere (its quantization_config) and InferenceX's scripts serve it
+    without ``--quantization`` (benchmarks/single_node/gptoss_fp4_h200.sh)."""
+    four_bit = ("mxfp4_w4a16", "nvfp4")
+    return stored is not None and _fp4_label(row) and any(getattr(stored, c) in four_bit for c in GEMM_CLASSES)
 
 
 def _dtypes(row: dict, stored: GemmDtypes | None = None) -> tuple[tuple[str, str], ...] | str:
     """GEMM dtype overrides from gemm_quant_mode (attention, dense FFN) and moe_quant_mode (experts),
     or the status leaving the row out. Empty modes keep the checkpoint's dtypes (``stored``); so do
     ``int4_wo`` as the gemm mode (the Kimi checkpoints leave attention, shared experts and the dense
-    MLP in bf16: quantization_config ``ignore``) and ``nvfp4`` on an MXFP4 checkpoint
-    (:func:`_mxfp4_as_nvfp4`). :func:`_online` then keeps only the overrides of classes the
+    MLP in bf16: quantization_config ``ignore``) and ``nvfp4`` on a checkpoint that stores its own
+    4-bit scheme (:func:`_native_fp4`). :func:`_online` then keeps only the overrides of classes the
     checkpoint ships in bf16."""
     out = []
-    native = _mxfp4_as_nvfp4(row, stored)
+    native = _native_fp4(row, stored)
     for col, classes in (("gemm_quant_mode", ("attention", "dense_ffn")), ("moe_quant_mode", ("experts",))):
         mode = row.get(col)
         if not isinstance(mode, str) or not mode or (native and mode == "nvfp4"):
@@ -441,6 +458,8 @@ def _map_row(row: dict, models: dict, strict: bool = False, moe_routing: str = "
     """One CSV row as a :class:`Case` (its model's MoE timed at ``moe_routing``), or the status (a
     rule of this module) that leaves it out."""
     model_id = MODEL_IDS.get(row["model_path"])
+    if _fp4_label(row):
+        model_id = NVFP4_RELEASES.get(row["model_path"], model_id)
     dtypes = _dtypes(row, _model(models, model_id, ()).gemm_dtypes if model_id else None)
     if model_id is None:  # NVIDIA's own NVFP4 checkpoints are named by their precision
         return dtypes if isinstance(dtypes, str) and "NVFP4" in row["model_path"] else UNKNOWN_MODEL
@@ -760,7 +779,7 @@ def _remapped(row: dict, case: Case, stored: GemmDtypes, twin: bool = False) -> 
     """The :data:`REMAPS` rules that changed what ``row``'s labels say about ``case`` (``stored``: the
     checkpoint's dtypes; ``twin``: the row repeats an InferenceX measurement)."""
     rules = []
-    if _mxfp4_as_nvfp4(row, stored) or any(getattr(stored, c) not in ("bf16", d) for c, d in _dtypes(row, stored)):
+    if _native_fp4(row, stored) or any(getattr(stored, c) not in ("bf16", d) for c, d in _dtypes(row, stored)):
         rules.append(REMAPS[0])
     roles = (("prefill_", case.layout), ("decode_", case.decode_layout)) if case.decode_layout else (("", case.layout),)
     if any(lay.experts == "ep" and (_num(row, f"{p}moe_ep_size") or 1) <= 1 for p, lay in roles):
@@ -945,7 +964,7 @@ def worst_rows(df: pd.DataFrame, n: int = 20) -> pd.DataFrame:
     return ok.loc[key.sort_values(ascending=False).index[:n]].reset_index(drop=True)
 
 
-__all__ = ["AIC_RUN", "AIC_SOURCE", "COLUMNS", "Case", "INFERENCEX_COLLECTION", "INFERENCEX_RUN", "INFERENCEX_SOURCE", "MODEL_IDS", "PROTOCOLS",
+__all__ = ["AIC_RUN", "AIC_SOURCE", "COLUMNS", "Case", "INFERENCEX_COLLECTION", "INFERENCEX_RUN", "INFERENCEX_SOURCE", "MODEL_IDS", "NVFP4_RELEASES", "PROTOCOLS",
            "REMAPS", "REPEATED_RUN", "REQUIRED_COLUMNS", "SYSTEM_GPUS", "default_csv", "errors_pct", "off_factor",
            "predict", "protocol_name", "status_counts", "summary", "system_names", "validate_runs",
            "validate_silicon", "worst_rows"]

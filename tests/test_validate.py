@@ -1,7 +1,7 @@
 """Validation against measured serving runs (prfaas_plan.validate): row mapping rules, predictions
 equal to the serving / latency model's for the same inputs, bad input, the HTML page.
 
-The fixture tests/fixtures/validate/silicon_rows.csv holds 21 rows copied verbatim from
+The fixture tests/fixtures/validate/silicon_rows.csv holds 22 rows copied verbatim from
 aiconfigurator-core 0.12.0's systems/silicon_sample.csv (header included), chosen to hit every rule."""
 
 from __future__ import annotations
@@ -65,7 +65,7 @@ def test_exact_columns(frame):
         "system", "model", "engine", "engine_version", "precision", "mode", "isl", "osl", "concurrency", "tp",
         "attention_dp", "moe_tp", "moe_ep", "ttft_ms_measured", "ttft_ms_predicted", "tpot_ms_measured",
         "tpot_ms_predicted", "status")
-    assert len(frame) == 21
+    assert len(frame) == 22
 
 
 def test_status_per_rule(frame):
@@ -87,9 +87,10 @@ def test_status_per_rule(frame):
         "ok",  # vLLM tp2 x dp2 on b200: attention TP groups inside DP replicas
         "unknown model",  # GLM-5
         "ok",  # gpt-oss-120b on B200 vLLM 0.15.1: its script's fp8 KV cache and MXFP8 activations into the experts
+        "ok",  # MiniMax-M2.5 labelled nvfp4 on B200: NVIDIA's NVFP4 release, as #996's branch launched it
     ]
     counts = status_counts(frame).groupby("rule")["rows"].sum()
-    assert counts.to_dict() == {"engine without kernel tables (trtllm)": 1, "no hardware entry": 1, "ok": 14,
+    assert counts.to_dict() == {"engine without kernel tables (trtllm)": 1, "no hardware entry": 1, "ok": 15,
                                 "recipe ambiguous": 2, "unknown model": 1, "unsupported precision nvfp4": 2}
 
 
@@ -140,6 +141,10 @@ def test_agg_predictions_are_the_serving_model(frame):
         # gptoss_fp4_b200.sh: kv-cache-dtype fp8 and VLLM_USE_FLASHINFER_MOE_MXFP4_MXFP8=1 (inferencex.RECIPES)
         20: _agg(load_model("gpt-oss-120b").with_gemm_dtypes(experts="mxfp4_w4a8"), 2, _engine("vllm", "0.15.1"), 1024,
                  1024, 32, gpu="b200", run=ix, settings=FP8_KV),
+        # labelled nvfp4: NVIDIA's NVFP4 release (validate.NVFP4_RELEASES); a nightly vLLM (no release: the profile's
+        # kernels) with --kv-cache-dtype fp8 and the default budget (minimaxm2.5_fp4_b200.sh on #996's branch)
+        21: _agg(load_model("minimax-m2.5-nvfp4"), 2, _engine("vllm", None), 1024, 1024, 32, gpu="b200", run=ix,
+                 settings=FP8_KV),
         14: _agg(llama8, 1, _engine("sglang", "0.5.6.post2"), 1000, 100, 160, run=aic),  # bf16 checkpoint: online FP8
         # --max-num-batched-tokens $((ISL * 2)) --kv-cache-dtype fp8 in InferenceX's B200 MiniMax vLLM 0.19.0 script
         18: _agg(minimax, 4, _budget(_engine("vllm", "0.19.0"), 2048), 1024, 1024, 512,
@@ -162,7 +167,7 @@ def test_protocol_rule_per_source(frame):
     a user's run its own."""
     rows = pd.read_csv(ROWS).to_dict("records")
     got = [_protocol(r) for r in rows]
-    inferencex = {0, 1, 2, 3, 4, 5, 6, 12, 13, 15, 17, 18, 19, 20}  # agg rows whose source is source_file=DATE.csv / db-dump/
+    inferencex = {0, 1, 2, 3, 4, 5, 6, 12, 13, 15, 17, 18, 19, 20, 21}  # agg rows whose source is source_file=DATE.csv / db-dump/
     aic = {9, 10, 11, 14, 16}  # source_file=.../aic-auto-gap-analysis/data/...
     assert [i for i, g in enumerate(got) if g == INFERENCEX_RUN] == sorted(inferencex)
     assert [i for i, g in enumerate(got) if g == AIC_RUN] == sorted(aic)
@@ -173,8 +178,8 @@ def test_protocol_rule_per_source(frame):
     assert AIC_RUN == BenchmarkRun(prompts_per_client=10, range_ratio=1.0, warmup_per_client=2)
     assert _protocol({**rows[9], "silicon_data_source": "source_file=2026-04-06.csv.bak; silicon_concurrency=8"}) is None
     assert _protocol({**rows[9], "run_prompts_per_client": 3}) == BenchmarkRun(3)
-    # mapped rows (status ok): InferenceX 0-6, 13, 18, 20; AIConfigurator 9, 10, 11, 14 (disagg 7, 8: ambiguous)
-    assert frame.attrs["protocols"] == {"inferencex run": 10, "vllm bench serve run": 0, "aiconfigurator run": 4,
+    # mapped rows (status ok): InferenceX 0-6, 13, 18, 20, 21; AIConfigurator 9, 10, 11, 14 (disagg 7, 8: ambiguous)
+    assert frame.attrs["protocols"] == {"inferencex run": 11, "vllm bench serve run": 0, "aiconfigurator run": 4,
                                         "steady state": 0}
 
 
@@ -192,7 +197,7 @@ def test_inferencex_runs_take_their_launch_scripts_token_budget(frame):
     assert at[0] != pytest.approx(default[0], rel=1e-3)
     assert load_engine("sglang").chunked_prefill_tokens == load_engine("vllm").chunked_prefill_tokens == 8192
     assert frame.attrs["recipe_budget"] == 4  # rows 2, 3, 6, 18 (1, 9, 11: test_agg_predictions_are_the_serving_model)
-    assert frame.attrs["recipe_kv_dtype"] == 5  # rows 2, 3, 4, 18, 20 (--kv-cache-dtype fp8; 6: DeepSeek H200 keeps bf16)
+    assert frame.attrs["recipe_kv_dtype"] == 6  # rows 2, 3, 4, 18, 20, 21 (--kv-cache-dtype fp8; 6: DeepSeek H200 keeps bf16)
     assert frame.attrs["recipe_experts_dtype"] == 1  # row 20: gpt-oss on B200 vLLM, MXFP8 activations
     # row 8, the one disaggregated row without worker counts, is ambiguous (STP or MTP): no recipe workers
     # counted (test_disagg_inferencex_rows_take_their_recipes_workers moves it to a time of STP only)
@@ -205,7 +210,8 @@ def test_inferencex_runs_take_their_launch_scripts_token_budget(frame):
                        ("b200_sxm", "qwen3.5-397b-a17b", "sglang", None, None, "bf16"): 32768,
                        ("b200_sxm", "deepseek-v3", "sglang", 8, None, None): 32768,
                        ("b200_sxm", "deepseek-v3", "sglang", 4, None, None): 8192,
-                       ("b200_sxm", "minimax-m2.5", "vllm", None, "0.19.0", None): 2048}
+                       ("b200_sxm", "minimax-m2.5", "vllm", None, "0.19.0", None): 2048,
+                       ("b200_sxm", "minimax-m2.5-nvfp4", "vllm", None, "0.19.0", None): 2048}
     assert all(re.search(r"InferenceX/blob/[0-9a-f]{9}/benchmarks/", r.source) for r in RECIPES)
 
 MINIMAX_H100_0406 = ("2026_04_06_minimax_m2_5_h100_sxm_vllm_fp8_agg_1024x8192_c64_tp4_ep4_1339,source_file=2026-04-06.csv; "
@@ -395,6 +401,7 @@ def test_inferencex_runs_take_their_launch_scripts_kv_cache_dtype(frame):
                   ("b200_sxm", "deepseek-v3", "sglang", None, None),
                   ("b200_sxm", "minimax-m2.5", "vllm", "0.19.0", None),
                   ("b200_sxm", "gpt-oss-120b", "vllm", "0.15.1", None),
+                  ("b200_sxm", "minimax-m2.5-nvfp4", "vllm", None, None), ("b200_sxm", "minimax-m2.5-nvfp4", "vllm", "0.19.0", None),
                   *((s, "llama-3.1-70b", "vllm", None, None) for s in ("h100_sxm", "h200_sxm", "b200_sxm"))}
 
 
@@ -663,7 +670,7 @@ def test_summary_counts_and_errors(frame):
     signed = (mm["tpot_ms_predicted"] / mm["tpot_ms_measured"] - 1) * 100
     assert got["tpot_median_signed_error_pct"] == pytest.approx(signed.median())
     assert s.loc[("h200_sxm", "agg", "all"), "n"] == 12
-    assert s.loc[("b200_sxm", "agg", "all"), "n"] == 2
+    assert s.loc[("b200_sxm", "agg", "all"), "n"] == 3
 
 
 def test_beyond_2x_counts_both_ways():
@@ -765,10 +772,10 @@ def test_html_page_and_json(tmp_path):
     assert 'data-table="worst"' in text and "Content-Security-Policy" in text
     # the rows per protocol and per relabelling rule, as the frame counts them (test_protocol_rule_per_source)
     mapping = html.unescape(re.search(r'data-table="mapping".*?</table>', text, re.S).group(0))
-    for rule, n in (("inferencex run", 10), ("aiconfigurator run", 4), ("steady state", 0),
-                    ("checkpoint dtypes over the label", 8), ("layout of the run's id", 1),
+    for rule, n in (("inferencex run", 11), ("aiconfigurator run", 4), ("steady state", 0),
+                    ("checkpoint dtypes over the label", 9), ("layout of the run's id", 1),
                     ("experts ep: tp split refused", 1), ("token budget per step of the launch script", 4),
-                    ("KV-cache dtype of the launch script", 5), ("experts dtype of the launch script", 1),
+                    ("KV-cache dtype of the launch script", 6), ("experts dtype of the launch script", 1),
                     ("running-request cap or scheduler polling of the launch script", 3),
                     ("static memory share of the launch script", 3)):
         assert re.search(rf"{re.escape(rule)}</td>\s*<td[^>]*>{n}</td>", mapping), rule
@@ -778,17 +785,17 @@ def test_html_page_and_json(tmp_path):
 def test_table_says_how_many_rows_each_run_protocol_predicted():
     r = _cli("--csv", str(ROWS))
     assert r.returncode == 0, r.stderr
-    # the fixture's mapped rows: 10 InferenceX runs, 4 AIConfigurator runs (test_protocol_rule_per_source)
+    # the fixture's mapped rows: 11 InferenceX runs, 4 AIConfigurator runs (test_protocol_rule_per_source)
     lines = r.stdout.splitlines()
-    assert "rows mapped per run protocol: inferencex run 10, aiconfigurator run 4" in lines
+    assert "rows mapped per run protocol: inferencex run 11, aiconfigurator run 4" in lines
     assert "rows run at their launch script's token budget per step: 4" in lines  # RECIPES: 2, 3, 6, 18
-    assert "rows run at their launch script's KV-cache dtype: 5" in lines  # RECIPES: 2, 3, 4, 18, 20
+    assert "rows run at their launch script's KV-cache dtype: 6" in lines  # RECIPES: 2, 3, 4, 18, 20, 21
     assert "rows run at their launch script's experts dtype: 1" in lines  # RECIPES: 20
     assert "rows run at their launch script's static memory share: 3" in lines  # SGLang RECIPES: 2, 3, 6
     # relabelled (validate.REMAPS): per-tensor "fp8" on the block-128 checkpoints of MiniMax-M2.5
     # (0, 1, 18), DeepSeek-V3/R1 (6; 7 and 8 are left out) and Qwen3-235B-FP8 (9, 11), "nvfp4" on gpt-oss's
-    # MXFP4 checkpoint (13, 20); experts TP8 refused (0)
-    assert lines[-1] == ("rows predicted otherwise than labelled: checkpoint dtypes over the label 8, "
+    # MXFP4 checkpoint (13, 20) and on MiniMax's NVFP4 release, whose attention is bf16 (21); experts TP8 refused (0)
+    assert lines[-1] == ("rows predicted otherwise than labelled: checkpoint dtypes over the label 9, "
                          "experts ep: tp split refused 1, layout of the run's id 1")  # 3: TP 64 is its id's TP 8 / EP 8
 
 
