@@ -31,7 +31,7 @@ def list_hardware(extra_dirs: tuple[Path, ...] = ()) -> pd.DataFrame:
     """One row per accelerator: peak FLOP/s, memory, bandwidths, power, price."""
     rows = [{
         "id": g.id, "name": g.name, "bf16_dense_tflops": g.bf16_dense_tflops,
-        "fp8_dense_tflops": g.fp8_dense_tflops, "memory_gib": g.memory_gib,
+        "fp8_dense_tflops": g.fp8_dense_tflops, "fp4_dense_tflops": g.fp4_dense_tflops, "memory_gib": g.memory_gib,
         "memory_tb_per_s": g.memory_tb_per_s, "scaleup_gb_per_s": g.scaleup_gb_per_s,
         "nic_gbps": g.nic_gbps, "tdp_w": g.tdp_w, "price_usd_per_gpu_hour": g.price_usd_per_gpu_hour,
         "price_date": g.price_date, "efficiency_provenance": g.efficiency.provenance,

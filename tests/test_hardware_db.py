@@ -55,6 +55,13 @@ def test_list_gpus_matches_files():
     assert [g.id for g in list_gpus()] == GPU_IDS
 
 
+def test_only_blackwell_states_an_fp4_peak():
+    # HGX B200 at 1,000 W: dense FP4 9,000 TFLOP/s, twice its FP8 (glennklockwood.com/garden/processors/B200)
+    b200 = load_gpu("b200")
+    assert b200.fp4_dense_tflops == 9000 == 2 * b200.fp8_dense_tflops
+    assert [g.id for g in list_gpus() if g.fp4_dense_tflops is not None] == ["b200"]
+
+
 def test_h20_datasheet_values_are_pinned():
     h20 = load_gpu("h20")
     assert h20.bf16_dense_tflops == 148

@@ -67,7 +67,8 @@ def hardware(fmt: FormatOpt = "table", hardware_db: HardwareDbOpt = None) -> Non
     df = list_hardware(db_dirs(hardware_db))
     if fmt == "table":
         df = df.drop(columns=["name", "efficiency_provenance"]).rename(columns={
-            "bf16_dense_tflops": "BF16 (TFLOP/s)", "fp8_dense_tflops": "FP8 (TFLOP/s)", "memory_gib": "HBM (GiB)",
+            "bf16_dense_tflops": "BF16 (TFLOP/s)", "fp8_dense_tflops": "FP8 (TFLOP/s)",
+            "fp4_dense_tflops": "FP4 (TFLOP/s)", "memory_gib": "HBM (GiB)",
             "memory_tb_per_s": "HBM (TB/s)", "scaleup_gb_per_s": "NVLink (GB/s/dir)", "nic_gbps": "NIC (Gbps)",
             "tdp_w": "TDP (W)", "price_usd_per_gpu_hour": "price ($/GPU-hour)", "price_date": "price date"})
         df["price date"] = df["price date"].str.slice(0, 7)
