@@ -45,6 +45,9 @@ MX_ARCHS: tuple[str, ...] = ("blackwell",)
 """Architectures whose tensor cores take OCP microscaling (MX) operands, which a ``mxfp4_w4a8`` GEMM
 needs: Blackwell's fifth-generation tensor cores (MXFP8 / MXFP6 / MXFP4 with block scales in
 hardware; https://resources.nvidia.com/en-us-blackwell-architecture); Hopper and earlier have none."""
+FP8_RATE_DTYPES: tuple[str, ...] = ("fp8", "fp8_block", "mxfp4_w4a8")
+"""GEMM dtypes whose operands enter the tensor cores as FP8 and run at the FP8 peak (MXFP8
+activations into MXFP4 weights run at the FP8 rate on MX tensor cores)."""
 
 
 class GPU(BaseModel):
@@ -94,6 +97,18 @@ class GPU(BaseModel):
         if dtype == "nvfp4" and self.fp4_dense_tflops is None:
             raise InvalidInput(f"gemm_dtypes: {self.id} has no FP4 tensor cores (no fp4_dense_tflops), so it cannot run "
                                "nvfp4; serve the checkpoint's bf16 or FP8 release on it")
+
+    def low_precision_peak_flops(self, dtype: str) -> float | None:
+        """Dense FLOP/s of GEMM dtype ``dtype`` where it runs below 16 bits: the FP4 peak for nvfp4,
+        the FP8 peak for :data:`FP8_RATE_DTYPES`; None for other dtypes and for an FP8-rate dtype on a
+        GPU without FP8 tensor cores (the callers decide that case). Refuses what
+        :meth:`check_gemm_dtype` refuses."""
+        self.check_gemm_dtype(dtype)
+        if dtype == "nvfp4":
+            return self.fp4_dense_tflops * 1e12
+        if dtype in FP8_RATE_DTYPES and self.fp8_dense_tflops is not None:
+            return self.fp8_dense_tflops * 1e12
+        return None
 
     @property
     def memory_bytes(self) -> float:

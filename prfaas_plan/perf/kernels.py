@@ -204,11 +204,9 @@ def peak_flops(gpu: GPU, dtype: str) -> float:
     FP8 units) and for mxfp4_w4a8 (FP8 activations into FP4 weights run at the FP8 rate on MX tensor
     cores), FP4 peak for nvfp4 (:meth:`~prfaas_plan.hardware.GPU.check_gemm_dtype` refuses either where the
     GPU lacks those tensor cores); int4_w4a16 and mxfp4_w4a16 dequantize to bf16 and run at the bf16 peak."""
-    gpu.check_gemm_dtype(dtype)
-    if dtype == "nvfp4":
-        return gpu.fp4_dense_tflops * 1e12
-    if dtype in ("fp8", "fp8_block", "mxfp4_w4a8") and gpu.fp8_dense_tflops is not None:
-        return gpu.fp8_dense_tflops * 1e12
+    low = gpu.low_precision_peak_flops(dtype)
+    if low is not None:
+        return low
     if dtype == "fp32":
         if gpu.fp32_tflops is None:
             raise InvalidInput(f"hardware.fp32_tflops: {gpu.id} states no FP32 peak, which an fp32 GEMM (a model's "

@@ -41,30 +41,23 @@ from collections.abc import Sequence
 import numpy as np
 
 from prfaas_plan.errors import InvalidInput, did_you_mean
-from prfaas_plan.hardware import GPU, load_gpu
+from prfaas_plan.hardware import FP8_RATE_DTYPES, GPU, load_gpu
 from prfaas_plan.vocab import GEMM_DTYPES, KERNEL_FAMILIES
 
 TILE_ROWS = 128
 """Rows (and columns) of one output tile: the 128x128 CTA tile of Hopper/Ampere GEMM and
 FlashAttention kernels (CUTLASS, DeepGEMM, FA2/FA3 defaults)."""
 
-_FP8_DTYPES = ("fp8", "fp8_block", "mxfp4_w4a8")
-
-
 def peak_flops_per_s(gpu: GPU, dtype: str) -> float:
     """Dense tensor-core FLOP/s of ``gpu`` for ``dtype`` (the W4A16 dtypes compute in bf16)."""
     if dtype not in GEMM_DTYPES:
         raise InvalidInput(f"dtype: unknown GEMM dtype {dtype!r}{did_you_mean(dtype, list(GEMM_DTYPES))}; "
                            f"use one of {', '.join(GEMM_DTYPES)}")
-    gpu.check_gemm_dtype(dtype)
-    if dtype == "nvfp4":
-        return gpu.fp4_dense_tflops * 1e12
-    if dtype in _FP8_DTYPES:
-        if gpu.fp8_dense_tflops is None:
-            raise InvalidInput(f"dtype: {gpu.id} has no FP8 tensor cores (no fp8_dense_tflops), so it cannot run "
-                               f"{dtype} kernels; use bf16 or int4_w4a16 on it")
-        return gpu.fp8_dense_tflops * 1e12
-    return gpu.peak_flops
+    low = gpu.low_precision_peak_flops(dtype)
+    if low is None and dtype in FP8_RATE_DTYPES:
+        raise InvalidInput(f"dtype: {gpu.id} has no FP8 tensor cores (no fp8_dense_tflops), so it cannot run "
+                           f"{dtype} kernels; use bf16 or int4_w4a16 on it")
+    return gpu.peak_flops if low is None else low
 
 
 def _sm_count(gpu: GPU) -> int:
