@@ -258,6 +258,15 @@ RECIPES = (
                       (_ALL[:1], 2, 2, 256, 1024), (_ALL[:1], 4, 1, 4, 16), (_ALL[:1], 4, 4, 64, 128),
                       (_ALL[:1], 8, 1, 4, 8), (_ALL[2:], 1, 1, 4, 32), (_ALL[2:], 1, 1, 256, 256),
                       (_ALL[2:], 2, 2, 128, 512), (_ALL[2:], 4, 1, 4, 8), (_ALL[2:], 8, 1, 4, 4)))),
+    Recipe("b200_sxm", "qwen3.5-397b-a17b-nvfp4", "sglang",
+           f"{_IX}/48d35c480/benchmarks/single_node/qwen3.5_fp4_b200.sh (--quantization modelopt_fp4, "
+           "CHUNKED_PREFILL_SIZE=32768, --kv-cache-dtype fp8_e4m3, MAX_RUNNING_REQUESTS=128, SCHEDULER_RECV_INTERVAL "
+           "10, 30 from CONC 16, MEM_FRAC_STATIC=0.85, in every version from e1e8cb214 on #820's branch, 2026-03-29, "
+           "to 9189c1884, 2026-05-01; its --mamba-ssm-dtype bfloat16 is not modelled: the state keeps the config's "
+           "fp32; the rows: 2026-04-08, image nightly-dev-20260402)", tokens=32768, kv_dtype="fp8", max_running=128,
+           recv_interval=_RECV_10_30, mem_fraction=0.85, key="qwen3.5-fp4-b200-sglang",
+           # 85d02c46b took #820's branch to the nightly image the rows name; the search space held until ca9fc7d1b
+           runs=(_run("85d02c46b", "2026-04-03T17:54:16Z", "2026-05-01T20:52:49Z", (_NO_1K8K, 4, 1, 4, 128)),)),
     Recipe("b200_sxm", "gpt-oss-120b", "vllm",
            f"{_IX}/d2c2acb19/benchmarks/single_node/gptoss_fp4_b200.sh (config.yaml: kv-cache-dtype: fp8, "
            "max-num-batched-tokens: 8192; VLLM_USE_FLASHINFER_MOE_MXFP4_MXFP8=1, FlashInfer's TRT-LLM experts on "

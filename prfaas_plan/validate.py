@@ -129,6 +129,9 @@ NVFP4_RELEASES = {
     # InferenceX's minimaxm2.5-fp4-b200-vllm serves model: nvidia/MiniMax-M2.5-NVFP4
     # (.github/configs/nvidia-master.yaml from 79bd988e9, 2026-04-08, and its PR branch)
     "MiniMaxAI/MiniMax-M2.5": "minimax-m2.5-nvfp4",
+    # qwen3.5-fp4-b200-sglang serves model: nvidia/Qwen3.5-397B-A17B-NVFP4 (85d02c46b on #820's branch,
+    # 2026-04-03, merged as 48d35c480)
+    "Qwen/Qwen3.5-397B-A17B": "qwen3.5-397b-a17b-nvfp4",
 }
 """The NVFP4 release of a model path, where the model database holds it: the CSV names an NVFP4
 run by its base model with ``nvfp4`` quant modes, and InferenceX's fp4 config keys serve NVIDIA's

@@ -103,6 +103,19 @@ def test_minimax_nvfp4_release_is_the_fp8_checkpoint_with_nvfp4_experts_and_bf16
     assert w.total_bytes / 1e9 == pytest.approx(134.40, abs=0.01)
 
 
+def test_qwen35_nvfp4_release_is_the_bf16_checkpoint_with_nvfp4_routed_experts():
+    # NVIDIA's NVFP4 release (hf_quant_config exclude_modules: lm_head, linear_attn*, self_attn*, the shared
+    # experts): 60 x 512 routed experts of 3 x 4096 x 1024 at 0.5625 B; every other class bf16
+    bf16, fp4 = load_model("qwen3.5-397b-a17b"), load_model("qwen3.5-397b-a17b-nvfp4")
+    assert fp4.param_counts() == bf16.param_counts() and fp4.layer_kinds == bf16.layer_kinds
+    w, b = fp4.weight_bytes(), bf16.weight_bytes()
+    assert w.experts_bytes == 60 * 512 * 3 * 4096 * 1024 * 0.5625
+    assert (w.attention_bytes, w.dense_ffn_bytes, w.lm_head_bytes) == (b.attention_bytes, b.dense_ffn_bytes,
+                                                                      b.lm_head_bytes)
+    assert w.total_bytes == b.total_bytes - 60 * 512 * 3 * 4096 * 1024 * (2 - 0.5625)
+    assert w.total_bytes / 1e9 == pytest.approx(237.03, abs=0.01)
+
+
 def test_bf16_models_keep_two_bytes_per_parameter():
     for m in list_model_specs():
         if all(m.gemm_dtype(c) == "bf16" for c in GEMM_CLASSES):

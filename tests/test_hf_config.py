@@ -37,6 +37,7 @@ FIXTURES = {
     "qwen3.5-397b-a17b.json": "qwen3.5-397b-a17b",
     "gpt-oss-120b.json": "gpt-oss-120b",
     "minimax-m2.5-nvfp4.json": "minimax-m2.5-nvfp4",
+    "qwen3.5-397b-a17b-nvfp4.json": "qwen3.5-397b-a17b-nvfp4",
 }
 
 SETTINGS = {

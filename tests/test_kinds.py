@@ -38,6 +38,8 @@ PUBLISHED_TOTALS = {
     "qwen3-235b-a22b-fp8": (235e9, "https://huggingface.co/Qwen/Qwen3-235B-A22B-FP8"),
     "qwen3-next-80b-a3b": (80e9, "https://huggingface.co/Qwen/Qwen3-Next-80B-A3B-Instruct"),
     "qwen3.5-397b-a17b": (397e9, "https://huggingface.co/Qwen/Qwen3.5-397B-A17B"),
+    # the NVFP4 release quantises Qwen3.5-397B-A17B's weights: the base model's parameters
+    "qwen3.5-397b-a17b-nvfp4": (397e9, "https://huggingface.co/Qwen/Qwen3.5-397B-A17B"),
     "ring-2.5-1t": (1012.5e9, "https://huggingface.co/inclusionAI/Ring-2.5-1T"),
 }
 # kimi-linear-1t is the PrfaaS paper's unreleased internal model: no checkpoint, no published total.

@@ -48,6 +48,13 @@ B200_DEEPSEEK_DEC31 = ('2026_03_25_deepseek_r1_b200_sxm_sglang_fp8_agg_8192x1024
 """silicon_sample.csv line 3007, verbatim: DeepSeek-R1 on 8xB200 SGLang 0.5.6, 8k/1k, 64 clients (InferenceX,
 2025-12-31, before the MTP key existed)."""
 
+B200_QWEN35_NVFP4 = ("qwen3_5_b200_sglang_fp4_agg_8192x1024_c64_cfg708,db-dump/2026-04-27; config_id=708; "
+                     "silicon_concurrency=64; measured=2026-04-08T00:00:00.000Z; workflow_run_id=727; lmsysorg/sglang:"
+                     "nightly-dev-20260402-d7256eb6,sglang,nightly-dev-20260402-d7256eb6,Qwen/Qwen3.5-397B-A17B,b200_sxm,"
+                     "fp4,agg,8192,1024,nvfp4,nvfp4,64,4,1,1,4,1,,,,,,,,,,,,,,,1124.8230984343536,20.411993901161498")
+"""silicon_sample.csv line 815, verbatim: Qwen3.5-397B-A17B labelled nvfp4 on 4xB200 SGLang (a nightly build), 8k/1k,
+64 clients, InferenceX's qwen3.5-fp4-b200-sglang key, which serves NVIDIA's NVFP4 release."""
+
 B200_DEEPSEEK_TP4 = ("dsr1_b200_sglang_fp8_agg_8192x1024_c4_cfg271,db-dump/2026-04-27; config_id=271; silicon_concurrency=4; "
                      "measured=2026-03-25T00:00:00.000Z; workflow_run_id=337; lmsysorg/sglang:v0.5.9-cu130,sglang,0.5.9,"
                      "deepseek-ai/DeepSeek-V3,b200_sxm,fp8,agg,8192,1024,fp8,fp8_block,4,4,1,1,4,1,,,,,,,,,,,,,,,"
@@ -211,7 +218,8 @@ def test_inferencex_runs_take_their_launch_scripts_token_budget(frame):
                        ("b200_sxm", "deepseek-v3", "sglang", 8, None, None): 32768,
                        ("b200_sxm", "deepseek-v3", "sglang", 4, None, None): 8192,
                        ("b200_sxm", "minimax-m2.5", "vllm", None, "0.19.0", None): 2048,
-                       ("b200_sxm", "minimax-m2.5-nvfp4", "vllm", None, "0.19.0", None): 2048}
+                       ("b200_sxm", "minimax-m2.5-nvfp4", "vllm", None, "0.19.0", None): 2048,
+                       ("b200_sxm", "qwen3.5-397b-a17b-nvfp4", "sglang", None, None, None): 32768}
     assert all(re.search(r"InferenceX/blob/[0-9a-f]{9}/benchmarks/", r.source) for r in RECIPES)
 
 MINIMAX_H100_0406 = ("2026_04_06_minimax_m2_5_h100_sxm_vllm_fp8_agg_1024x8192_c64_tp4_ep4_1339,source_file=2026-04-06.csv; "
@@ -289,7 +297,32 @@ def test_an_inferencex_run_takes_its_scripts_static_memory_share(tmp_path):
     assert {(r.system, r.model_id, r.tp): r.mem_fraction for r in RECIPES if r.spec == "none" and r.engine == "sglang"} \
         == {("h200_sxm", "deepseek-v3", None): 0.82, ("h200_sxm", "qwen3.5-397b-a17b", None): 0.8,
             ("b200_sxm", "qwen3.5-397b-a17b", None): 0.82, ("b200_sxm", "deepseek-v3", 8): 0.82,
-            ("b200_sxm", "deepseek-v3", 4): 0.95}
+            ("b200_sxm", "deepseek-v3", 4): 0.95, ("b200_sxm", "qwen3.5-397b-a17b-nvfp4", None): 0.85}
+
+
+def test_an_nvfp4_row_of_qwen35_runs_nvidias_release_as_its_script_launched_it(tmp_path):
+    """The row names the base model with nvfp4 quant modes; InferenceX served nvidia/Qwen3.5-397B-A17B-NVFP4
+    (routed experts NVFP4, attention of both kinds and the shared experts bf16) with qwen3.5_fp4_b200.sh's
+    --chunked-prefill-size 32768, --kv-cache-dtype fp8_e4m3, 128 running requests, polling every 30 decode
+    steps from 16 clients and --mem-fraction-static 0.85; a nightly build takes the profile's kernel tables."""
+    header = ROWS.read_text().splitlines()[0]
+    (tmp_path / "q35.csv").write_text(f"{header}\n{B200_QWEN35_NVFP4}\n")
+    got = validate_silicon(tmp_path / "q35.csv")
+    assert got.iloc[0]["status"] == "ok"
+    assert (got.attrs["recipe_budget"], got.attrs["recipe_kv_dtype"], got.attrs["recipe_scheduler"],
+            got.attrs["recipe_memory"]) == (1, 1, 1, 1)
+    release = load_model("qwen3.5-397b-a17b-nvfp4")
+    launched = _budget(_engine("sglang", None), 32768).with_launch(128, 30, 0.85)
+    ttft, tpot = _agg(release, 4, launched, 8192, 1024, 64, gpu="b200", run=INFERENCEX_RUN, settings=FP8_KV)
+    assert got.iloc[0][["ttft_ms_predicted", "tpot_ms_predicted"]].tolist() == pytest.approx([ttft, tpot], rel=1e-12)
+    # the release's NVFP4 experts set the decode step: FP8 block ones (the base model's bf16 do not fit 4 GPUs) are slower
+    fp8 = release.with_gemm_dtypes(experts="fp8_block")
+    assert _agg(fp8, 4, launched, 8192, 1024, 64, gpu="b200", run=INFERENCEX_RUN, settings=FP8_KV)[1] > 1.1 * tpot
+    # a day the key did not run (before #820's branch took the nightly image): the engine's defaults
+    (tmp_path / "early.csv").write_text(f"{header}\n{B200_QWEN35_NVFP4.replace('2026-04-08T', '2026-04-02T')}\n")
+    early = validate_silicon(tmp_path / "early.csv")
+    assert early.attrs["recipe_budget"] == 0
+    assert early.iloc[0]["ttft_ms_predicted"] != pytest.approx(ttft, rel=1e-3)
 
 
 def test_inferencex_runs_take_their_launch_scripts_scheduler_settings(tmp_path):
@@ -316,7 +349,8 @@ def test_inferencex_runs_take_their_launch_scripts_scheduler_settings(tmp_path):
                         ("b200_sxm", "qwen3.5-397b-a17b", None, "fp8"): (128, 128, 10, 30),
                         ("b200_sxm", "qwen3.5-397b-a17b", None, "bf16"): (128, 128, 10, 30),
                         ("b200_sxm", "deepseek-v3", 8, None): (128, 128, 10, 30),
-                        ("b200_sxm", "deepseek-v3", 4, None): (32, 32, 10, 10)}
+                        ("b200_sxm", "deepseek-v3", 4, None): (32, 32, 10, 10),
+                        ("b200_sxm", "qwen3.5-397b-a17b-nvfp4", None, None): (128, 128, 10, 30)}
 
 
 # silicon_sample.csv lines, verbatim: DeepSeek-R1 on 8xB200 at 64 and 256 clients on 2026-03-25, when
@@ -402,6 +436,7 @@ def test_inferencex_runs_take_their_launch_scripts_kv_cache_dtype(frame):
                   ("b200_sxm", "minimax-m2.5", "vllm", "0.19.0", None),
                   ("b200_sxm", "gpt-oss-120b", "vllm", "0.15.1", None),
                   ("b200_sxm", "minimax-m2.5-nvfp4", "vllm", None, None), ("b200_sxm", "minimax-m2.5-nvfp4", "vllm", "0.19.0", None),
+                  ("b200_sxm", "qwen3.5-397b-a17b-nvfp4", "sglang", None, None),
                   *((s, "llama-3.1-70b", "vllm", None, None) for s in ("h100_sxm", "h200_sxm", "b200_sxm"))}
 
 
