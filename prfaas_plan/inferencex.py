@@ -13,6 +13,7 @@ Every entry cites the script or config version it was read from. Times are UTC.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING
@@ -90,7 +91,9 @@ class Recipe:
     the last the row's concurrency reaches applies) and the share of memory weights and KV take
     (SGLang ``--mem-fraction-static``: ``mem_fraction``) and the experts' GEMM dtype where an
     environment switch selects another kernel (vLLM ``VLLM_USE_FLASHINFER_MOE_MXFP4_MXFP8=1``:
-    ``experts_dtype`` "mxfp4_w4a8"); None: the engine's defaults.
+    ``experts_dtype`` "mxfp4_w4a8"); None: the engine's defaults. ``experts_tp``: the script starts
+    vLLM without ``--enable-expert-parallel``, so the experts run tensor-parallel over the engine's
+    GPUs whatever expert ranks the config key (and so the row) names.
     ``version`` / ``tp`` / ``precision``: only rows of that engine version / attention TP / CSV
     precision label (None: any). ``key``: the config key that runs the script, ``runs`` its
     versions (:class:`RecipeRun`), ``spec`` its speculative decoding ("none" or "mtp")."""
@@ -107,6 +110,7 @@ class Recipe:
     recv_interval: tuple[tuple[int, int], ...] = ()
     mem_fraction: float | None = None
     experts_dtype: GemmDtype | None = None
+    experts_tp: bool = False
     version: str | None = None
     tp: int | None = None
     precision: str | None = None
@@ -124,6 +128,13 @@ class Recipe:
         was measured lists its shape); a recipe without runs (its rows predate the config's file,
         2025-11-03) and a row without a measured time are taken as run."""
         return not self.runs or span is None or any(r.ran(case, span) for r in self.runs)
+
+    @property
+    def name(self) -> str:
+        """The config key and the version of its script this recipe holds (``key@commit``), or its
+        source where it names no key."""
+        commit = re.search(r"/blob/([0-9a-f]+)/", self.source)
+        return f"{self.key}@{commit.group(1)}" if self.key and commit else self.key or self.source
 
     def budget(self, isl_tokens: int) -> int | None:
         return self.per_isl * isl_tokens if self.per_isl is not None else self.tokens
@@ -155,6 +166,8 @@ _MM_FP4_SHAPES_0402 = ((_ALL[:1], 2, 1, 4, 512), (_ALL[:1], 4, 1, 4, 512), (_ALL
 _MM_FP4_SHAPES_0407 = ((_ALL[:1], 1, 1, 4, 4), (_ALL[:1], 2, 2, 128, 256), (_ALL[:1], 2, 2, 512, 512),
                        (_ALL[:1], 4, 1, 4, 8), (_ALL[:1], 4, 4, 32, 128), (_ALL[:1], 8, 1, 4, 4), (_ALL[2:], 1, 1, 4, 32),
                        (_ALL[2:], 1, 1, 256, 512), (_ALL[2:], 2, 2, 128, 512), (_ALL[2:], 4, 1, 4, 8), (_ALL[2:], 8, 1, 4, 4))
+_KIMI_FP4 = "kimik2.5-fp4-b200-vllm"  # NVIDIA's Kimi-K2.5-NVFP4 on B200 vLLM 0.17.0
+_KIMI_FP4_EP1, _KIMI_FP4_ARGS = "2026-04-14T19:53:45Z", "2026-04-20T14:22:32Z"  # 2cbaec340 (ep: 1), 6c3acebfa (args)
 _QWEN35_B200_BF16_RUNS = (_run("521d19951", "2026-02-20T05:32:41Z", _MAR28, (_ALL, 8, 1, 4, 64)),
                           _run("626932a11", _MAR28, _MAY01, (_NO_1K8K, 8, 1, 4, 64)))
 
@@ -267,6 +280,26 @@ RECIPES = (
            recv_interval=_RECV_10_30, mem_fraction=0.85, key="qwen3.5-fp4-b200-sglang",
            # 85d02c46b took #820's branch to the nightly image the rows name; the search space held until ca9fc7d1b
            runs=(_run("85d02c46b", "2026-04-03T17:54:16Z", "2026-05-01T20:52:49Z", (_NO_1K8K, 4, 1, 4, 128)),)),
+    # kimik2.5-fp4-b200-vllm: kimik2.5_fp4_b200.sh runs `vllm serve --tensor-parallel-size=$TP` without
+    # --enable-expert-parallel in every version, while the key named {tp: 4, ep: 4} until 2cbaec340 ("fix bogus
+    # ep ... script has no EP support"); no --kv-cache-dtype until 6c3acebfa, so vLLM took the checkpoint's
+    # kv_cache_scheme (8-bit float): it resolves an unset KV dtype from a ModelOpt config since
+    # vllm-project/vllm#29980 (2025-12, in v0.13.0; issue #34752 lists the unset flag as working), and these runs
+    # are v0.17.0's
+    Recipe("b200_sxm", "kimi-k2.5-nvfp4", "vllm",
+           f"{_IX}/a58dedd5a/benchmarks/single_node/kimik2.5_fp4_b200.sh (no --enable-expert-parallel, no "
+           "--kv-cache-dtype: the checkpoint's FP8 KV cache, no --max-num-batched-tokens, --max-num-seqs $CONC; the "
+           "same in every version until 6c3acebfa, 2026-04-20; the rows of 2026-03-11 and 03-27)", kv_dtype="fp8",
+           experts_tp=True, key=_KIMI_FP4,
+           runs=(_run("a58dedd5a", "2026-03-11T16:59:36Z", _MAR28, (_ALL, 4, 4, 4, 64), (_ALL[:1], 8, 1, 4, 4),
+                      (_ALL[2:], 8, 1, 4, 4)),
+                 _run("626932a11", _MAR28, _KIMI_FP4_EP1, (_NO_1K8K, 4, 4, 4, 64), (_NO_1K8K, 8, 1, 4, 4)),
+                 _run("2cbaec340", _KIMI_FP4_EP1, _KIMI_FP4_ARGS, (_NO_1K8K, 4, 1, 4, 64), (_NO_1K8K, 8, 1, 4, 4)))),
+    Recipe("b200_sxm", "kimi-k2.5-nvfp4", "vllm",
+           f"{_IX}/6c3acebfa/benchmarks/single_node/kimik2.5_fp4_b200.sh (--kv-cache-dtype fp8, "
+           "--max-num-batched-tokens $((ISL * 2)), no --enable-expert-parallel; its --stream-interval 20 is not "
+           "modelled)", per_isl=2, kv_dtype="fp8", experts_tp=True, key=_KIMI_FP4,
+           runs=(_run("6c3acebfa", _KIMI_FP4_ARGS, _MAY01, (_NO_1K8K, 4, 1, 4, 64), (_NO_1K8K, 8, 1, 4, 4)),)),
     Recipe("b200_sxm", "gpt-oss-120b", "vllm",
            f"{_IX}/d2c2acb19/benchmarks/single_node/gptoss_fp4_b200.sh (config.yaml: kv-cache-dtype: fp8, "
            "max-num-batched-tokens: 8192; VLLM_USE_FLASHINFER_MOE_MXFP4_MXFP8=1, FlashInfer's TRT-LLM experts on "

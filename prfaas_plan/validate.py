@@ -132,6 +132,8 @@ NVFP4_RELEASES = {
     # qwen3.5-fp4-b200-sglang serves model: nvidia/Qwen3.5-397B-A17B-NVFP4 (85d02c46b on #820's branch,
     # 2026-04-03, merged as 48d35c480)
     "Qwen/Qwen3.5-397B-A17B": "qwen3.5-397b-a17b-nvfp4",
+    # kimik2.5-fp4-b200-vllm serves model: nvidia/Kimi-K2.5-NVFP4 (f3f5c75e7, 2026-03-10, and every version since)
+    "moonshotai/Kimi-K2.5": "kimi-k2.5-nvfp4",
 }
 """The NVFP4 release of a model path, where the model database holds it: the CSV names an NVFP4
 run by its base model with ``nvfp4`` quant modes, and InferenceX's fp4 config keys serve NVIDIA's
@@ -219,7 +221,8 @@ refuse ran expert parallel (:func:`_layout`); a row of another file that repeats
 configuration and measured TTFT and TPOT (to the file's 0.01 ms) is that InferenceX run, predicted
 under its protocol (:func:`_frame`; NVIDIA's ``kimi-k2.5-gap-analysis.csv`` and
 ``qwen3.5-397b-gap-analysis.csv`` collect InferenceX runs); a row whose sizes are its id's TP and EP
-as NVIDIA's 2026-04-06 file rewrote them runs as its id says (:func:`_as_named`)."""
+as NVIDIA's 2026-04-06 file rewrote them runs as its id says, and a database-dump vLLM row so written
+runs at the TP and EP its sizes give (:func:`_as_named`)."""
 
 PROTOCOLS = ("inferencex run", "vllm bench serve run", "aiconfigurator run", "steady state")
 """The names :func:`_protocol` gives, as counted in a frame's ``attrs["protocols"]``."""
@@ -411,12 +414,23 @@ def _as_named(row: dict) -> dict:
       ``--enable-expert-parallel``). SGLang's DP-attention runs are written otherwise (attention TP 1
       x DP ``T``) and kept.
 
+    InferenceX's database dump (``db-dump/...``, ids ``..._cfgN`` that name no layout) writes its vLLM
+    rows the same way: a dump row of sizes TP ``T``, attention DP ``T``, experts EP ``T x E`` is the
+    run of TP ``T`` and EP ``E`` (its Kimi-K2.5 and MiniMax-M2.5 rows of 2026-03-27 and 04-03 repeat
+    the 2026-04-06 file's ``tp4_ep4`` / ``tp2_ep2`` rows to 0.01 ms, 25 rows; the dump's ``batch_size``
+    there is the concurrency over ``T``).
+
     Any other row is returned as it is."""
-    m = NAMED_LAYOUT.search(str(row.get("id") or ""))
-    if m is None or row["mode"] != "agg" or not INFERENCEX_SOURCE.match(_source(row)):
+    if row["mode"] != "agg" or not INFERENCEX_SOURCE.match(_source(row)):
         return row
-    tp, ep = int(m.group(1)), int(m.group(2))
     sizes = tuple(_num(row, f"{c}_size") or 1 for c in ("tp", "attention_dp", "moe_tp", "moe_ep"))
+    m = NAMED_LAYOUT.search(str(row.get("id") or ""))
+    if m is not None:
+        tp, ep = int(m.group(1)), int(m.group(2))
+    elif _source(row).startswith("db-dump/") and sizes[0] > 1 and sizes[3] % sizes[0] == 0:
+        tp, ep = int(sizes[0]), int(sizes[3] // sizes[0])
+    else:
+        return row
     written = {(tp * ep, 1, tp, ep)} | ({(tp, tp, 1, tp * ep)} if row["backend"] == "vllm" else set())
     if ep > 1 and tp % ep == 0 and sizes in written:
         return {**row, "tp_size": tp, "attention_dp_size": 1, "moe_tp_size": tp // ep, "moe_ep_size": ep}
@@ -687,7 +701,7 @@ def _frame(rows: list[dict], strict: bool, moe_routing: str = "balanced") -> pd.
     protocols: Counter = Counter()
     remapped: Counter = Counter()
     runs: dict[tuple, int] = {}  # each measured run, as predicted: the first row that holds it
-    budgets = kv_dtypes = schedulers = memories = experts = workers = dp_attention = 0
+    budgets = kv_dtypes = schedulers = memories = experts = experts_tp = workers = dp_attention = 0
     cases = [_map_row(row, models, strict, moe_routing) for row in rows]
     spans = [_measured_span(row) for row in rows]
     measured = [_measurement(row, case) if isinstance(case, Case) else None for row, case in zip(rows, cases)]
@@ -713,6 +727,7 @@ def _frame(rows: list[dict], strict: bool, moe_routing: str = "balanced") -> pd.
             schedulers += case.max_running is not None or case.recv_interval_steps is not None
             memories += case.mem_fraction is not None
             experts += case.experts_dtype is not None
+            experts_tp += _experts_tp_by_recipe(row, case)
             took_workers, took_dp = _from_recipe(row, case)
             workers += took_workers
             dp_attention += took_dp
@@ -734,9 +749,16 @@ def _frame(rows: list[dict], strict: bool, moe_routing: str = "balanced") -> pd.
     df.attrs["recipe_scheduler"] = schedulers  # ... and at its running-request cap or scheduler polling
     df.attrs["recipe_memory"] = memories  # ... and at its static memory share
     df.attrs["recipe_experts_dtype"] = experts  # ... and with its experts' GEMM dtype
+    df.attrs["recipe_experts_tp"] = experts_tp  # ... and its experts tensor-parallel where the row names expert ranks
     df.attrs["recipe_workers"] = workers  # disaggregated runs at their recipe's workers (DISAGG_RECIPES)
     df.attrs["recipe_dp_attention"] = dp_attention  # ... and at its DP attention, which the row does not give
     return df
+
+
+def _experts_tp_by_recipe(row: dict, case: Case) -> bool:
+    """Whether an aggregated row that names expert ranks runs its experts tensor-parallel, as its
+    recipe's script launched them (:attr:`~prfaas_plan.inferencex.Recipe.experts_tp`)."""
+    return case.decode_layout is None and case.layout.experts == "tp" and (_num(row, "moe_ep_size") or 1) > 1
 
 
 def _from_recipe(row: dict, case: Case) -> tuple[bool, bool]:
@@ -766,13 +788,17 @@ def _as_launched(row: dict, case: Case, span: tuple[datetime, datetime] | None) 
         return case
     ran = [r for r in RECIPES if r.applies(row, case) and r.ran(case, span)]
     if len(ran) > 1:
-        return f"{AMBIGUOUS_RECIPE}: {' or '.join(r.key or r.source for r in ran)}"
+        names = [r.key or r.source for r in ran]
+        if len(set(names)) < len(names):  # one key's script versions: name each
+            names = [r.name for r in ran]
+        return f"{AMBIGUOUS_RECIPE}: {' or '.join(names)}"
     if not ran:
         return case
     recipe, = ran
     if recipe.spec != "none":
         return f"{SPECULATIVE_RUN}: {recipe.key} ({recipe.spec})"
-    return replace(case, token_budget=recipe.budget(case.isl_tokens), kv_dtype=recipe.kv_dtype or case.kv_dtype,
+    layout = replace(case.layout, experts="tp") if recipe.experts_tp else case.layout
+    return replace(case, layout=layout, token_budget=recipe.budget(case.isl_tokens), kv_dtype=recipe.kv_dtype or case.kv_dtype,
                    max_running=recipe.running(case.isl_tokens, case.osl_tokens),
                    recv_interval_steps=recipe.recv_steps(case.concurrency), mem_fraction=recipe.mem_fraction,
                    experts_dtype=recipe.experts_dtype)

@@ -116,6 +116,19 @@ def test_qwen35_nvfp4_release_is_the_bf16_checkpoint_with_nvfp4_routed_experts()
     assert w.total_bytes / 1e9 == pytest.approx(237.03, abs=0.01)
 
 
+def test_kimi_k25_nvfp4_release_quantises_every_linear_but_attention_and_the_lm_head():
+    # its quantization_config ignores only self_attn* and lm_head: the routed experts (60 MoE layers x 384 x
+    # 3 x 7168 x 2048), the shared experts (60 x 3 x 7168 x 2048) and layer 0's dense MLP (3 x 7168 x 18432)
+    # at 0.5625 B a weight; attention and LM head bf16, as in Kimi-K2-Thinking's INT4 release
+    int4, fp4 = load_model("kimi-k2-thinking"), load_model("kimi-k2.5-nvfp4")
+    assert fp4.param_counts() == int4.param_counts() and fp4.layer_kinds == int4.layer_kinds
+    w, k = fp4.weight_bytes(), int4.weight_bytes()
+    assert w.experts_bytes == 60 * 384 * 3 * 7168 * 2048 * 0.5625
+    assert w.dense_ffn_bytes == (60 * 3 * 7168 * 2048 + 3 * 7168 * 18432) * 0.5625
+    assert (w.attention_bytes, w.lm_head_bytes) == (k.attention_bytes, k.lm_head_bytes)
+    assert w.total_bytes / 1e9 == pytest.approx(589.84, abs=0.01)
+
+
 def test_bf16_models_keep_two_bytes_per_parameter():
     for m in list_model_specs():
         if all(m.gemm_dtype(c) == "bf16" for c in GEMM_CLASSES):

@@ -38,6 +38,7 @@ FIXTURES = {
     "gpt-oss-120b.json": "gpt-oss-120b",
     "minimax-m2.5-nvfp4.json": "minimax-m2.5-nvfp4",
     "qwen3.5-397b-a17b-nvfp4.json": "qwen3.5-397b-a17b-nvfp4",
+    "kimi-k2.5-nvfp4.json": "kimi-k2.5-nvfp4",     # model_type kimi_k25: a deepseek_v3 text_config
 }
 
 SETTINGS = {

@@ -23,6 +23,8 @@ PUBLISHED_TOTALS = {
     # K2-Thinking is K2's architecture (its config.json differs in quantization_config and context
     # only); its INT4 safetensors count packed words, so K2-Instruct's total is the published one
     "kimi-k2-thinking": (1_026_470_731_056, "https://huggingface.co/moonshotai/Kimi-K2-Instruct"),
+    # Kimi-K2.5's text model has K2's shapes (its vision tower is left out); the NVFP4 release quantises it
+    "kimi-k2.5-nvfp4": (1_026_470_731_056, "https://huggingface.co/moonshotai/Kimi-K2-Instruct"),
     # safetensors metadata.total_parameters
     "kimi-linear-48b-a3b": (49_122_681_728, "https://huggingface.co/moonshotai/Kimi-Linear-48B-A3B-Instruct"),
     "llama-3.1-70b": (70.6e9, "https://huggingface.co/meta-llama/Llama-3.1-70B"),

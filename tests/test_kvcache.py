@@ -53,6 +53,7 @@ PINNED = {
     # Kimi K2: same MLA cache as DeepSeek-V3: 61 x 576 x 2 = 70,272 B/token.
     "kimi-k2": (70_272, 0, 0, 2_302_672_896),
     "kimi-k2-thinking": (70_272, 0, 0, 2_302_672_896),  # K2's architecture, INT4 weights
+    "kimi-k2.5-nvfp4": (70_272, 0, 0, 2_302_672_896),  # K2's architecture, NVFP4 weights
     # Qwen3-Next-80B-A3B: 12 full layers x 2 KV x (256 + 256) x 2 B = 24,576 B/token.
     # GDN layer: conv (4-1) x (2*16*128 + 32*128) = 24,576 elements, recurrent 32*128*128 = 524,288.
     # vLLM (no mamba_ssm_dtype -> bf16): 36 x (24,576 + 524,288) x 2 = 39,518,208 B.

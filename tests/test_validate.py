@@ -55,6 +55,29 @@ B200_QWEN35_NVFP4 = ("qwen3_5_b200_sglang_fp4_agg_8192x1024_c64_cfg708,db-dump/2
 """silicon_sample.csv line 815, verbatim: Qwen3.5-397B-A17B labelled nvfp4 on 4xB200 SGLang (a nightly build), 8k/1k,
 64 clients, InferenceX's qwen3.5-fp4-b200-sglang key, which serves NVIDIA's NVFP4 release."""
 
+KIMI_NVFP4 = (
+    '2026_03_25_kimi_k2_5_b200_sxm_vllm_fp4_agg_8192x1024_c4_tp4_0_ep4_0_569,source_file=2026-03-25.csv; model'
+    '=Kimi-K2.5; silicon_concurrency=4; measured=2026-03-11T16:59:40Z; wip=False; image=vllm/vllm-openai:v0.17'
+    '.0,vllm,0.17.0,moonshotai/Kimi-K2.5,b200_sxm,fp4,agg,8192,1024,nvfp4,nvfp4,4,4,1,1,1,4,,,,,,,,,,,,,,,232.'
+    '0875733625144,8.834220504340893',
+    'kimik2_5_b200_vllm_fp4_agg_8192x1024_c16_cfg635,db-dump/2026-04-27; config_id=635; silicon_concurrency=16'
+    '; measured=2026-03-27T00:00:00.000Z; workflow_run_id=339; vllm/vllm-openai:v0.17.0,vllm,0.17.0,moonshotai'
+    '/Kimi-K2.5,b200_sxm,fp4,agg,8192,1024,nvfp4,nvfp4,4,4,1,4,1,16,,,,,,,,,,,,,,,418.5063862874813,14.9191562'
+    '96705278',
+    '2026_04_06_kimi_k2_5_b200_sxm_vllm_fp4_agg_8192x1024_c16_tp4_ep4_1306,source_file=2026-04-06.csv; model=K'
+    'imi-K2.5; silicon_concurrency=16; measured=2026-03-27T00:00:00.000Z; wip=False; image=vllm/vllm-openai:v0'
+    '.17.0,vllm,0.17.0,moonshotai/Kimi-K2.5,b200_sxm,fp4,agg,8192,1024,nvfp4,nvfp4,4,4,1,4,1,16,,,,,,,,,,,,,,,'
+    '418.5063862874813,14.919156296705278',
+    'kimik2_5_b200_vllm_fp4_agg_8192x1024_c4_cfg811,db-dump/2026-04-27; config_id=811; silicon_concurrency=4; '
+    'measured=2026-04-20T00:00:00.000Z; workflow_run_id=786; vllm/vllm-openai:v0.17.0,vllm,0.17.0,moonshotai/K'
+    'imi-K2.5,b200_sxm,fp4,agg,8192,1024,nvfp4,nvfp4,4,4,1,1,4,1,,,,,,,,,,,,,,,237.8441815788392,8.81564710427'
+    '232',
+)
+"""silicon_sample.csv lines 2288, 301, 4390 and 100, verbatim: Kimi-K2.5 labelled nvfp4 on 4xB200 vLLM 0.17.0,
+InferenceX's kimik2.5-fp4-b200-vllm (NVIDIA's NVFP4 release): 8k/1k at 4 clients of 2026-03-11 (its id: tp4 ep4), 16
+clients of 2026-03-27 in the database dump (written TP 4, attention DP 4, EP 16) and in the 2026-04-06 file (id
+tp4_ep4, the same measurement), 4 clients of 2026-04-20 in the dump (TP 4, EP 1), the day 6c3acebfa changed the script."""
+
 B200_DEEPSEEK_TP4 = ("dsr1_b200_sglang_fp8_agg_8192x1024_c4_cfg271,db-dump/2026-04-27; config_id=271; silicon_concurrency=4; "
                      "measured=2026-03-25T00:00:00.000Z; workflow_run_id=337; lmsysorg/sglang:v0.5.9-cu130,sglang,0.5.9,"
                      "deepseek-ai/DeepSeek-V3,b200_sxm,fp8,agg,8192,1024,fp8,fp8_block,4,4,1,1,4,1,,,,,,,,,,,,,,,"
@@ -153,9 +176,10 @@ def test_agg_predictions_are_the_serving_model(frame):
         21: _agg(load_model("minimax-m2.5-nvfp4"), 2, _engine("vllm", None), 1024, 1024, 32, gpu="b200", run=ix,
                  settings=FP8_KV),
         14: _agg(llama8, 1, _engine("sglang", "0.5.6.post2"), 1000, 100, 160, run=aic),  # bf16 checkpoint: online FP8
-        # --max-num-batched-tokens $((ISL * 2)) --kv-cache-dtype fp8 in InferenceX's B200 MiniMax vLLM 0.19.0 script
-        18: _agg(minimax, 4, _budget(_engine("vllm", "0.19.0"), 2048), 1024, 1024, 512,
-                 Layout(4, "dp", "ep", attention_tp=2), "b200", run=ix, settings=FP8_KV),
+        # --max-num-batched-tokens $((ISL * 2)) --kv-cache-dtype fp8 in InferenceX's B200 MiniMax vLLM 0.19.0 script;
+        # the dump writes its {tp: 2, ep: 2} run as TP 2, attention DP 2, EP 4 (validate._as_named): 2 GPUs
+        18: _agg(minimax, 2, _budget(_engine("vllm", "0.19.0"), 2048), 1024, 1024, 512,
+                 Layout(2, "tp", "ep"), "b200", run=ix, settings=FP8_KV),
     }
     for i, (ttft, tpot) in expect.items():
         row = frame.iloc[i]
@@ -165,7 +189,7 @@ def test_agg_predictions_are_the_serving_model(frame):
     assert frame.iloc[1][["tp", "attention_dp", "moe_tp", "moe_ep"]].tolist() == [4, 1, 4, 1]  # 384 = 3 x 128
     assert frame.iloc[2][["tp", "attention_dp", "moe_tp", "moe_ep"]].tolist() == [8, 1, 1, 8]
     assert frame.iloc[11][["tp", "attention_dp", "moe_tp", "moe_ep"]].tolist() == [1, 2, 2, 1]
-    assert frame.iloc[18][["tp", "attention_dp", "moe_tp", "moe_ep"]].tolist() == [2, 2, 1, 4]
+    assert frame.iloc[18][["tp", "attention_dp", "moe_tp", "moe_ep"]].tolist() == [2, 1, 1, 2]
 
 
 def test_protocol_rule_per_source(frame):
@@ -219,7 +243,8 @@ def test_inferencex_runs_take_their_launch_scripts_token_budget(frame):
                        ("b200_sxm", "deepseek-v3", "sglang", 4, None, None): 8192,
                        ("b200_sxm", "minimax-m2.5", "vllm", None, "0.19.0", None): 2048,
                        ("b200_sxm", "minimax-m2.5-nvfp4", "vllm", None, "0.19.0", None): 2048,
-                       ("b200_sxm", "qwen3.5-397b-a17b-nvfp4", "sglang", None, None, None): 32768}
+                       ("b200_sxm", "qwen3.5-397b-a17b-nvfp4", "sglang", None, None, None): 32768,
+                       ("b200_sxm", "kimi-k2.5-nvfp4", "vllm", None, None, None): 2048}
     assert all(re.search(r"InferenceX/blob/[0-9a-f]{9}/benchmarks/", r.source) for r in RECIPES)
 
 MINIMAX_H100_0406 = ("2026_04_06_minimax_m2_5_h100_sxm_vllm_fp8_agg_1024x8192_c64_tp4_ep4_1339,source_file=2026-04-06.csv; "
@@ -323,6 +348,30 @@ def test_an_nvfp4_row_of_qwen35_runs_nvidias_release_as_its_script_launched_it(t
     early = validate_silicon(tmp_path / "early.csv")
     assert early.attrs["recipe_budget"] == 0
     assert early.iloc[0]["ttft_ms_predicted"] != pytest.approx(ttft, rel=1e-3)
+
+
+def test_kimi_k25_nvfp4_rows_run_the_release_with_experts_tp_as_its_script_launched_them(tmp_path):
+    """kimik2.5_fp4_b200.sh never passed --enable-expert-parallel (2cbaec340: "fix bogus ep ... script has no
+    EP support"), nor --kv-cache-dtype before 6c3acebfa (vLLM takes the checkpoint's FP8 KV scheme): rows
+    labelled EP 4 run the experts TP 4 with an FP8 cache; the dump's row written as attention DP 4 with EP 16
+    is the 2026-04-06 file's tp4_ep4 run, which then repeats it; a row of the day the script changed is
+    ambiguous between its two versions."""
+    header = ROWS.read_text().splitlines()[0]
+    (tmp_path / "kimi.csv").write_text("\n".join([header, *KIMI_NVFP4]) + "\n")
+    got = validate_silicon(tmp_path / "kimi.csv")
+    assert got["status"].tolist() == [
+        "ok", "ok", "repeats an earlier row: row 1",
+        "recipe ambiguous: kimik2.5-fp4-b200-vllm@a58dedd5a or kimik2.5-fp4-b200-vllm@6c3acebfa"]
+    assert got.attrs["recipe_experts_tp"] == 3 and got.attrs["recipe_kv_dtype"] == 3
+    assert got.attrs["remapped"]["layout of the run's id"] == 2  # the dump's row and the 2026-04-06 file's
+    release, vllm = load_model("kimi-k2.5-nvfp4"), _engine("vllm", "0.17.0")
+    for i, c in ((0, 4), (1, 16)):
+        want = _agg(release, 4, vllm, 8192, 1024, c, Layout(4), gpu="b200", run=INFERENCEX_RUN, settings=FP8_KV)
+        assert got.iloc[i][["ttft_ms_predicted", "tpot_ms_predicted"]].tolist() == pytest.approx(list(want), rel=1e-12)
+        assert got.iloc[i][["tp", "attention_dp", "moe_tp", "moe_ep"]].tolist() == [4, 1, 4, 1]
+    as_labelled = _agg(release, 4, vllm, 8192, 1024, 4, Layout(4, "tp", "ep"), gpu="b200", run=INFERENCEX_RUN,
+                       settings=FP8_KV)
+    assert as_labelled[1] != pytest.approx(got.iloc[0]["tpot_ms_predicted"], rel=1e-3)
 
 
 def test_inferencex_runs_take_their_launch_scripts_scheduler_settings(tmp_path):
@@ -437,6 +486,7 @@ def test_inferencex_runs_take_their_launch_scripts_kv_cache_dtype(frame):
                   ("b200_sxm", "gpt-oss-120b", "vllm", "0.15.1", None),
                   ("b200_sxm", "minimax-m2.5-nvfp4", "vllm", None, None), ("b200_sxm", "minimax-m2.5-nvfp4", "vllm", "0.19.0", None),
                   ("b200_sxm", "qwen3.5-397b-a17b-nvfp4", "sglang", None, None),
+                  ("b200_sxm", "kimi-k2.5-nvfp4", "vllm", None, None),
                   *((s, "llama-3.1-70b", "vllm", None, None) for s in ("h100_sxm", "h200_sxm", "b200_sxm"))}
 
 
@@ -808,7 +858,7 @@ def test_html_page_and_json(tmp_path):
     # the rows per protocol and per relabelling rule, as the frame counts them (test_protocol_rule_per_source)
     mapping = html.unescape(re.search(r'data-table="mapping".*?</table>', text, re.S).group(0))
     for rule, n in (("inferencex run", 11), ("aiconfigurator run", 4), ("steady state", 0),
-                    ("checkpoint dtypes over the label", 9), ("layout of the run's id", 1),
+                    ("checkpoint dtypes over the label", 9), ("layout of the run's id", 2),
                     ("experts ep: tp split refused", 1), ("token budget per step of the launch script", 4),
                     ("KV-cache dtype of the launch script", 6), ("experts dtype of the launch script", 1),
                     ("running-request cap or scheduler polling of the launch script", 3),
@@ -831,7 +881,8 @@ def test_table_says_how_many_rows_each_run_protocol_predicted():
     # (0, 1, 18), DeepSeek-V3/R1 (6; 7 and 8 are left out) and Qwen3-235B-FP8 (9, 11), "nvfp4" on gpt-oss's
     # MXFP4 checkpoint (13, 20) and on MiniMax's NVFP4 release, whose attention is bf16 (21); experts TP8 refused (0)
     assert lines[-1] == ("rows predicted otherwise than labelled: checkpoint dtypes over the label 9, "
-                         "experts ep: tp split refused 1, layout of the run's id 1")  # 3: TP 64 is its id's TP 8 / EP 8
+                         "experts ep: tp split refused 1, layout of the run's id 2")  # 3: TP 64 is its id's TP 8 / EP 8;
+    # 18: the database dump's TP 2 / DP 2 / EP 4 is its {tp: 2, ep: 2} run
 
 
 def test_html_failure_leaves_no_file(tmp_path, monkeypatch):

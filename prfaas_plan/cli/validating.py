@@ -81,6 +81,9 @@ def _echo_mapping(df: pd.DataFrame) -> None:
         typer.echo(f"rows run at their launch script's static memory share: {df.attrs['recipe_memory']:,}")
     if df.attrs.get("recipe_experts_dtype"):
         typer.echo(f"rows run at their launch script's experts dtype: {df.attrs['recipe_experts_dtype']:,}")
+    if df.attrs.get("recipe_experts_tp"):
+        typer.echo(f"rows run with their launch script's experts tensor-parallel (the row names expert ranks): "
+                   f"{df.attrs['recipe_experts_tp']:,}")
     if df.attrs.get("recipe_workers"):  # disaggregated runs at their recipe's workers (inferencex.DISAGG_RECIPES)
         typer.echo(f"disaggregated rows at their recipe's worker counts: {df.attrs['recipe_workers']:,} "
                    f"({df.attrs.get('recipe_dp_attention', 0):,} with its DP attention)")

@@ -23,8 +23,8 @@ Conventions and assumptions:
   MLA layers), ``mtp_num_hidden_layers`` (Qwen3-Next / Qwen3.5: full-attention layers) and
   ``num_mtp_modules`` x ``mtp_transformer_layers`` when ``use_mtp`` (MiniMax-M2: full-attention
   layers); 0 or absent: none.
-* Multimodal configs (``qwen3_5_moe``) are read from their ``text_config``; the vision tower is
-  ignored.
+* Multimodal configs (``qwen3_5_moe``; ``kimi_k25``, Kimi-K2.5's, whose ``text_config`` is Kimi-K2's
+  DeepSeek-V3 shapes) are read from their ``text_config``; the vision tower is ignored.
 * A config rarely states its parameter counts, so :func:`count_params` computes them from the
   architecture (the layer kinds' weight shapes; norms, MTP layers and vision towers left out; the
   output gate of Qwen3-Next / Qwen3.5 gated attention too: the schema has no field for it).
@@ -50,11 +50,6 @@ from prfaas_plan.data import read_text, validate
 from prfaas_plan.errors import InvalidInput, PlanError
 from prfaas_plan.model.arch import ModelSpec
 from prfaas_plan.vocab import GEMM_CLASSES
-
-SUPPORTED_MODEL_TYPES: tuple[str, ...] = (
-    "llama", "qwen3", "qwen3_moe", "deepseek_v3", "kimi_k2", "qwen3_next", "qwen3_5_moe",
-    "qwen3_5_moe_text", "kimi_linear", "mimo_v2_flash", "minimax_m2", "bailing_hybrid",
-)
 
 _STATE_DTYPES = {"float32": "fp32", "bfloat16": "bf16"}
 _HUB_REPO = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
@@ -330,10 +325,13 @@ def _bailing_hybrid(c: _Config) -> dict:
 
 _BUILDERS: dict[str, Callable[[_Config], dict]] = {
     "llama": _dense, "qwen3": _dense, "qwen3_moe": _qwen3_moe, "deepseek_v3": _deepseek,
-    "kimi_k2": _deepseek, "qwen3_next": _qwen_next, "qwen3_5_moe": _qwen_next,
+    "kimi_k2": _deepseek, "kimi_k25": _deepseek, "qwen3_next": _qwen_next, "qwen3_5_moe": _qwen_next,
     "qwen3_5_moe_text": _qwen_next, "kimi_linear": _kimi_linear, "mimo_v2_flash": _mimo_v2_flash, "minimax_m2": _minimax_m2,
     "bailing_hybrid": _bailing_hybrid, "gpt_oss": _gpt_oss,
 }
+
+SUPPORTED_MODEL_TYPES: tuple[str, ...] = tuple(_BUILDERS)
+"""The ``model_type`` values :func:`load_hf_config` reads."""
 
 
 def _quant_dtype(c: _Config, quant: dict) -> tuple[str, dict]:
@@ -456,6 +454,7 @@ def _model_id(raw: dict, path: Path) -> tuple[str, str]:
 
 _MTP_FIELDS: dict[str, tuple[str, str]] = {
     "deepseek_v3": ("num_nextn_predict_layers", "mla"), "kimi_k2": ("num_nextn_predict_layers", "mla"),
+    "kimi_k25": ("num_nextn_predict_layers", "mla"),
     "qwen3_next": ("mtp_num_hidden_layers", "full"), "qwen3_5_moe": ("mtp_num_hidden_layers", "full"),
     "qwen3_5_moe_text": ("mtp_num_hidden_layers", "full"), "minimax_m2": ("num_mtp_modules", "full"),
 }

@@ -62,7 +62,7 @@ def _cols(df: pd.DataFrame) -> list[Col]:
 
 def _mapping(df: pd.DataFrame) -> pd.DataFrame:
     """Mapped rows per benchmark protocol, per relabelling rule, run at their launch script's token
-    budget, KV-cache dtype, scheduler settings, static memory share or experts dtype, and at their disaggregated
+    budget, KV-cache dtype, scheduler settings, static memory share, experts dtype or expert layout, and at their disaggregated
     recipe's workers and DP attention (the frame's ``attrs``)."""
     import pandas as pd
 
@@ -74,6 +74,8 @@ def _mapping(df: pd.DataFrame) -> pd.DataFrame:
               df.attrs.get("recipe_scheduler", 0)),
              ("engine as launched", "static memory share of the launch script", df.attrs.get("recipe_memory", 0)),
              ("engine as launched", "experts dtype of the launch script", df.attrs.get("recipe_experts_dtype", 0)),
+             ("engine as launched", "experts tensor-parallel as the launch script ran them (the row names expert ranks)",
+              df.attrs.get("recipe_experts_tp", 0)),
              ("disaggregated recipe", "worker counts of the recipe in force when measured", df.attrs.get("recipe_workers", 0)),
              ("disaggregated recipe", "DP attention of the recipe (the row reads TP)", df.attrs.get("recipe_dp_attention", 0))]
     return pd.DataFrame(rows, columns=["kind", "rule", "rows"])
