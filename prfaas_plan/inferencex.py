@@ -247,6 +247,10 @@ RECIPES = (
       for system, commit, script in (("h100_sxm", "af4ccd03f", "70b_fp8_h100_slurm.sh and 70b_fp8_h100_docker.sh"),
                                      ("h200_sxm", "9596d23d7", "70b_fp8_h200_slurm.sh"),
                                      ("b200_sxm", "4b860b78e", "70b_fp8_b200_docker.sh"))),
+    Recipe("b200_sxm", "llama-3.3-70b-nvfp4", "vllm",
+           f"{_IX}/4b860b78e/benchmarks/70b_fp4_b200_docker.sh (config.yaml: kv-cache-dtype: fp8, "
+           "max-num-batched-tokens: 8192; --max-num-seqs 512; image vllm/vllm-openai:v0.10.2, 70b-tmpl.yml's "
+           "bmk-b200-fp4; in force from 2025-10-01 to its removal on 2025-10-29, the rows' day)", kv_dtype="fp8"),
     Recipe("b200_sxm", "minimax-m2.5-nvfp4", "vllm",
            f"{_IX}/08bcde8f1/benchmarks/single_node/minimaxm2.5_fp4_b200.sh (--kv-cache-dtype fp8, no "
            "--max-num-batched-tokens: #996's branch from 2026-04-02, its vLLM nightly and then v0.19.0 image, until "

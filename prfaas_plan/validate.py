@@ -134,6 +134,8 @@ NVFP4_RELEASES = {
     "Qwen/Qwen3.5-397B-A17B": "qwen3.5-397b-a17b-nvfp4",
     # kimik2.5-fp4-b200-vllm serves model: nvidia/Kimi-K2.5-NVFP4 (f3f5c75e7, 2026-03-10, and every version since)
     "moonshotai/Kimi-K2.5": "kimi-k2.5-nvfp4",
+    # .github/workflows/70b-tmpl.yml's bmk-b200-fp4 served model: nvidia/Llama-3.3-70B-Instruct-FP4 (its 2025-10 runs)
+    "meta-llama/Llama-3.1-70B": "llama-3.3-70b-nvfp4",
 }
 """The NVFP4 release of a model path, where the model database holds it: the CSV names an NVFP4
 run by its base model with ``nvfp4`` quant modes, and InferenceX's fp4 config keys serve NVIDIA's

@@ -129,6 +129,19 @@ def test_kimi_k25_nvfp4_release_quantises_every_linear_but_attention_and_the_lm_
     assert w.total_bytes / 1e9 == pytest.approx(589.84, abs=0.01)
 
 
+def test_llama_nvfp4_release_quantises_attention_and_mlp_and_matches_the_hubs_stored_count():
+    # ModelOpt's NVFP4 default: every decoder Linear W4A4 (0.5625 B a weight with its FP8 scales), LM head bf16
+    bf16, fp4 = load_model("llama-3.1-70b"), load_model("llama-3.3-70b-nvfp4")
+    assert fp4.param_counts() == bf16.param_counts()
+    linear = 80 * (2 * 8192 * 8192 + 2 * 8192 * 1024 + 3 * 8192 * 28672)
+    w = fp4.weight_bytes()
+    assert w.attention_bytes + w.dense_ffn_bytes == linear * 0.5625
+    assert w.lm_head_bytes == 2 * 128256 * 8192
+    # the Hub's 41B "parameters" of the release count stored elements: two e2m1 per byte, one FP8 scale per 16,
+    # bf16 embeddings and LM head
+    assert (linear / 2 + linear / 16 + 2 * 128256 * 8192) / 1e9 == pytest.approx(41, abs=0.5)
+
+
 def test_bf16_models_keep_two_bytes_per_parameter():
     for m in list_model_specs():
         if all(m.gemm_dtype(c) == "bf16" for c in GEMM_CLASSES):

@@ -28,6 +28,7 @@ PUBLISHED_TOTALS = {
     # safetensors metadata.total_parameters
     "kimi-linear-48b-a3b": (49_122_681_728, "https://huggingface.co/moonshotai/Kimi-Linear-48B-A3B-Instruct"),
     "llama-3.1-70b": (70.6e9, "https://huggingface.co/meta-llama/Llama-3.1-70B"),
+    "llama-3.3-70b-nvfp4": (70.6e9, "https://huggingface.co/meta-llama/Llama-3.1-70B"),  # 3.1's shapes, quantised
     "llama-3.1-8b": (8.03e9, "https://huggingface.co/meta-llama/Llama-3.1-8B-Instruct"),
     "qwen3-32b": (32.8e9, "https://huggingface.co/Qwen/Qwen3-32B"),
     "mimo-v2-flash": (309e9, "https://huggingface.co/XiaomiMiMo/MiMo-V2-Flash"),

@@ -43,6 +43,7 @@ PINNED = {
     "qwen3-235b-a22b-fp8": (192_512, 0, 0, 6_308_233_216),  # the same architecture, FP8 block weights
     # Llama-3.1-70B: 80 x 8 x (128 + 128) x 2 B = 327,680 B/token; 32K: 10,737,418,240 B (10 GiB).
     "llama-3.1-70b": (327_680, 0, 0, 10_737_418_240),
+    "llama-3.3-70b-nvfp4": (327_680, 0, 0, 10_737_418_240),  # the same layers, NVFP4 weights
     # Llama-3.1-8B: 32 x 8 x (128 + 128) x 2 B = 131,072 B/token; 32K: 4,294,967,296 B (4 GiB).
     "llama-3.1-8b": (131_072, 0, 0, 4_294_967_296),
     # Qwen3-32B: 64 x 8 x (128 + 128) x 2 B = 262,144 B/token; 32K: 8,589,934,592 B (8 GiB).

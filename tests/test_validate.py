@@ -78,6 +78,13 @@ InferenceX's kimik2.5-fp4-b200-vllm (NVIDIA's NVFP4 release): 8k/1k at 4 clients
 clients of 2026-03-27 in the database dump (written TP 4, attention DP 4, EP 16) and in the 2026-04-06 file (id
 tp4_ep4, the same measurement), 4 clients of 2026-04-20 in the dump (TP 4, EP 1), the day 6c3acebfa changed the script."""
 
+B200_LLAMA_NVFP4 = ("2026_04_06_llama_3_1_70b_b200_sxm_vllm_fp4_agg_1024x8192_c4_tp8_ep1_328,source_file=2026-04-06.csv; "
+                    "model=Llama-3.1-70B; silicon_concurrency=4; measured=2025-10-29T00:00:00.000Z; wip=False,vllm,,"
+                    "meta-llama/Llama-3.1-70B,b200_sxm,fp4,agg,1024,8192,nvfp4,nvfp4,4,8,1,1,8,1,,,,,,,,,,,,,,,"
+                    "89.3514683819376,6.576913226412841")
+"""silicon_sample.csv line 3412, verbatim: Llama-3.1-70B labelled nvfp4 on 8xB200 vLLM (no version; InferenceX's
+70b-tmpl.yml served nvidia/Llama-3.3-70B-Instruct-FP4 from the vllm-openai v0.10.2 image), 1k/8k, 4 clients."""
+
 B200_DEEPSEEK_TP4 = ("dsr1_b200_sglang_fp8_agg_8192x1024_c4_cfg271,db-dump/2026-04-27; config_id=271; silicon_concurrency=4; "
                      "measured=2026-03-25T00:00:00.000Z; workflow_run_id=337; lmsysorg/sglang:v0.5.9-cu130,sglang,0.5.9,"
                      "deepseek-ai/DeepSeek-V3,b200_sxm,fp8,agg,8192,1024,fp8,fp8_block,4,4,1,1,4,1,,,,,,,,,,,,,,,"
@@ -374,6 +381,22 @@ def test_kimi_k25_nvfp4_rows_run_the_release_with_experts_tp_as_its_script_launc
     assert as_labelled[1] != pytest.approx(got.iloc[0]["tpot_ms_predicted"], rel=1e-3)
 
 
+def test_an_nvfp4_llama_row_runs_nvidias_fp4_release_with_its_scripts_fp8_cache(tmp_path):
+    """The CSV names the base model; the run served NVIDIA's FP4 release (attention and MLP NVFP4) with
+    70b_fp4_b200_docker.sh's config.yaml kv-cache-dtype fp8: the release, not the bf16 entry the FP8 rows use."""
+    header = ROWS.read_text().splitlines()[0]
+    (tmp_path / "llama.csv").write_text(f"{header}\n{B200_LLAMA_NVFP4}\n")
+    got = validate_silicon(tmp_path / "llama.csv")
+    assert got.iloc[0][["status", "model"]].tolist() == ["ok", "llama-3.3-70b-nvfp4"]
+    assert got.attrs["recipe_kv_dtype"] == 1
+    want = _agg(load_model("llama-3.3-70b-nvfp4"), 8, _engine("vllm", None), 1024, 8192, 4, gpu="b200",
+                run=INFERENCEX_RUN, settings=FP8_KV)
+    assert got.iloc[0][["ttft_ms_predicted", "tpot_ms_predicted"]].tolist() == pytest.approx(list(want), rel=1e-12)
+    fp8 = _agg(load_model("llama-3.1-70b").with_gemm_dtypes(attention="fp8", dense_ffn="fp8"), 8, _engine("vllm", None),
+               1024, 8192, 4, gpu="b200", run=INFERENCEX_RUN, settings=FP8_KV)
+    assert fp8[1] > 1.1 * want[1]  # FP4 weights: fewer bytes a decode step reads (at TP8 and 4 clients mostly latency)
+
+
 def test_inferencex_runs_take_their_launch_scripts_scheduler_settings(tmp_path):
     """DeepSeek-R1 on B200 SGLang TP8 at 64 clients: the script's --max-running-requests 128 and
     --scheduler-recv-interval 30 (10 below 16 clients), with its chunked prefill 32768 and FP8 KV:
@@ -487,6 +510,7 @@ def test_inferencex_runs_take_their_launch_scripts_kv_cache_dtype(frame):
                   ("b200_sxm", "minimax-m2.5-nvfp4", "vllm", None, None), ("b200_sxm", "minimax-m2.5-nvfp4", "vllm", "0.19.0", None),
                   ("b200_sxm", "qwen3.5-397b-a17b-nvfp4", "sglang", None, None),
                   ("b200_sxm", "kimi-k2.5-nvfp4", "vllm", None, None),
+                  ("b200_sxm", "llama-3.3-70b-nvfp4", "vllm", None, None),
                   *((s, "llama-3.1-70b", "vllm", None, None) for s in ("h100_sxm", "h200_sxm", "b200_sxm"))}
 
 
