@@ -96,7 +96,8 @@ class GPU(BaseModel):
                                "(MXFP8 activations); use mxfp4_w4a16 on it")
         if dtype == "nvfp4" and self.fp4_dense_tflops is None:
             raise InvalidInput(f"gemm_dtypes: {self.id} has no FP4 tensor cores (no fp4_dense_tflops), so it cannot run "
-                               "nvfp4; serve the checkpoint's bf16 or FP8 release on it")
+                               "nvfp4; plan it on a GPU with FP4 tensor cores (b200), or plan the checkpoint's bf16 "
+                               "or FP8 release on this one")
 
     def low_precision_peak_flops(self, dtype: str) -> float | None:
         """Dense FLOP/s of GEMM dtype ``dtype`` where it runs below 16 bits: the FP4 peak for nvfp4,

@@ -603,3 +603,14 @@ def test_the_importer_takes_the_preferred_moe_kernel_measured_at_each_shape(tmp_
     assert "sglang_fused_moe_triton" in other.source and other.latency_s == pytest.approx(0.30e-3, rel=1e-6)
     assert kernels_import.MOE_SHAPE == ("hidden_size", "inter_size", "topk", "num_experts", "moe_tp_size",
                                         "moe_ep_size")
+
+
+@pytest.mark.parametrize("gpu, head_dim, kernel", [("h200", 256, "fa3"), ("b200", 256, "trtllm_mha"),
+                                                   ("b200", 128, "trtllm_mha"), ("l40s", 128, "flashinfer")])
+def test_attention_is_timed_by_the_kernel_sglang_runs_by_default_on_each_gpu(gpu, head_dim, kernel):
+    """SGLang's _get_default_attn_backend for MHA models: FA3 on Hopper, TRT-LLM's kernels on SM100
+    (B200's collection also times FlashInfer at head dim 128 and Triton at 256), FlashInfer elsewhere:
+    the imported tables keep that kernel's rows (kernels_import.KERNEL_PREFERENCE)."""
+    tables = kernel_tables(load_gpu(gpu), "sglang")
+    got = tables.generation_attention(8, 32768, 8, 1, head_dim, None, "bf16")
+    assert kernel in got.source.split(";")[0].split(), got.source

@@ -69,7 +69,7 @@ KERNEL_PREFERENCE = {
     ("sglang", "gemm"): ("sglang_torch_linear", "sglang_sgl_kernel_fp8_scaled_mm", "sglang_deepgemm_gemm_nt_f8f8bf16",
                          "sglang_flashinfer_cutedsl_nvfp4", "sglang"),
     ("sglang", "moe"): ("sglang_fused_moe_triton", "sglang_marlin_moe", "sglang_flashinfer_trtllm_moe"),
-    ("sglang", "attention"): ("fa3", "flash_attention", "flashinfer", "triton"),
+    ("sglang", "attention"): ("fa3", "flash_attention", "trtllm_mha", "flashinfer", "triton"),
     ("vllm", "gemm"): ("torch.nn.functional.linear", "CutlassFP8ScaledMMLinearKernel", "DeepGemmFp8BlockScaledMMKernel",
                        "CutlassFp8BlockScaledMMKernel"),
     ("vllm", "moe"): ("vllm_unquantizedfusedmoe_triton_tritonexperts", "vllm_fp8moe_triton_tritonexperts",
@@ -81,8 +81,10 @@ KERNEL_PREFERENCE = {
 """Per engine and family, the kernels the engine runs by default (first present wins per dtype or
 shape). SGLang: torch linear for bf16, sgl-kernel fp8_scaled_mm for per-tensor FP8, DeepGEMM for
 FP8 block, FlashInfer's CuTe-DSL GEMM for NVFP4; the Triton fused MoE (Marlin for int4, FlashInfer's
-TRT-LLM MoE where Blackwell's collection timed it); FA3 attention on Hopper (FlashAttention-2 on
-A100, FlashInfer on L40S). vLLM: torch linear, CUTLASS scaled_mm, DeepGEMM; Triton experts
+TRT-LLM MoE where Blackwell's collection timed it); FA3 attention on Hopper, TRT-LLM's on Blackwell
+(FlashAttention-2 on A100, FlashInfer on L40S): SGLang's ``_get_default_attn_backend`` returns
+"fa3" on Hopper and "trtllm_mha" on SM100 for MHA models (FlashInfer or Triton elsewhere), and
+B200's collection times both, and FlashInfer (head dim 128) or Triton (192, 256) beside them. vLLM: torch linear, CUTLASS scaled_mm, DeepGEMM; Triton experts
 (FlashInfer CUTLASS for per-tensor FP8, Marlin for int4, OpenAI's triton_kernels for gpt-oss's
 MXFP4 on Hopper: vLLM's Mxfp4MoEMethod picks them unless ``VLLM_MXFP4_USE_MARLIN=1``); FA3."""
 EAGER_TIMED = {("vllm", "gemm"): ("fp8_block",)}
