@@ -429,7 +429,7 @@ def _as_named(row: dict) -> dict:
     m = NAMED_LAYOUT.search(str(row.get("id") or ""))
     if m is not None:
         tp, ep = int(m.group(1)), int(m.group(2))
-    elif _source(row).startswith("db-dump/") and sizes[0] > 1 and sizes[3] % sizes[0] == 0:
+    elif row["backend"] == "vllm" and _source(row).startswith("db-dump/") and sizes[0] > 1 and sizes[3] % sizes[0] == 0:
         tp, ep = int(sizes[0]), int(sizes[3] // sizes[0])
     else:
         return row

@@ -83,8 +83,9 @@ shape). SGLang: torch linear for bf16, sgl-kernel fp8_scaled_mm for per-tensor F
 FP8 block, FlashInfer's CuTe-DSL GEMM for NVFP4; the Triton fused MoE (Marlin for int4, FlashInfer's
 TRT-LLM MoE where Blackwell's collection timed it); FA3 attention on Hopper, TRT-LLM's on Blackwell
 (FlashAttention-2 on A100, FlashInfer on L40S): SGLang's ``_get_default_attn_backend`` returns
-"fa3" on Hopper and "trtllm_mha" on SM100 for MHA models (FlashInfer or Triton elsewhere), and
-B200's collection times both, and FlashInfer (head dim 128) or Triton (192, 256) beside them. vLLM: torch linear, CUTLASS scaled_mm, DeepGEMM; Triton experts
+"fa3" on Hopper and "trtllm_mha" on SM100 for MHA models (FlashInfer or Triton elsewhere); B200's
+collection times FlashInfer (head dim 128) and Triton (192, 256) beside it. vLLM: torch linear,
+CUTLASS scaled_mm, DeepGEMM; Triton experts
 (FlashInfer CUTLASS for per-tensor FP8, Marlin for int4, OpenAI's triton_kernels for gpt-oss's
 MXFP4 on Hopper: vLLM's Mxfp4MoEMethod picks them unless ``VLLM_MXFP4_USE_MARLIN=1``); FA3."""
 EAGER_TIMED = {("vllm", "gemm"): ("fp8_block",)}
