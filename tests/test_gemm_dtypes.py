@@ -13,6 +13,7 @@ from prfaas_plan.vocab import GEMM_CLASSES
 FP8_BLOCK_B = 1 + 4 / (128 * 128)  # e4m3 weight + one fp32 scale per 128 x 128 block
 INT4_G32_B = 0.5 + 2 / 32  # int4 weight + one bf16 scale per 32 weights
 MXFP4_B = 0.5 + 1 / 32  # e2m1 weight + one 8-bit e8m0 scale per block of 32 (OCP MX v1.0)
+NVFP4_B = 0.5 + 1 / 16  # e2m1 weight + one FP8 (e4m3) scale per block of 16 (NVIDIA's NVFP4)
 
 
 def _fp8_and_bf16_params(model) -> tuple[int, int]:
@@ -31,7 +32,7 @@ def test_bytes_per_param_closed_forms():
     assert GemmDtypes.uniform("int4_w4a16", group_size=128).bytes_per_param("experts") == 0.5 + 2 / 128
     assert GemmDtypes.uniform("mxfp4_w4a16").bytes_per_param("experts") == MXFP4_B == 0.53125
     assert GemmDtypes.uniform("mxfp4_w4a8").bytes_per_param("experts") == MXFP4_B  # same weights, MXFP8 activations
-    assert GemmDtypes.uniform("nvfp4").bytes_per_param("experts") == 0.5 + 1 / 16 == 0.5625  # FP8 scale per 16
+    assert GemmDtypes.uniform("nvfp4").bytes_per_param("experts") == NVFP4_B == 0.5625
 
 
 def test_deepseek_v3_reproduces_the_published_safetensors_by_dtype():
@@ -92,13 +93,20 @@ def test_gpt_oss_120b_weights_match_its_published_checkpoint_size():
     assert w.total_bytes / 2**30 == pytest.approx(60.8, rel=0.003)
 
 
+def _release_of(base_id: str, release_id: str):
+    """(base checkpoint, its NVFP4 release) after checking the release keeps the base's parameters and layers:
+    a release quantises, it does not prune."""
+    base, release = load_model(base_id), load_model(release_id)
+    assert release.param_counts() == base.param_counts() and release.layer_kinds == base.layer_kinds
+    return base, release
+
+
 def test_minimax_nvfp4_release_is_the_fp8_checkpoint_with_nvfp4_experts_and_bf16_attention():
     # NVIDIA's NVFP4 release (its quantization_config: every Linear but lm_head, the routers and
     # self_attn in NVFP4): 62 x 256 routed experts of 3 x 3072 x 1536 at 0.5625 B, attention bf16
-    fp8, fp4 = load_model("minimax-m2.5"), load_model("minimax-m2.5-nvfp4")
-    assert fp4.param_counts() == fp8.param_counts() and fp4.layer_kinds == fp8.layer_kinds
+    fp8, fp4 = _release_of("minimax-m2.5", "minimax-m2.5-nvfp4")
     w = fp4.weight_bytes()
-    assert w.experts_bytes == 62 * 256 * 3 * 3072 * 1536 * 0.5625
+    assert w.experts_bytes == 62 * 256 * 3 * 3072 * 1536 * NVFP4_B
     assert w.attention_bytes == 2 * fp8.param_counts().attention_gemm
     assert w.total_bytes / 1e9 == pytest.approx(134.40, abs=0.01)
 
@@ -106,13 +114,12 @@ def test_minimax_nvfp4_release_is_the_fp8_checkpoint_with_nvfp4_experts_and_bf16
 def test_qwen35_nvfp4_release_is_the_bf16_checkpoint_with_nvfp4_routed_experts():
     # NVIDIA's NVFP4 release (hf_quant_config exclude_modules: lm_head, linear_attn*, self_attn*, the shared
     # experts): 60 x 512 routed experts of 3 x 4096 x 1024 at 0.5625 B; every other class bf16
-    bf16, fp4 = load_model("qwen3.5-397b-a17b"), load_model("qwen3.5-397b-a17b-nvfp4")
-    assert fp4.param_counts() == bf16.param_counts() and fp4.layer_kinds == bf16.layer_kinds
+    bf16, fp4 = _release_of("qwen3.5-397b-a17b", "qwen3.5-397b-a17b-nvfp4")
     w, b = fp4.weight_bytes(), bf16.weight_bytes()
-    assert w.experts_bytes == 60 * 512 * 3 * 4096 * 1024 * 0.5625
+    assert w.experts_bytes == 60 * 512 * 3 * 4096 * 1024 * NVFP4_B
     assert (w.attention_bytes, w.dense_ffn_bytes, w.lm_head_bytes) == (b.attention_bytes, b.dense_ffn_bytes,
                                                                       b.lm_head_bytes)
-    assert w.total_bytes == b.total_bytes - 60 * 512 * 3 * 4096 * 1024 * (2 - 0.5625)
+    assert w.total_bytes == b.total_bytes - 60 * 512 * 3 * 4096 * 1024 * (2 - NVFP4_B)
     assert w.total_bytes / 1e9 == pytest.approx(237.03, abs=0.01)
 
 
@@ -120,22 +127,20 @@ def test_kimi_k25_nvfp4_release_quantises_every_linear_but_attention_and_the_lm_
     # its quantization_config ignores only self_attn* and lm_head: the routed experts (60 MoE layers x 384 x
     # 3 x 7168 x 2048), the shared experts (60 x 3 x 7168 x 2048) and layer 0's dense MLP (3 x 7168 x 18432)
     # at 0.5625 B a weight; attention and LM head bf16, as in Kimi-K2-Thinking's INT4 release
-    int4, fp4 = load_model("kimi-k2-thinking"), load_model("kimi-k2.5-nvfp4")
-    assert fp4.param_counts() == int4.param_counts() and fp4.layer_kinds == int4.layer_kinds
+    int4, fp4 = _release_of("kimi-k2-thinking", "kimi-k2.5-nvfp4")
     w, k = fp4.weight_bytes(), int4.weight_bytes()
-    assert w.experts_bytes == 60 * 384 * 3 * 7168 * 2048 * 0.5625
-    assert w.dense_ffn_bytes == (60 * 3 * 7168 * 2048 + 3 * 7168 * 18432) * 0.5625
+    assert w.experts_bytes == 60 * 384 * 3 * 7168 * 2048 * NVFP4_B
+    assert w.dense_ffn_bytes == (60 * 3 * 7168 * 2048 + 3 * 7168 * 18432) * NVFP4_B
     assert (w.attention_bytes, w.lm_head_bytes) == (k.attention_bytes, k.lm_head_bytes)
     assert w.total_bytes / 1e9 == pytest.approx(589.84, abs=0.01)
 
 
 def test_llama_nvfp4_release_quantises_attention_and_mlp_and_matches_the_hubs_stored_count():
     # ModelOpt's NVFP4 default: every decoder Linear W4A4 (0.5625 B a weight with its FP8 scales), LM head bf16
-    bf16, fp4 = load_model("llama-3.1-70b"), load_model("llama-3.3-70b-nvfp4")
-    assert fp4.param_counts() == bf16.param_counts()
+    bf16, fp4 = _release_of("llama-3.1-70b", "llama-3.3-70b-nvfp4")
     linear = 80 * (2 * 8192 * 8192 + 2 * 8192 * 1024 + 3 * 8192 * 28672)
     w = fp4.weight_bytes()
-    assert w.attention_bytes + w.dense_ffn_bytes == linear * 0.5625
+    assert w.attention_bytes + w.dense_ffn_bytes == linear * NVFP4_B
     assert w.lm_head_bytes == 2 * 128256 * 8192
     # the Hub's 41B "parameters" of the release count stored elements: two e2m1 per byte, one FP8 scale per 16,
     # bf16 embeddings and LM head
