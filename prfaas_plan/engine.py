@@ -22,6 +22,7 @@ from pydantic import BaseModel, ConfigDict, Field, PositiveInt, model_validator
 from prfaas_plan.data import find_entry, read_yaml, validate
 from prfaas_plan.defaults import DEFAULT_ENGINE_PROFILE
 from prfaas_plan.model.arch import Source
+from prfaas_plan.vocab import MoeKernel
 
 if TYPE_CHECKING:
     from prfaas_plan.hardware import GPU
@@ -128,6 +129,9 @@ class EngineProfile(BaseModel):
     together, activations and CUDA graphs living outside it (SGLang ``--mem-fraction-static`` as a
     launch sets it); None: vLLM's accounting, ``gpu_memory_utilization`` 0.9 with the engine's
     reserve inside (:func:`~prfaas_plan.perf.latency.free_cache_bytes_per_gpu`).
+    mxfp4_moe_kernel: the fused-MoE kernel of MXFP4 (W4A16) experts (:data:`~prfaas_plan.vocab.MoeKernel`):
+    the engine's default (vLLM on Hopper: OpenAI's triton_kernels), or ``marlin`` where a launch
+    switches it on (vLLM ``VLLM_MXFP4_USE_MARLIN=1``).
     """
 
     model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
@@ -153,6 +157,7 @@ class EngineProfile(BaseModel):
     recv_interval_steps: PositiveInt = 1
     speculative: Speculative | None = None
     static_memory_fraction: float | None = Field(default=None, gt=0, le=1)
+    mxfp4_moe_kernel: MoeKernel = "default"
     provenance: str = Field(min_length=1, description="where the numbers come from, and what was fitted to what")
     sources: list[Source] = Field(min_length=1)
     notes: str | None = None

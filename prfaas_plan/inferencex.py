@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 
-from prfaas_plan.vocab import GemmDtype, KvDtype
+from prfaas_plan.vocab import GemmDtype, KvDtype, MoeKernel
 
 if TYPE_CHECKING:
     from prfaas_plan.validate import Case
@@ -91,7 +91,8 @@ class Recipe:
     the last the row's concurrency reaches applies) and the share of memory weights and KV take
     (SGLang ``--mem-fraction-static``: ``mem_fraction``) and the experts' GEMM dtype where an
     environment switch selects another kernel (vLLM ``VLLM_USE_FLASHINFER_MOE_MXFP4_MXFP8=1``:
-    ``experts_dtype`` "mxfp4_w4a8"); None: the engine's defaults. ``experts_tp``: the script starts
+    ``experts_dtype`` "mxfp4_w4a8") or the experts' kernel (vLLM ``VLLM_MXFP4_USE_MARLIN=1``:
+    ``mxfp4_moe_kernel`` "marlin"); None: the engine's defaults. ``experts_tp``: the script starts
     vLLM without ``--enable-expert-parallel``, so the experts run tensor-parallel over the engine's
     GPUs whatever expert ranks the config key (and so the row) names.
     ``version`` / ``tp`` / ``precision``: only rows of that engine version / attention TP / CSV
@@ -110,6 +111,7 @@ class Recipe:
     recv_interval: tuple[tuple[int, int], ...] = ()
     mem_fraction: float | None = None
     experts_dtype: GemmDtype | None = None
+    mxfp4_moe_kernel: MoeKernel | None = None
     experts_tp: bool = False
     version: str | None = None
     tp: int | None = None
@@ -168,6 +170,7 @@ _MM_FP4_SHAPES_0407 = ((_ALL[:1], 1, 1, 4, 4), (_ALL[:1], 2, 2, 128, 256), (_ALL
                        (_ALL[2:], 1, 1, 256, 512), (_ALL[2:], 2, 2, 128, 512), (_ALL[2:], 4, 1, 4, 8), (_ALL[2:], 8, 1, 4, 4))
 _KIMI_FP4 = "kimik2.5-fp4-b200-vllm"  # NVIDIA's Kimi-K2.5-NVFP4 on B200 vLLM 0.17.0
 _KIMI_FP4_EP1, _KIMI_FP4_ARGS = "2026-04-14T19:53:45Z", "2026-04-20T14:22:32Z"  # 2cbaec340 (ep: 1), 6c3acebfa (args)
+_GPTOSS_018 = "2026-03-27T08:01:48Z"  # cec542a9a: gptoss-fp4-h100/h200-vllm on the vllm/vllm-openai:v0.18.0 image
 _QWEN35_B200_BF16_RUNS = (_run("521d19951", "2026-02-20T05:32:41Z", _MAR28, (_ALL, 8, 1, 4, 64)),
                           _run("626932a11", _MAR28, _MAY01, (_NO_1K8K, 8, 1, 4, 64)))
 
@@ -315,6 +318,29 @@ RECIPES = (
                            (_ALL[:2], 8, 1, 4, 8), (_ALL[2:], 8, 1, 4, 4))
                       for commit, since, until in (("d2c2acb19", "2026-02-25T19:02:08Z", "2026-03-10T15:49:28Z"),
                                                    ("cad1169b9", "2026-03-10T16:48:43Z", _MAR28)))),
+    # Marlin since 4e52ed4c6 (2026-01-02, "Fix H100/H200 perf regression"); the runs are cec542a9a's (vLLM 0.18.0
+    # image, 2026-03-27): the CSV holds none of the keys' runs between, and those before (2025-11 and 12) keep
+    # vLLM's default triton_kernels experts
+    Recipe("h200_sxm", "gpt-oss-120b", "vllm",
+           f"{_IX}/cec542a9a/benchmarks/single_node/gptoss_fp4_h200.sh (VLLM_MXFP4_USE_MARLIN=1: Marlin's "
+           "MXFP4 experts; config.yaml: max-num-batched-tokens: 8192; no --kv-cache-dtype; the vLLM 0.18.0 rows of "
+           "2026-03-27)", tokens=8192, mxfp4_moe_kernel="marlin", key="gptoss-fp4-h200-vllm",
+           runs=(_run("cec542a9a", _GPTOSS_018, _MAR28, (_ALL[:2], 1, 1, 4, 4), (_ALL[:2], 2, 1, 4, 64),
+                      (_ALL[:2], 4, 1, 4, 64), (_ALL[:2], 8, 1, 4, 64), (_ALL[2:], 1, 1, 4, 64),
+                      (_ALL[2:], 2, 1, 4, 64), (_ALL[2:], 4, 1, 4, 64), (_ALL[2:], 8, 1, 4, 32)),
+                 _run("626932a11", _MAR28, _MAY01, (_ALL[:1], 1, 1, 4, 4), (_ALL[:1], 2, 1, 4, 64),
+                      (_ALL[:1], 4, 1, 4, 64), (_ALL[:1], 8, 1, 4, 64), (_ALL[2:], 1, 1, 4, 64),
+                      (_ALL[2:], 2, 1, 4, 64), (_ALL[2:], 4, 1, 4, 64), (_ALL[2:], 8, 1, 4, 32)))),
+    Recipe("h100_sxm", "gpt-oss-120b", "vllm",
+           f"{_IX}/cec542a9a/benchmarks/single_node/gptoss_fp4_h100.sh (VLLM_MXFP4_USE_MARLIN=1: Marlin's "
+           "MXFP4 experts; config.yaml: max-num-batched-tokens: 8192; no --kv-cache-dtype; the vLLM 0.18.0 rows of "
+           "2026-03-27)", tokens=8192, mxfp4_moe_kernel="marlin", key="gptoss-fp4-h100-vllm",
+           runs=(_run("cec542a9a", _GPTOSS_018, _MAR28, (_ALL[:2], 2, 1, 4, 64), (_ALL[:2], 4, 1, 4, 64),
+                      (_ALL[:2], 8, 1, 4, 64), (_ALL[2:], 2, 1, 4, 64), (_ALL[2:], 4, 1, 4, 64),
+                      (_ALL[2:], 8, 1, 4, 16)),
+                 _run("626932a11", _MAR28, _MAY01, (_ALL[:1], 2, 1, 4, 64), (_ALL[:1], 4, 1, 4, 64),
+                      (_ALL[:1], 8, 1, 4, 64), (_ALL[2:], 2, 1, 4, 64), (_ALL[2:], 4, 1, 4, 64),
+                      (_ALL[2:], 8, 1, 4, 16)))),
 )
 """InferenceX launch settings that differ from the engine's defaults, each with its script (the
 version in force at the rows' ``measured=`` dates); every other InferenceX recipe of a system,

@@ -80,7 +80,7 @@ from prfaas_plan.errors import InvalidInput, PlanError
 from prfaas_plan.inferencex import DISAGG_RECIPES, RECIPES, parse_utc
 from prfaas_plan.layout import Layout, check_layout, expert_tp_problem
 from prfaas_plan.serving import BenchmarkRun
-from prfaas_plan.vocab import GEMM_CLASSES, MOE_ROUTINGS, GemmDtype, KvDtype, check_choice
+from prfaas_plan.vocab import GEMM_CLASSES, MOE_ROUTINGS, GemmDtype, KvDtype, MoeKernel, check_choice
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -282,6 +282,7 @@ class Case:
     recv_interval_steps: int | None = None  # --scheduler-recv-interval as the run's recipe launched it; None: the profile's
     mem_fraction: float | None = None  # --mem-fraction-static as the run's recipe launched it; None: the profile's
     experts_dtype: GemmDtype | None = None  # the experts' GEMM dtype as the run's recipe launched it; None: the checkpoint's
+    mxfp4_moe_kernel: MoeKernel | None = None  # MXFP4 experts' kernel as the run's recipe launched it; None: the profile's
 
 
 @dataclass(frozen=True)
@@ -612,6 +613,8 @@ def _instance(case: Case, layout: Layout) -> Instance:
     if case.token_budget is not None:
         engine = engine.with_chunked_prefill(case.token_budget)
     engine = engine.with_launch(case.max_running, case.recv_interval_steps, case.mem_fraction)
+    if case.mxfp4_moe_kernel is not None:
+        engine = engine.model_copy(update={"mxfp4_moe_kernel": case.mxfp4_moe_kernel})
     return instance(case.gpu_id, layout.gpus, layout=layout, engine=engine)
 
 
@@ -703,7 +706,7 @@ def _frame(rows: list[dict], strict: bool, moe_routing: str = "balanced") -> pd.
     protocols: Counter = Counter()
     remapped: Counter = Counter()
     runs: dict[tuple, int] = {}  # each measured run, as predicted: the first row that holds it
-    budgets = kv_dtypes = schedulers = memories = experts = experts_tp = workers = dp_attention = 0
+    budgets = kv_dtypes = schedulers = memories = experts = kernels = experts_tp = workers = dp_attention = 0
     cases = [_map_row(row, models, strict, moe_routing) for row in rows]
     spans = [_measured_span(row) for row in rows]
     measured = [_measurement(row, case) if isinstance(case, Case) else None for row, case in zip(rows, cases)]
@@ -729,6 +732,7 @@ def _frame(rows: list[dict], strict: bool, moe_routing: str = "balanced") -> pd.
             schedulers += case.max_running is not None or case.recv_interval_steps is not None
             memories += case.mem_fraction is not None
             experts += case.experts_dtype is not None
+            kernels += case.mxfp4_moe_kernel is not None
             experts_tp += _experts_tp_by_recipe(row, case)
             took_workers, took_dp = _from_recipe(row, case)
             workers += took_workers
@@ -751,6 +755,7 @@ def _frame(rows: list[dict], strict: bool, moe_routing: str = "balanced") -> pd.
     df.attrs["recipe_scheduler"] = schedulers  # ... and at its running-request cap or scheduler polling
     df.attrs["recipe_memory"] = memories  # ... and at its static memory share
     df.attrs["recipe_experts_dtype"] = experts  # ... and with its experts' GEMM dtype
+    df.attrs["recipe_moe_kernel"] = kernels  # ... and with its experts' kernel
     df.attrs["recipe_experts_tp"] = experts_tp  # ... and its experts tensor-parallel where the row names expert ranks
     df.attrs["recipe_workers"] = workers  # disaggregated runs at their recipe's workers (DISAGG_RECIPES)
     df.attrs["recipe_dp_attention"] = dp_attention  # ... and at its DP attention, which the row does not give
@@ -803,7 +808,7 @@ def _as_launched(row: dict, case: Case, span: tuple[datetime, datetime] | None) 
     return replace(case, layout=layout, token_budget=recipe.budget(case.isl_tokens), kv_dtype=recipe.kv_dtype or case.kv_dtype,
                    max_running=recipe.running(case.isl_tokens, case.osl_tokens),
                    recv_interval_steps=recipe.recv_steps(case.concurrency), mem_fraction=recipe.mem_fraction,
-                   experts_dtype=recipe.experts_dtype)
+                   experts_dtype=recipe.experts_dtype, mxfp4_moe_kernel=recipe.mxfp4_moe_kernel)
 
 
 def _remapped(row: dict, case: Case, stored: GemmDtypes, twin: bool = False) -> list[str]:

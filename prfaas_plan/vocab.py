@@ -84,6 +84,13 @@ power law of exponent 1.01, NVIDIA AIConfigurator's default for serving (``sdk/c
 ``hybrid_moe.py``, ``nemotron_h.py``; 1.2, not kept, in ``sdk/models/moe.py``, ``qwen35.py``)."""
 MOE_ROUTINGS: tuple[str, ...] = get_args(MoeRouting)
 
+MoeKernel = Literal["default", "marlin"]
+"""Which fused-MoE kernel a lookup reads where an engine offers another behind a switch: ``default``,
+the kernel the engine picks unasked (per dtype: :data:`prfaas_plan.bench.kernels_import.KERNEL_PREFERENCE`);
+``marlin``, Marlin's weight-only kernel, which vLLM runs for MXFP4 experts with
+``VLLM_MXFP4_USE_MARLIN=1`` (:data:`prfaas_plan.bench.kernels_import.SWITCHED_MOE_KERNELS`)."""
+MOE_KERNELS: tuple[str, ...] = get_args(MoeKernel)
+
 
 def check_choice(value: str, allowed: tuple[str, ...], field: str) -> None:
     """A one-line InvalidInput naming ``field`` and the allowed names, unless ``value`` is one of them."""

@@ -614,3 +614,73 @@ def test_attention_is_timed_by_the_kernel_sglang_runs_by_default_on_each_gpu(gpu
     tables = kernel_tables(load_gpu(gpu), "sglang")
     got = tables.generation_attention(8, 32768, 8, 1, head_dim, None, "bf16")
     assert kernel in got.source.split(";")[0].split(), got.source
+
+
+def test_vllms_marlin_switch_imports_marlins_mxfp4_rows_beside_the_default(tmp_path):
+    # VLLM_MXFP4_USE_MARLIN=1 (InferenceX's H100/H200 gpt-oss scripts): MXFP4 experts run Marlin's kernel, which the
+    # wheel times at another model's shape only; the default lookup keeps the triton_kernels rows of gpt-oss's shape
+    import pandas as pd
+
+    base = tmp_path / "aiconfigurator_core" / "systems" / "data" / "h200_sxm" / "moe" / "vllm" / "0.24.0"
+    base.mkdir(parents=True)
+    oss, other = (2880, 2880, 4, 128), (3584, 3072, 16, 896)
+    triton, marlin = "vllm_gptossmxfp4moe_triton_oaitritonmxfp4expertsmonolithic", "vllm_x_marlin_marlinexperts"
+    rows = [dict(framework="VLLM", version="0.24.0", device="h200", op_name="moe", kernel_source=kernel,
+                 moe_dtype=dtype, num_tokens=n, hidden_size=shape[0], inter_size=shape[1], topk=shape[2],
+                 num_experts=shape[3], moe_tp_size=1, moe_ep_size=1, distribution="balanced", latency=ms * n / 8)
+            for kernel, dtype, shape, ms in ((triton, "w4a16_mxfp4", oss, 0.2), (marlin, "w4a16_mxfp4", other, 0.3),
+                                             ("vllm_unquantizedfusedmoe_triton_tritonexperts", "bfloat16", oss, 0.5))
+            for n in (8, 64)]
+    pd.DataFrame(rows).to_parquet(base / "moe_perf.parquet")
+    out = tmp_path / "out"
+    kernels_import.import_kernels(["h200"], out, folder=tmp_path, echo=lambda line: None)
+    default, switched = (kernel_tables(H200, "vllm", root=out, mxfp4_moe_kernel=k) for k in ("default", "marlin"))
+    t = default.moe(64, *oss, 1, 1, "mxfp4_w4a16")
+    assert t.latency_s == pytest.approx(1.6e-3, rel=1e-6) and triton in t.source
+    # Marlin at gpt-oss's shape: the other shape's measured efficiency (its nearest) on gpt-oss's own roofline
+    eff = K.roofline_s(H200, *K.moe_cost(64, *other, 1, 1, "mxfp4_w4a16")) / 2.4e-3
+    t = switched.moe(64, *oss, 1, 1, "mxfp4_w4a16")
+    assert t.latency_s == pytest.approx(K.roofline_s(H200, *K.moe_cost(64, *oss, 1, 1, "mxfp4_w4a16")) / eff, rel=1e-6)
+    assert marlin in t.source and "nearest hidden=3584" in t.source
+    assert switched.moe(64, *other, 1, 1, "mxfp4_w4a16").latency_s == pytest.approx(2.4e-3, rel=1e-6)
+    # the switch is MXFP4's: bf16 experts read the default's rows; SGLang's tables get no switched rows
+    assert switched.moe(64, *oss, 1, 1, "bf16").latency_s == default.moe(64, *oss, 1, 1, "bf16").latency_s
+    assert kernels_import.SWITCHED_MOE_KERNELS == {("vllm", "mxfp4_w4a16"): "marlin"}
+    with np.load(out / "h200" / "vllm-0.24.0" / "moe.npz") as npz:
+        assert sorted(zip(npz["moe.moe_kernel"].tolist(), npz["moe.experts"].tolist())) == \
+            [(0, 128)] * 4 + [(0, 896)] * 2 + [(1, 896)] * 2
+
+
+def test_marlin_mxfp4_experts_on_h200_trade_prefill_speed_for_decode_speed():
+    # the committed vLLM tables: Marlin's weight-only kernel (0.24.0, 896 experts of 3,584 x 3,072) against the
+    # triton_kernels experts vLLM 0.18 reads by default (0.19.0) at gpt-oss-120b's shape, one GPU
+    marlin, default = (kernel_tables(H200, "vllm", "0.18.0", mxfp4_moe_kernel=k) for k in ("marlin", "default"))
+    shape = (2880, 2880, 4, 128, 1, 1, "mxfp4_w4a16")
+    m = marlin.moe(16384, *shape)
+    assert m.source.startswith("table h200 vllm-0.24.0 vllm_compressedtensorsw4a4mxfp4moe_marlin_marlinexperts")
+    with np.load(kernels_dir() / "h200" / "vllm-0.24.0" / "moe.npz") as npz:
+        rows = {c: npz[f"moe.{c}"] for c in ("moe_kernel", "dtype", "routing", "experts", "moe_tp", "tokens",
+                                             "efficiency")}
+    at = ((rows["moe_kernel"] == CODES["moe_kernel"].index("marlin")) & (rows["experts"] == 896)
+          & (rows["moe_tp"] == 1) & (rows["tokens"] == 16384) & (rows["routing"] == 0))
+    roofline = K.roofline_s(H200, *K.moe_cost(16384, *shape))
+    assert m.latency_s == pytest.approx(roofline / float(rows["efficiency"][at][0]), rel=1e-6)
+    d = default.moe(16384, *shape)
+    assert d.source == "table h200 vllm-0.19.0 vllm_mxfp4_moe"
+    assert m.latency_s > 2 * d.latency_s  # prefill: Marlin 2.2x slower at 16K tokens
+    assert marlin.moe(8, *shape).latency_s < 0.8 * default.moe(8, *shape).latency_s  # decode: 0.74x at 8 tokens
+
+
+def test_an_instance_on_marlin_says_so_and_decodes_gpt_oss_on_it():
+    from prfaas_plan.engine import load_engine
+    from prfaas_plan.hardware import instance
+    from prfaas_plan.model import load_model
+    from prfaas_plan.perf.latency import decode_step_s, latency_source
+
+    vllm = load_engine("vllm")
+    marlin = vllm.model_copy(update={"mxfp4_moe_kernel": "marlin"})
+    on = {e.mxfp4_moe_kernel: instance("h200", 1, engine=e) for e in (vllm, marlin)}
+    assert latency_source(on["marlin"]).endswith("kernels, MXFP4 experts on Marlin, engine profile vllm")
+    assert "Marlin" not in latency_source(on["default"])
+    model = load_model("gpt-oss-120b")
+    assert decode_step_s(model, on["marlin"], 8, 2048) < decode_step_s(model, on["default"], 8, 2048)

@@ -140,6 +140,10 @@ def _budget(engine, tokens: int):
     return engine.with_chunked_prefill(tokens)
 
 
+def _marlin(engine):
+    return engine.model_copy(update={"mxfp4_moe_kernel": "marlin"})
+
+
 FP8_KV = CacheSettings(kv_dtype="fp8")
 
 
@@ -173,8 +177,9 @@ def test_agg_predictions_are_the_serving_model(frame):
         5: _agg(kimi, 8, _engine("vllm", "0.16.0"), 8192, 1024, 4, run=ix),
         9: _agg(qwen3, 2, _engine("vllm", "0.12.0"), 2000, 500, 16, Layout(2, "tp", "ep"), run=aic),
         11: _agg(qwen3, 2, _engine("vllm", "0.12.0"), 1000, 100, 8, Layout(2, "dp", "tp"), run=aic),
-        # NVIDIA labels it nvfp4; Hopper runs the checkpoint as stored: MXFP4 experts (W4A16), bf16 elsewhere
-        13: _agg(load_model("gpt-oss-120b"), 4, _engine("vllm", "0.18.0"), 1024, 8192, 4, run=ix),
+        # NVIDIA labels it nvfp4; Hopper runs the checkpoint as stored: MXFP4 experts (W4A16), bf16 elsewhere, on
+        # Marlin's kernel (gptoss_fp4_h200.sh: VLLM_MXFP4_USE_MARLIN=1, max-num-batched-tokens 8192; inferencex.RECIPES)
+        13: _agg(load_model("gpt-oss-120b"), 4, _budget(_marlin(_engine("vllm", "0.18.0")), 8192), 1024, 8192, 4, run=ix),
         # gptoss_fp4_b200.sh: kv-cache-dtype fp8 and VLLM_USE_FLASHINFER_MOE_MXFP4_MXFP8=1 (inferencex.RECIPES)
         20: _agg(load_model("gpt-oss-120b").with_gemm_dtypes(experts="mxfp4_w4a8"), 2, _engine("vllm", "0.15.1"), 1024,
                  1024, 32, gpu="b200", run=ix, settings=FP8_KV),
@@ -234,9 +239,10 @@ def test_inferencex_runs_take_their_launch_scripts_token_budget(frame):
     assert frame.iloc[6][["ttft_ms_predicted", "tpot_ms_predicted"]].tolist() == pytest.approx(list(at), rel=1e-12)
     assert at[0] != pytest.approx(default[0], rel=1e-3)
     assert load_engine("sglang").chunked_prefill_tokens == load_engine("vllm").chunked_prefill_tokens == 8192
-    assert frame.attrs["recipe_budget"] == 4  # rows 2, 3, 6, 18 (1, 9, 11: test_agg_predictions_are_the_serving_model)
+    assert frame.attrs["recipe_budget"] == 5  # rows 2, 3, 6, 13, 18 (1, 9, 11: test_agg_predictions_are_the_serving_model)
     assert frame.attrs["recipe_kv_dtype"] == 6  # rows 2, 3, 4, 18, 20, 21 (--kv-cache-dtype fp8; 6: DeepSeek H200 keeps bf16)
     assert frame.attrs["recipe_experts_dtype"] == 1  # row 20: gpt-oss on B200 vLLM, MXFP8 activations
+    assert frame.attrs["recipe_moe_kernel"] == 1  # row 13: gpt-oss on H200 vLLM 0.18, Marlin's MXFP4 experts
     # row 8, the one disaggregated row without worker counts, is ambiguous (STP or MTP): no recipe workers
     # counted (test_disagg_inferencex_rows_take_their_recipes_workers moves it to a time of STP only)
     assert (frame.attrs["recipe_workers"], frame.attrs["recipe_dp_attention"]) == (0, 0)
@@ -251,7 +257,9 @@ def test_inferencex_runs_take_their_launch_scripts_token_budget(frame):
                        ("b200_sxm", "minimax-m2.5", "vllm", None, "0.19.0", None): 2048,
                        ("b200_sxm", "minimax-m2.5-nvfp4", "vllm", None, "0.19.0", None): 2048,
                        ("b200_sxm", "qwen3.5-397b-a17b-nvfp4", "sglang", None, None, None): 32768,
-                       ("b200_sxm", "kimi-k2.5-nvfp4", "vllm", None, None, None): 2048}
+                       ("b200_sxm", "kimi-k2.5-nvfp4", "vllm", None, None, None): 2048,
+                       ("h200_sxm", "gpt-oss-120b", "vllm", None, None, None): 8192,
+                       ("h100_sxm", "gpt-oss-120b", "vllm", None, None, None): 8192}
     assert all(re.search(r"InferenceX/blob/[0-9a-f]{9}/benchmarks/", r.source) for r in RECIPES)
 
 MINIMAX_H100_0406 = ("2026_04_06_minimax_m2_5_h100_sxm_vllm_fp8_agg_1024x8192_c64_tp4_ep4_1339,source_file=2026-04-06.csv; "
@@ -883,8 +891,9 @@ def test_html_page_and_json(tmp_path):
     mapping = html.unescape(re.search(r'data-table="mapping".*?</table>', text, re.S).group(0))
     for rule, n in (("inferencex run", 11), ("aiconfigurator run", 4), ("steady state", 0),
                     ("checkpoint dtypes over the label", 9), ("layout of the run's id", 2),
-                    ("experts ep: tp split refused", 1), ("token budget per step of the launch script", 4),
+                    ("experts ep: tp split refused", 1), ("token budget per step of the launch script", 5),
                     ("KV-cache dtype of the launch script", 6), ("experts dtype of the launch script", 1),
+                    ("experts kernel of the launch script", 1),
                     ("running-request cap or scheduler polling of the launch script", 3),
                     ("static memory share of the launch script", 3)):
         assert re.search(rf"{re.escape(rule)}</td>\s*<td[^>]*>{n}</td>", mapping), rule
@@ -897,9 +906,10 @@ def test_table_says_how_many_rows_each_run_protocol_predicted():
     # the fixture's mapped rows: 11 InferenceX runs, 4 AIConfigurator runs (test_protocol_rule_per_source)
     lines = r.stdout.splitlines()
     assert "rows mapped per run protocol: inferencex run 11, aiconfigurator run 4" in lines
-    assert "rows run at their launch script's token budget per step: 4" in lines  # RECIPES: 2, 3, 6, 18
+    assert "rows run at their launch script's token budget per step: 5" in lines  # RECIPES: 2, 3, 6, 13, 18
     assert "rows run at their launch script's KV-cache dtype: 6" in lines  # RECIPES: 2, 3, 4, 18, 20, 21
     assert "rows run at their launch script's experts dtype: 1" in lines  # RECIPES: 20
+    assert "rows run with their launch script's experts kernel: 1" in lines  # RECIPES: 13 (Marlin)
     assert "rows run at their launch script's static memory share: 3" in lines  # SGLang RECIPES: 2, 3, 6
     # relabelled (validate.REMAPS): per-tensor "fp8" on the block-128 checkpoints of MiniMax-M2.5
     # (0, 1, 18), DeepSeek-V3/R1 (6; 7 and 8 are left out) and Qwen3-235B-FP8 (9, 11), "nvfp4" on gpt-oss's

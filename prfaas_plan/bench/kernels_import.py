@@ -267,20 +267,37 @@ MOE_SHAPE = ("hidden_size", "inter_size", "topk", "num_experts", "moe_tp_size", 
 preferred kernel measured at it."""
 
 
+SWITCHED_MOE_KERNELS = {("vllm", "mxfp4_w4a16"): "marlin"}
+"""Fused-MoE kernels an engine runs for a dtype behind a switch, imported beside the default as
+``moe_kernel`` rows of that name (:data:`prfaas_plan.vocab.MOE_KERNELS`): vLLM's ``Mxfp4MoEMethod``
+runs MXFP4 experts through Marlin's weight-only kernel (``fused_marlin_moe``, bf16 activations)
+when ``VLLM_MXFP4_USE_MARLIN=1``, which InferenceX's H100 and H200 gpt-oss scripts set since
+https://github.com/SemiAnalysisAI/InferenceX/commit/4e52ed4c6 (2026-01-02, "Fix H100/H200 perf
+regression"); the wheel times that kernel on Hopper at one expert shape (3,584 x 3,072, 896 experts:
+``vllm_compressedtensorsw4a4mxfp4moe_marlin_marlinexperts_situ_as_silu``), so a lookup of another
+shape reads it as the nearest measured shape."""
+
+
 def reduce_moe(engine: str, df):
     """Fused-MoE rows of every routing of :data:`MOE_ROUTINGS` (the wheel's ``distribution``), one
-    kernel per dtype, routing and expert shape (:data:`MOE_SHAPE`); the routings kept go to the
-    provenance (``df.attrs``)."""
+    kernel per dtype, routing and expert shape (:data:`MOE_SHAPE`) as ``moe_kernel`` "default", and
+    the switched kernels' rows of :data:`SWITCHED_MOE_KERNELS` under their own name; the routings
+    kept go to the provenance (``df.attrs``)."""
+    import pandas as pd
+
     df = df[df["distribution"].isin(MOE_ROUTINGS) & df["moe_dtype"].isin(DTYPES)].copy()
     df["dtype"] = df["moe_dtype"].map(DTYPES)
     df["routing"] = df["distribution"]
+    switched = [df[(df["dtype"] == dtype) & df["kernel_source"].str.contains(name)].assign(moe_kernel=name)
+                for (eng, dtype), name in SWITCHED_MOE_KERNELS.items() if eng == engine]
     # per shape: a model whose shape the engine's first kernel was not measured at (DeepSeek's 7168
     # x 2048 x 256 experts on B200: FlashInfer TRT-LLM only) keeps the kernel measured there
-    df = _prefer(df, engine, "moe", ["dtype", "routing", *MOE_SHAPE])
-    df = df.rename(columns={"num_tokens": "tokens", "hidden_size": "hidden", "inter_size": "inter",
-                            "num_experts": "experts", "moe_tp_size": "moe_tp", "moe_ep_size": "moe_ep"})
+    df = _prefer(df, engine, "moe", ["dtype", "routing", *MOE_SHAPE]).assign(moe_kernel="default")
+    df = pd.concat([df, *switched], ignore_index=True).rename(columns={
+        "num_tokens": "tokens", "hidden_size": "hidden", "inter_size": "inter", "num_experts": "experts",
+        "moe_tp_size": "moe_tp", "moe_ep_size": "moe_ep"})
     df["latency_s"] = df["latency"] * MS
-    out = df[["dtype", "routing", "tokens", "hidden", "inter", "topk", "experts", "moe_tp", "moe_ep",
+    out = df[["dtype", "routing", "moe_kernel", "tokens", "hidden", "inter", "topk", "experts", "moe_tp", "moe_ep",
               "kernel_source", "latency_s"]]
     out.attrs["distributions"] = [r for r in MOE_ROUTINGS if (out["routing"] == r).any()]
     return {"moe": out}
@@ -449,8 +466,8 @@ COLUMN_UNITS = {
     "linear attention: per sequence)", "batch": "sequences", "isl": "tokens per sequence",
     "context": "KV tokens a decode step attends over (wheel step + 1)", "message_bytes": "bytes of bf16",
     "heads, kv_heads, v_heads, k_heads": "per rank", "window": "tokens (0: full attention)",
-    "dtype, kv_dtype, windowed, routing": "codes: index into perf.kernels.CODES (routing: the wheel's MoE "
-    "distribution)", "kernel": "index into <table>.kernel_names",
+    "dtype, kv_dtype, windowed, routing, moe_kernel": "codes: index into perf.kernels.CODES (routing: the wheel's "
+    "MoE distribution; moe_kernel: the engine's default kernel or one it runs behind a switch)", "kernel": "index into <table>.kernel_names",
 }
 
 

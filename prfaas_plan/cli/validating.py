@@ -81,6 +81,8 @@ def _echo_mapping(df: pd.DataFrame) -> None:
         typer.echo(f"rows run at their launch script's static memory share: {df.attrs['recipe_memory']:,}")
     if df.attrs.get("recipe_experts_dtype"):
         typer.echo(f"rows run at their launch script's experts dtype: {df.attrs['recipe_experts_dtype']:,}")
+    if df.attrs.get("recipe_moe_kernel"):
+        typer.echo(f"rows run with their launch script's experts kernel: {df.attrs['recipe_moe_kernel']:,}")
     if df.attrs.get("recipe_experts_tp"):
         typer.echo(f"rows run with their launch script's experts tensor-parallel (the row names expert ranks): "
                    f"{df.attrs['recipe_experts_tp']:,}")

@@ -20,7 +20,9 @@ of the nearest grid edge (said in :attr:`OpTime.source`). A dtype or op with no 
 to the roofline with :data:`FALLBACK_COMPUTE_EFFICIENCY` / :data:`FALLBACK_MEMORY_EFFICIENCY`.
 MoE tables hold every routing kept (``routing``: :data:`prfaas_plan.vocab.MOE_ROUTINGS`, the
 wheel's ``distribution``); a lookup reads its own routing's rows (the roofline fallback has no
-routing, its source says so).
+routing, its source says so), and the rows of the kernel the engine runs (``moe_kernel``,
+:data:`prfaas_plan.vocab.MOE_KERNELS`: its default, or Marlin for MXFP4 experts where the profile
+switches it on, :attr:`KernelTables.mxfp4_moe_kernel`).
 
 Engines and versions: ``<gpu>/<engine>-<engine version>/<family>.npz`` hold the tables one engine
 version was measured with (H200 keeps every collected SGLang and vLLM version; the other GPUs the
@@ -52,7 +54,7 @@ from prfaas_plan.data import builtin_dir
 from prfaas_plan.errors import InvalidInput
 from prfaas_plan.hardware import GPU, load_gpu
 from prfaas_plan.model.kinds import LINEAR_ATTN_CHUNK_TOKENS
-from prfaas_plan.vocab import GEMM_DTYPES, MOE_ROUTINGS, check_choice
+from prfaas_plan.vocab import GEMM_DTYPES, MOE_KERNELS, MOE_ROUTINGS, check_choice
 
 Array = np.ndarray
 KV_DTYPES: tuple[str, ...] = ("bf16", "fp8")
@@ -249,8 +251,8 @@ _ATTN = ("heads", "kv_heads", "head_dim", "window")
 _LIN = ("v_heads", "k_heads", "head_dim_k", "head_dim_v")
 TABLES: dict[str, TableSpec] = {
     "gemm": TableSpec("gemm", ("dtype",), ("n", "k"), ("m",)),
-    "moe": TableSpec("moe", ("dtype", "routing"), ("hidden", "inter", "topk", "experts", "moe_tp", "moe_ep"),
-                     ("tokens",)),
+    "moe": TableSpec("moe", ("dtype", "routing", "moe_kernel"), ("hidden", "inter", "topk", "experts", "moe_tp",
+                                                              "moe_ep"), ("tokens",)),
     "context_attention": TableSpec("attention", ("kv_dtype", "windowed"), _ATTN, ("batch", "isl"), "isl"),
     "generation_attention": TableSpec("attention", ("kv_dtype", "windowed"), _ATTN, ("batch", "context"), "context"),
     "mla_context": TableSpec("mla", ("kv_dtype",), ("heads",), ("batch", "isl"), "isl"),
@@ -266,7 +268,7 @@ TABLES: dict[str, TableSpec] = {
 """Every table, by name; a family file ``<family>.npz`` stores ``<table>.<column>`` arrays, plus
 ``<table>.kernel_names`` (the kernel_source of each ``kernel`` code) and ``<table>.engine``."""
 CODES: dict[str, tuple[str, ...]] = {"dtype": GEMM_DTYPES, "kv_dtype": KV_DTYPES, "windowed": ("no", "yes"),
-                                     "routing": MOE_ROUTINGS}
+                                     "routing": MOE_ROUTINGS, "moe_kernel": MOE_KERNELS}
 """Code columns: the stored integer is the index of the name in this tuple."""
 
 
@@ -590,14 +592,18 @@ class KernelTables:
     """Per-op latencies for one GPU and kernel engine. ``basis`` is the measured GPU whose tables are
     used (``== gpu.id`` when ``gpu`` is measured; else the transfer method maps them to ``gpu``);
     ``folder`` is the tables' root; ``version`` the engine version wanted (None: the newest
-    collected; else per table the nearest collected, :func:`pick_table`). Token arguments (m,
-    tokens, batch, isl, context, message bytes) broadcast as numpy arrays; shape arguments are scalars."""
+    collected; else per table the nearest collected, :func:`pick_table`); ``mxfp4_moe_kernel`` the
+    fused-MoE kernel of MXFP4 (W4A16) experts (a MoeKernel: ``marlin`` where the engine was switched
+    to Marlin, vLLM ``VLLM_MXFP4_USE_MARLIN=1``; other dtypes read the default's rows). Token
+    arguments (m, tokens, batch, isl, context, message bytes) broadcast as numpy arrays; shape
+    arguments are scalars."""
 
     gpu: GPU
     engine: str
     basis: str
     folder: str
     version: str | None = None
+    mxfp4_moe_kernel: str = "default"
     memo: dict = field(default_factory=dict, compare=False, repr=False)
     """Scalar lookups already answered, by (table, codes, shape, token values, extra cost args)."""
 
@@ -677,8 +683,8 @@ class KernelTables:
             from prfaas_plan.perf.transfer import nearest_measured
         except ImportError:
             return None
-        return KernelTables(self.gpu, self.engine, nearest_measured(self.gpu, others), self.folder, self.version)._op(
-            table, exact, near, axes, cost, tiles)
+        return KernelTables(self.gpu, self.engine, nearest_measured(self.gpu, others), self.folder, self.version,
+                            self.mxfp4_moe_kernel)._op(table, exact, near, axes, cost, tiles)
 
     def _fallback(self, table: str, exact: dict[str, str], flops, bytes_moved, pk: str, scalar: bool) -> OpTime:
         """Roofline with the named fallback efficiencies, on this GPU, for an op with no table."""
@@ -688,7 +694,7 @@ class KernelTables:
             latency = np.maximum(np.asarray(flops, dtype=float) / (peak_flops(self.gpu, pk) * FALLBACK_COMPUTE_EFFICIENCY),
                                  np.asarray(bytes_moved, dtype=float) / (self.gpu.memory_bytes_per_s * FALLBACK_MEMORY_EFFICIENCY))
         routing = exact.get("routing", "balanced")
-        what = " ".join([table, *(v for c, v in exact.items() if c != "routing")])
+        what = " ".join([table, *(v for c, v in exact.items() if c != "routing" and v != "default")])
         note = "" if routing == "balanced" else f"; {routing} routing priced as balanced: the roofline has no routing"
         return OpTime(_value(latency, scalar), f"roofline of {self.gpu.id} (no table for {what}; efficiency "
                                                f"{FALLBACK_COMPUTE_EFFICIENCY} compute / {FALLBACK_MEMORY_EFFICIENCY} "
@@ -707,7 +713,8 @@ class KernelTables:
         check_choice(dtype, GEMM_DTYPES, "dtype")
         check_choice(routing, MOE_ROUTINGS, "moe_routing")
         near = {"hidden": hidden, "inter": inter, "topk": topk, "experts": experts, "moe_tp": moe_tp, "moe_ep": moe_ep}
-        return self._op("moe", {"dtype": dtype, "routing": routing}, near, {"tokens": tokens},
+        kernel = self.mxfp4_moe_kernel if dtype == "mxfp4_w4a16" else "default"
+        return self._op("moe", {"dtype": dtype, "routing": routing, "moe_kernel": kernel}, near, {"tokens": tokens},
                         lambda tokens: moe_cost(tokens, hidden, inter, topk, experts, moe_tp, moe_ep, dtype),
                         lambda tr, tokens: tr.moe_tiles(tokens, inter, topk, experts, moe_tp, moe_ep))
 
@@ -795,18 +802,21 @@ class KernelTables:
                         lambda tokens: all_to_all_cost(tokens, hidden, topk, ep))
 
 
-def kernel_tables(gpu: GPU, engine: str, version: str | None = None, root: str | Path | None = None) -> KernelTables:
+def kernel_tables(gpu: GPU, engine: str, version: str | None = None, root: str | Path | None = None,
+                  mxfp4_moe_kernel: str = "default") -> KernelTables:
     """Kernel tables for ``gpu`` and kernel ``engine`` (sglang, vllm, trtllm) at engine ``version``
     (None: the newest collected; else per table the nearest collected version, tie -> the newer,
     :func:`nearest_version`): its own measured tables when it has them, else the nearest measured
-    GPU's (``basis``) through the transfer method. ``root`` overrides the committed tables (tests)."""
+    GPU's (``basis``) through the transfer method. ``root`` overrides the committed tables (tests);
+    ``mxfp4_moe_kernel``: :attr:`KernelTables.mxfp4_moe_kernel`."""
     check_choice(engine, KERNEL_ENGINES, "engine")
+    check_choice(mxfp4_moe_kernel, MOE_KERNELS, "mxfp4_moe_kernel")
     if version is not None:
         version_key(version)  # an unreadable version is bad input here, not at the first lookup
     folder = str(Path(root) if root is not None else kernels_dir())
     if _is_bundled(gpu):  # one instance per (GPU, engine, version): its memo serves every evaluation
-        return _bundled_tables(gpu.id, engine, version, folder)
-    return _tables(gpu, engine, version, folder)
+        return _bundled_tables(gpu.id, engine, version, folder, mxfp4_moe_kernel)
+    return _tables(gpu, engine, version, folder, mxfp4_moe_kernel)
 
 
 def _is_bundled(gpu: GPU) -> bool:
@@ -817,14 +827,14 @@ def _is_bundled(gpu: GPU) -> bool:
 
 
 @functools.lru_cache(maxsize=64)
-def _bundled_tables(gpu_id: str, engine: str, version: str | None, folder: str) -> KernelTables:
-    return _tables(_gpu(gpu_id), engine, version, folder)
+def _bundled_tables(gpu_id: str, engine: str, version: str | None, folder: str, mxfp4_moe_kernel: str) -> KernelTables:
+    return _tables(_gpu(gpu_id), engine, version, folder, mxfp4_moe_kernel)
 
 
-def _tables(gpu: GPU, engine: str, version: str | None, folder: str) -> KernelTables:
+def _tables(gpu: GPU, engine: str, version: str | None, folder: str, mxfp4_moe_kernel: str) -> KernelTables:
     measured = measured_gpus(folder)
     if gpu.id in measured:
-        return KernelTables(gpu, engine, gpu.id, folder, version)
+        return KernelTables(gpu, engine, gpu.id, folder, version, mxfp4_moe_kernel)
     if not measured:
         raise InvalidInput(f"kernel tables: none in {folder}; run prfaas-plan bench import-kernels")
     try:
@@ -832,7 +842,7 @@ def _tables(gpu: GPU, engine: str, version: str | None, folder: str) -> KernelTa
     except ImportError:
         raise InvalidInput(f"gpu {gpu.id!r}: no kernel tables (measured: {', '.join(measured)}) and no transfer "
                            "method installed; use a measured GPU") from None
-    return KernelTables(gpu, engine, nearest_measured(gpu, measured), folder, version)
+    return KernelTables(gpu, engine, nearest_measured(gpu, measured), folder, version, mxfp4_moe_kernel)
 
 
 def clear_caches() -> None:

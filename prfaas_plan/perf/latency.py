@@ -32,8 +32,7 @@ from prfaas_plan.hardware import Instance
 from prfaas_plan.kvcache import CacheSettings, per_gpu_kv_bytes, requests_per_instance_memory
 from prfaas_plan.layout import instance_layout, weight_bytes_per_gpu
 from prfaas_plan.model.arch import ModelSpec
-from prfaas_plan.perf.kernels import kernel_tables
-from prfaas_plan.perf.ops import OpBreakdown, decode_ops, prefill_ops
+from prfaas_plan.perf.ops import OpBreakdown, decode_ops, engine_tables, prefill_ops
 from prfaas_plan.perf.roofline import MeasuredProfile, check_tokens
 from prfaas_plan.units import GIB_BYTES
 
@@ -275,7 +274,8 @@ __all__ = ["DecodeCapacity", "ENGINE_RESERVE_GIB_PER_GPU", "KV_MEMORY_FRACTION",
 def latency_source(inst: Instance) -> str:
     """Where an instance's modelled latencies come from, in words (reports, the CLI)."""
     eng = inst.engine_profile
-    tables = kernel_tables(inst.gpu, eng.kernel_engine, eng.kernel_version)
+    tables = engine_tables(inst, eng)
     basis = (f"{inst.gpu.id}'s measured kernel tables" if tables.basis == inst.gpu.id
              else f"{tables.basis}'s measured kernel tables transferred to {inst.gpu.id} (peaks, SMs, bandwidth)")
-    return f"kernel model: {basis}, {eng.kernel_engine} {eng.kernel_version} kernels, engine profile {eng.id}"
+    marlin = ", MXFP4 experts on Marlin" if eng.mxfp4_moe_kernel == "marlin" else ""
+    return f"kernel model: {basis}, {eng.kernel_engine} {eng.kernel_version} kernels{marlin}, engine profile {eng.id}"

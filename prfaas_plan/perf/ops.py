@@ -296,11 +296,17 @@ class OpBreakdown:
         return str(out) if out.ndim == 0 else out
 
 
+def engine_tables(inst: Instance, engine: EngineProfile) -> KernelTables:
+    """The kernel tables ``engine`` runs on ``inst``'s GPU: its kernel engine's, at the collected
+    versions nearest its own, its MXFP4 experts on the kernel it selects."""
+    return kernel_tables(inst.gpu, engine.kernel_engine, engine.kernel_version, mxfp4_moe_kernel=engine.mxfp4_moe_kernel)
+
+
 def _run(model: ModelSpec, inst: Instance, engine: EngineProfile, work: Work, kv_dtype: str,
          gemm_chunks: Chunks | None = None) -> OpBreakdown:
     """Time every op of ``forward_ops`` for ``work`` and add the engine's per-layer costs."""
     layout = instance_layout(model, inst)
-    tables = kernel_tables(inst.gpu, engine.kernel_engine, engine.kernel_version)
+    tables = engine_tables(inst, engine)
     families: dict[str, np.ndarray] = {}
     ops: dict[str, np.ndarray] = {}
     sources: dict[str, str] = {}
@@ -400,7 +406,7 @@ def mixed_step_ops(model: ModelSpec, inst: Instance, decode_batch: int, decode_c
     prefix = np.asarray(prefill_context, dtype=float)
     b, dp = int(decode_batch), inst.parallel.attn_dp
     rank_m = math.ceil(b / dp) + p  # the busiest rank: its share of the decodes and the chunk
-    tables = kernel_tables(inst.gpu, engine.kernel_engine, engine.kernel_version)
+    tables = engine_tables(inst, engine)
     dec = Work("decode", np.asarray(float(b)), b, np.asarray(decode_context, dtype=float), dp)
     families: dict[str, np.ndarray] = {}
     ops: dict[str, np.ndarray] = {}

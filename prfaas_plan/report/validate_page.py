@@ -74,6 +74,7 @@ def _mapping(df: pd.DataFrame) -> pd.DataFrame:
               df.attrs.get("recipe_scheduler", 0)),
              ("engine as launched", "static memory share of the launch script", df.attrs.get("recipe_memory", 0)),
              ("engine as launched", "experts dtype of the launch script", df.attrs.get("recipe_experts_dtype", 0)),
+             ("engine as launched", "experts kernel of the launch script", df.attrs.get("recipe_moe_kernel", 0)),
              ("engine as launched", "experts tensor-parallel as the launch script ran them (the row names expert ranks)",
               df.attrs.get("recipe_experts_tp", 0)),
              ("disaggregated recipe", "worker counts of the recipe in force when measured", df.attrs.get("recipe_workers", 0)),
