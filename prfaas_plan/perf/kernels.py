@@ -54,7 +54,7 @@ from prfaas_plan.data import builtin_dir
 from prfaas_plan.errors import InvalidInput
 from prfaas_plan.hardware import GPU, load_gpu
 from prfaas_plan.model.kinds import LINEAR_ATTN_CHUNK_TOKENS
-from prfaas_plan.vocab import GEMM_DTYPES, MOE_KERNELS, MOE_ROUTINGS, check_choice
+from prfaas_plan.vocab import GEMM_DTYPES, MOE_KERNELS, MOE_ROUTINGS, MoeKernel, check_choice
 
 Array = np.ndarray
 KV_DTYPES: tuple[str, ...] = ("bf16", "fp8")
@@ -603,7 +603,7 @@ class KernelTables:
     basis: str
     folder: str
     version: str | None = None
-    mxfp4_moe_kernel: str = "default"
+    mxfp4_moe_kernel: MoeKernel = "default"
     memo: dict = field(default_factory=dict, compare=False, repr=False)
     """Scalar lookups already answered, by (table, codes, shape, token values, extra cost args)."""
 
@@ -803,7 +803,7 @@ class KernelTables:
 
 
 def kernel_tables(gpu: GPU, engine: str, version: str | None = None, root: str | Path | None = None,
-                  mxfp4_moe_kernel: str = "default") -> KernelTables:
+                  mxfp4_moe_kernel: MoeKernel = "default") -> KernelTables:
     """Kernel tables for ``gpu`` and kernel ``engine`` (sglang, vllm, trtllm) at engine ``version``
     (None: the newest collected; else per table the nearest collected version, tie -> the newer,
     :func:`nearest_version`): its own measured tables when it has them, else the nearest measured
@@ -814,7 +814,7 @@ def kernel_tables(gpu: GPU, engine: str, version: str | None = None, root: str |
     if version is not None:
         version_key(version)  # an unreadable version is bad input here, not at the first lookup
     folder = str(Path(root) if root is not None else kernels_dir())
-    if _is_bundled(gpu):  # one instance per (GPU, engine, version): its memo serves every evaluation
+    if _is_bundled(gpu):  # one instance per (GPU, engine, version, MXFP4 kernel): its memo serves every evaluation
         return _bundled_tables(gpu.id, engine, version, folder, mxfp4_moe_kernel)
     return _tables(gpu, engine, version, folder, mxfp4_moe_kernel)
 
