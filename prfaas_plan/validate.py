@@ -42,9 +42,11 @@ The benchmark protocol of a row (:func:`_protocol`, counted in the frame's
   (:data:`INFERENCEX_COLLECTION`);
 * an InferenceX run is predicted with the engine as its launch script started it where that script
   sets the token budget per step (SGLang ``--chunked-prefill-size``, vLLM
-  ``--max-num-batched-tokens``), the KV-cache dtype (``--kv-cache-dtype``) or the experts' GEMM
-  dtype (vLLM ``VLLM_USE_FLASHINFER_MOE_MXFP4_MXFP8=1``): :data:`~prfaas_plan.inferencex.RECIPES`,
-  counted in ``attrs["recipe_budget"]``, ``attrs["recipe_kv_dtype"]`` and ``attrs["recipe_experts_dtype"]``;
+  ``--max-num-batched-tokens``), the KV-cache dtype (``--kv-cache-dtype``), the experts' GEMM
+  dtype (vLLM ``VLLM_USE_FLASHINFER_MOE_MXFP4_MXFP8=1``) or their kernel (vLLM
+  ``VLLM_MXFP4_USE_MARLIN=1``): :data:`~prfaas_plan.inferencex.RECIPES`, counted in
+  ``attrs["recipe_budget"]``, ``attrs["recipe_kv_dtype"]``, ``attrs["recipe_experts_dtype"]`` and
+  ``attrs["recipe_moe_kernel"]``;
 * a disaggregated InferenceX row that does not give its worker counts takes those of its recipe in
   the version of InferenceX's config in force when it was measured (:data:`~prfaas_plan.inferencex.DISAGG_RECIPES`), and
   the recipe's DP attention, which such rows drop; where the recipes that fit it disagree (in
