@@ -171,6 +171,19 @@ _MM_FP4_SHAPES_0407 = ((_ALL[:1], 1, 1, 4, 4), (_ALL[:1], 2, 2, 128, 256), (_ALL
 _KIMI_FP4 = "kimik2.5-fp4-b200-vllm"  # NVIDIA's Kimi-K2.5-NVFP4 on B200 vLLM 0.17.0
 _KIMI_FP4_EP1, _KIMI_FP4_ARGS = "2026-04-14T19:53:45Z", "2026-04-20T14:22:32Z"  # 2cbaec340 (ep: 1), 6c3acebfa (args)
 _GPTOSS_018 = "2026-03-27T08:01:48Z"  # cec542a9a: gptoss-fp4-h100/h200-vllm on the vllm/vllm-openai:v0.18.0 image
+
+
+def _gptoss_hopper_runs(tp1: bool, tp8_8k: int) -> tuple[RecipeRun, ...]:
+    """``gptoss-fp4-h200-vllm`` / ``-h100-vllm`` from the vLLM 0.18.0 image: TP 2, 4, 8 at 4-64 clients (TP 8 at 8k
+    prompts up to ``tp8_8k``), and on H200 (``tp1``) TP 1 at 4 clients (1k prompts) and 4-64 (8k); 626932a11
+    dropped 1k/8k."""
+    def blocks(short: tuple) -> tuple:
+        one = ((short, 1, 1, 4, 4), (_ALL[2:], 1, 1, 4, 64)) if tp1 else ()
+        return (*one, *((short, tp, 1, 4, 64) for tp in (2, 4, 8)), (_ALL[2:], 2, 1, 4, 64), (_ALL[2:], 4, 1, 4, 64),
+                (_ALL[2:], 8, 1, 4, tp8_8k))
+    return (_run("cec542a9a", _GPTOSS_018, _MAR28, *blocks(_ALL[:2])), _run("626932a11", _MAR28, _MAY01, *blocks(_ALL[:1])))
+
+
 _QWEN35_B200_BF16_RUNS = (_run("521d19951", "2026-02-20T05:32:41Z", _MAR28, (_ALL, 8, 1, 4, 64)),
                           _run("626932a11", _MAR28, _MAY01, (_NO_1K8K, 8, 1, 4, 64)))
 
@@ -321,26 +334,12 @@ RECIPES = (
     # Marlin since 4e52ed4c6 (2026-01-02, "Fix H100/H200 perf regression"); the runs are cec542a9a's (vLLM 0.18.0
     # image, 2026-03-27): the CSV holds none of the keys' runs between, and those before (2025-11 and 12) keep
     # vLLM's default triton_kernels experts
-    Recipe("h200_sxm", "gpt-oss-120b", "vllm",
-           f"{_IX}/cec542a9a/benchmarks/single_node/gptoss_fp4_h200.sh (VLLM_MXFP4_USE_MARLIN=1: Marlin's "
-           "MXFP4 experts; config.yaml: max-num-batched-tokens: 8192; no --kv-cache-dtype; the vLLM 0.18.0 rows of "
-           "2026-03-27)", tokens=8192, mxfp4_moe_kernel="marlin", key="gptoss-fp4-h200-vllm",
-           runs=(_run("cec542a9a", _GPTOSS_018, _MAR28, (_ALL[:2], 1, 1, 4, 4), (_ALL[:2], 2, 1, 4, 64),
-                      (_ALL[:2], 4, 1, 4, 64), (_ALL[:2], 8, 1, 4, 64), (_ALL[2:], 1, 1, 4, 64),
-                      (_ALL[2:], 2, 1, 4, 64), (_ALL[2:], 4, 1, 4, 64), (_ALL[2:], 8, 1, 4, 32)),
-                 _run("626932a11", _MAR28, _MAY01, (_ALL[:1], 1, 1, 4, 4), (_ALL[:1], 2, 1, 4, 64),
-                      (_ALL[:1], 4, 1, 4, 64), (_ALL[:1], 8, 1, 4, 64), (_ALL[2:], 1, 1, 4, 64),
-                      (_ALL[2:], 2, 1, 4, 64), (_ALL[2:], 4, 1, 4, 64), (_ALL[2:], 8, 1, 4, 32)))),
-    Recipe("h100_sxm", "gpt-oss-120b", "vllm",
-           f"{_IX}/cec542a9a/benchmarks/single_node/gptoss_fp4_h100.sh (VLLM_MXFP4_USE_MARLIN=1: Marlin's "
-           "MXFP4 experts; config.yaml: max-num-batched-tokens: 8192; no --kv-cache-dtype; the vLLM 0.18.0 rows of "
-           "2026-03-27)", tokens=8192, mxfp4_moe_kernel="marlin", key="gptoss-fp4-h100-vllm",
-           runs=(_run("cec542a9a", _GPTOSS_018, _MAR28, (_ALL[:2], 2, 1, 4, 64), (_ALL[:2], 4, 1, 4, 64),
-                      (_ALL[:2], 8, 1, 4, 64), (_ALL[2:], 2, 1, 4, 64), (_ALL[2:], 4, 1, 4, 64),
-                      (_ALL[2:], 8, 1, 4, 16)),
-                 _run("626932a11", _MAR28, _MAY01, (_ALL[:1], 2, 1, 4, 64), (_ALL[:1], 4, 1, 4, 64),
-                      (_ALL[:1], 8, 1, 4, 64), (_ALL[2:], 2, 1, 4, 64), (_ALL[2:], 4, 1, 4, 64),
-                      (_ALL[2:], 8, 1, 4, 16)))),
+    *(Recipe(f"{gpu}_sxm", "gpt-oss-120b", "vllm",
+             f"{_IX}/cec542a9a/benchmarks/single_node/gptoss_fp4_{gpu}.sh (VLLM_MXFP4_USE_MARLIN=1: Marlin's MXFP4 "
+             "experts; config.yaml: max-num-batched-tokens: 8192; no --kv-cache-dtype; the vLLM 0.18.0 rows of "
+             "2026-03-27)", tokens=8192, mxfp4_moe_kernel="marlin", key=f"gptoss-fp4-{gpu}-vllm",
+             runs=_gptoss_hopper_runs(tp1, tp8_8k))
+      for gpu, tp1, tp8_8k in (("h200", True, 32), ("h100", False, 16))),
 )
 """InferenceX launch settings that differ from the engine's defaults, each with its script (the
 version in force at the rows' ``measured=`` dates); every other InferenceX recipe of a system,
