@@ -646,6 +646,7 @@ def test_vllms_marlin_switch_imports_marlins_mxfp4_rows_beside_the_default(tmp_p
     # the switch is MXFP4's: bf16 experts read the default's rows; SGLang's tables get no switched rows
     assert switched.moe(64, *oss, 1, 1, "bf16").latency_s == default.moe(64, *oss, 1, 1, "bf16").latency_s
     assert kernels_import.SWITCHED_MOE_KERNELS == {("vllm", "mxfp4_w4a16"): "marlin"}
+    assert set(kernels_import.reduce_moe("sglang", pd.DataFrame(rows))["moe"]["moe_kernel"]) == {"default"}
     with np.load(out / "h200" / "vllm-0.24.0" / "moe.npz") as npz:
         assert sorted(zip(npz["moe.moe_kernel"].tolist(), npz["moe.experts"].tolist())) == \
             [(0, 128)] * 4 + [(0, 896)] * 2 + [(1, 896)] * 2

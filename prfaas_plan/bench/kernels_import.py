@@ -467,7 +467,8 @@ COLUMN_UNITS = {
     "context": "KV tokens a decode step attends over (wheel step + 1)", "message_bytes": "bytes of bf16",
     "heads, kv_heads, v_heads, k_heads": "per rank", "window": "tokens (0: full attention)",
     "dtype, kv_dtype, windowed, routing, moe_kernel": "codes: index into perf.kernels.CODES (routing: the wheel's "
-    "MoE distribution; moe_kernel: the engine's default kernel or one it runs behind a switch)", "kernel": "index into <table>.kernel_names",
+    "MoE distribution; moe_kernel: the engine's default kernel or one it runs behind a switch)",
+    "kernel": "index into <table>.kernel_names",
 }
 
 
