@@ -64,28 +64,27 @@ def validate(
     _echo_mapping(df)
 
 
+RECIPE_LINES = (
+    ("recipe_budget", "at their launch script's token budget per step"),
+    ("recipe_kv_dtype", "at their launch script's KV-cache dtype"),
+    ("recipe_scheduler", "at their launch script's running-request cap or scheduler polling"),
+    ("recipe_memory", "at their launch script's static memory share"),
+    ("recipe_experts_dtype", "at their launch script's experts dtype"),
+    ("recipe_moe_kernel", "with their launch script's experts kernel"),
+    ("recipe_experts_tp", "with their launch script's experts tensor-parallel (the row names expert ranks)"),
+)
+"""The launch-script settings a validation frame counts (its ``attrs``, validate._frame), as the table's lines say them."""
+
+
 def _echo_mapping(df: pd.DataFrame) -> None:
     """How the frame's rows were mapped (its ``attrs``): run protocols, launch-script settings,
     disaggregated recipes, relabelling rules; lines with a count of 0 are left out."""
     protocols = df.attrs.get("protocols")
     if protocols:  # which rows were predicted as finite benchmark runs (validate.PROTOCOLS)
         typer.echo("rows mapped per run protocol: " + ", ".join(f"{name} {n:,}" for name, n in protocols.items() if n))
-    if df.attrs.get("recipe_budget"):  # InferenceX runs at their launch script's settings (inferencex.RECIPES)
-        typer.echo(f"rows run at their launch script's token budget per step: {df.attrs['recipe_budget']:,}")
-    if df.attrs.get("recipe_kv_dtype"):
-        typer.echo(f"rows run at their launch script's KV-cache dtype: {df.attrs['recipe_kv_dtype']:,}")
-    if df.attrs.get("recipe_scheduler"):
-        typer.echo(f"rows run at their launch script's running-request cap or scheduler polling: "
-                   f"{df.attrs['recipe_scheduler']:,}")
-    if df.attrs.get("recipe_memory"):
-        typer.echo(f"rows run at their launch script's static memory share: {df.attrs['recipe_memory']:,}")
-    if df.attrs.get("recipe_experts_dtype"):
-        typer.echo(f"rows run at their launch script's experts dtype: {df.attrs['recipe_experts_dtype']:,}")
-    if df.attrs.get("recipe_moe_kernel"):
-        typer.echo(f"rows run with their launch script's experts kernel: {df.attrs['recipe_moe_kernel']:,}")
-    if df.attrs.get("recipe_experts_tp"):
-        typer.echo(f"rows run with their launch script's experts tensor-parallel (the row names expert ranks): "
-                   f"{df.attrs['recipe_experts_tp']:,}")
+    for attr, what in RECIPE_LINES:  # InferenceX runs at their launch script's settings (inferencex.RECIPES)
+        if df.attrs.get(attr):
+            typer.echo(f"rows run {what}: {df.attrs[attr]:,}")
     if df.attrs.get("recipe_workers"):  # disaggregated runs at their recipe's workers (inferencex.DISAGG_RECIPES)
         typer.echo(f"disaggregated rows at their recipe's worker counts: {df.attrs['recipe_workers']:,} "
                    f"({df.attrs.get('recipe_dp_attention', 0):,} with its DP attention)")

@@ -48,6 +48,7 @@ TILE_ROWS = 128
 """Rows (and columns) of one output tile: the 128x128 CTA tile of Hopper/Ampere GEMM and
 FlashAttention kernels (CUTLASS, DeepGEMM, FA2/FA3 defaults)."""
 
+
 def peak_flops_per_s(gpu: GPU, dtype: str) -> float:
     """Dense tensor-core FLOP/s of ``gpu`` for ``dtype`` (the W4A16 dtypes compute in bf16)."""
     if dtype not in GEMM_DTYPES:
