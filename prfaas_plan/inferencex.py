@@ -188,6 +188,19 @@ _QWEN35_B200_BF16_RUNS = (_run("521d19951", "2026-02-20T05:32:41Z", _MAR28, (_AL
                           _run("626932a11", _MAR28, _MAY01, (_NO_1K8K, 8, 1, 4, 64)))
 
 RECIPES = (
+    Recipe("h200_sxm", "glm-5", "sglang",
+           f"{_IX}/ebb48d4bc/benchmarks/single_node/glm5_fp8_h200.sh (zai-org/GLM-5-FP8 on the lmsysorg/sglang:"
+           "glm5-hopper image: --mem-fraction-static 0.85, SGLang's defaults otherwise; unchanged until 2026-05-19; "
+           "the rows: 2026-03-19)", mem_fraction=0.85, key="glm5-fp8-h200-sglang",
+           runs=(_run("ebb48d4bc", "2026-03-19T06:26:37Z", _MAR28, (_ALL, 8, 1, 4, 64)),
+                 _run("626932a11", _MAR28, _MAY01, (_NO_1K8K, 8, 1, 4, 64)))),
+    Recipe("b200_sxm", "glm-5", "sglang",
+           f"{_IX}/13930ca61/benchmarks/single_node/glm5_fp8_b200.sh (--chunked-prefill-size 32768, --kv-cache-dtype "
+           "fp8_e4m3, --max-running-requests CONC (the row's concurrency: no cap below it), --mem-fraction-static 0.85, "
+           "--stream-interval 30; the FP8 checkpoint's rows: 2026-03-20)", tokens=32768, kv_dtype="fp8",
+           mem_fraction=0.85, precision="fp8", key="glm5-fp8-b200-sglang",
+           runs=(_run("13930ca61", "2026-03-20T17:45:21Z", _MAR28, (_ALL, 8, 1, 4, 128)),
+                 _run("626932a11", _MAR28, "2026-04-14T18:06:37Z", (_NO_1K8K, 8, 1, 4, 128)))),
     Recipe("h200_sxm", "deepseek-v3", "sglang",
            f"{_IX}/64c20b6b5/benchmarks/single_node/dsr1_fp8_h200.sh (--chunked-prefill-size 32768 and "
            "--max-running-requests 512 at 1k/1k, 256 otherwise, in every version from 2025-09-19 to 2026-06; "

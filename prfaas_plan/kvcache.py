@@ -28,9 +28,9 @@ from prfaas_plan.model.cache import (
     per_layer_table,
     recurrent_dtype,
     state_bytes,
+    token_bytes,
     tokens_kept,
 )
-from prfaas_plan.units import DTYPE_BYTES
 
 
 def per_gpu_kv_bytes(model: ModelSpec, tokens: float, tp_or_layout: int | Layout,
@@ -53,12 +53,11 @@ def per_gpu_kv_bytes(model: ModelSpec, tokens: float, tp_or_layout: int | Layout
     else:
         tp, dcp = check_tp(model, tp_or_layout), 1
     settings = settings or DEFAULT_SETTINGS
-    b = DTYPE_BYTES[settings.kv_dtype]
     counts = model.layer_counts()
     total = 0.0
     for name, attn in model.attention.items():
         # DCP ranks of one group share the KV heads of tp / dcp ranks, each a token stripe
-        per_token = attn.rank_kv_elements_per_token(tp // dcp) * b
+        per_token = token_bytes(attn, settings, tp // dcp)
         if per_token:
             kept = tokens_kept(float(tokens), attn.window, settings.block_tokens)
             total += counts[name] * per_token * (kept if dcp == 1 else math.ceil(kept / dcp))

@@ -65,10 +65,11 @@ LSE_BYTES = 4
 FP8_SCALE_BLOCK = 128
 """Channels per fp32 scale of an FP8 expert dispatch (DeepEP quantises per 128 channels)."""
 
-_REPLICATED_UNDER_TP = frozenset({"wq_a", "wkv_a", "w_f_a", "w_g_a"})
-"""Low-rank down-projections every TP rank holds whole: MLA's q/kv ``fused_qkv_a_proj``
-(``disable_tp=True`` in vLLM) and, by the same reasoning, KDA's gate down-projections
-(``f_a_proj``, ``g_a_proj``: hidden -> head_dim, too narrow to split)."""
+_REPLICATED_UNDER_TP = frozenset({"wq_a", "wkv_a", "w_f_a", "w_g_a", "idx_wq_b", "idx_wk", "idx_weights"})
+"""Projections every TP rank holds whole: MLA's low-rank q/kv ``fused_qkv_a_proj``
+(``disable_tp=True`` in vLLM), by the same reasoning KDA's gate down-projections (``f_a_proj``,
+``g_a_proj``: hidden -> head_dim, too narrow to split), and a DSA indexer's ``wq_b``, ``wk`` and
+``weights_proj`` (``ReplicatedLinear`` in vLLM and SGLang: every rank scores every key)."""
 _KV_PROJECTIONS = frozenset({"wk", "wv"})
 """GQA projections split by KV head: a rank holds ``heads_per_rank(kv, tp)`` heads of them."""
 

@@ -124,6 +124,9 @@ MODEL_IDS = {
     # int4 group 32, the rest bf16): our kimi-k2-thinking entry.
     "moonshotai/Kimi-K2.5": "kimi-k2-thinking",
     "openai/gpt-oss-120b": "gpt-oss-120b",
+    # InferenceX's glm5-fp8-h200-sglang and glm5-fp8-b200-sglang serve model: zai-org/GLM-5-FP8
+    # (.github/configs/nvidia-master.yaml from ebb48d4bc, 2026-03-18): our glm-5 entry
+    "zhipuai/GLM-5": "glm-5",
 }
 """The CSV's Hugging Face model paths that have a model_db entry, and that entry's id."""
 

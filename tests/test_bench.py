@@ -150,6 +150,8 @@ def test_measured_kv_tensor_bytes_equal_cache_model(scaled, setting):
                     assert layer["k"].dtype == bench.torch_dtype(settings.kv_dtype)
                 elif kind.kind == "mla":
                     assert set(layer) == {"latent", "k_rope"}
+                elif kind.kind == "dsa":  # the indexer's keys are bytes whatever the KV dtype
+                    assert set(layer) == {"latent", "k_rope", "index_k"} and layer["index_k"].dtype == torch.uint8
                 else:
                     assert layer["recurrent"].dtype == bench.torch_dtype(recurrent_dtype(kind, settings))
                     if "conv" in layer:

@@ -39,6 +39,8 @@ FIXTURES = {
     "minimax-m2.5-nvfp4.json": "minimax-m2.5-nvfp4",
     "qwen3.5-397b-a17b-nvfp4.json": "qwen3.5-397b-a17b-nvfp4",
     "kimi-k2.5-nvfp4.json": "kimi-k2.5-nvfp4",     # model_type kimi_k25: a deepseek_v3 text_config
+    "deepseek-v3.2.json": "deepseek-v3.2",          # model_type deepseek_v32: DSA
+    "glm-5.json": "glm-5",                          # model_type glm_moe_dsa: DSA, zai-org/GLM-5-FP8
 }
 
 SETTINGS = {

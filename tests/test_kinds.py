@@ -18,6 +18,10 @@ HF_DIR = Path(__file__).parent / "fixtures" / "hf"
 PUBLISHED_TOTALS = {
     # "671B of the Main Model weights and 14B of the Multi-Token Prediction (MTP) Module weights"
     "deepseek-v3": (671e9, "https://huggingface.co/deepseek-ai/DeepSeek-V3"),
+    # V3's shapes plus the indexer's replicated projections (0.85B, 0.13% of it)
+    "deepseek-v3.2": (671e9, "https://huggingface.co/deepseek-ai/DeepSeek-V3"),
+    # GLM-5 technical report, architecture table: 744B total
+    "glm-5": (744e9, "https://arxiv.org/abs/2602.15763"),
     # safetensors metadata of the checkpoint (tests/fixtures/hf/SOURCES.md)
     "kimi-k2": (1_026_470_731_056, "https://huggingface.co/moonshotai/Kimi-K2-Instruct"),
     # K2-Thinking is K2's architecture (its config.json differs in quantization_config and context

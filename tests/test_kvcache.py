@@ -55,6 +55,13 @@ PINNED = {
     "kimi-k2": (70_272, 0, 0, 2_302_672_896),
     "kimi-k2-thinking": (70_272, 0, 0, 2_302_672_896),  # K2's architecture, INT4 weights
     "kimi-k2.5-nvfp4": (70_272, 0, 0, 2_302_672_896),  # K2's architecture, NVFP4 weights
+    # DeepSeek-V3.2 (DSA): V3's latent plus the indexer's fp8 key of 128 channels and one fp32 scale,
+    # 128 + 4 = 132 B in any KV dtype: 61 x (1,152 + 132) = 78,324 B/token (models_hw.md: "DeepSeek-V3.2
+    # (vLLM default: bf16 MLA + fp8 indexer) 78,324"). 32K: 78,324 x 32,768 = 2,566,520,832 B (2.390 GiB).
+    "deepseek-v3.2": (78_324, 0, 0, 2_566_520_832),
+    # GLM-5 (DSA, 78 layers): 78 x (576 x 2 + 132) = 78 x 1,284 = 100,152 B/token.
+    # 32K: 100,152 x 32,768 = 3,281,780,736 B.
+    "glm-5": (100_152, 0, 0, 3_281_780_736),
     # Qwen3-Next-80B-A3B: 12 full layers x 2 KV x (256 + 256) x 2 B = 24,576 B/token.
     # GDN layer: conv (4-1) x (2*16*128 + 32*128) = 24,576 elements, recurrent 32*128*128 = 524,288.
     # vLLM (no mamba_ssm_dtype -> bf16): 36 x (24,576 + 524,288) x 2 = 39,518,208 B.
@@ -108,9 +115,14 @@ def test_pinned_bytes(model_id):
 
 @pytest.mark.parametrize("model", ALL_MODELS, ids=lambda m: m.id)
 def test_fp8_kv_halves_per_token_bytes_and_leaves_states_alone(model):
+    """fp8 halves the KV elements; what a kind stores in its own format (a DSA indexer's 132-byte
+    keys: DeepSeek-V3.2 61 x (576 + 132) = 43,188 B/token) stays."""
     fp8 = CacheSettings(kv_dtype="fp8")
-    assert 2 * model.kv_bytes_per_token(fp8) == PINNED[model.id][0]
+    own = sum(n * model.attention[name].index_bytes_per_token for name, n in model.layer_counts().items())
+    assert 2 * (model.kv_bytes_per_token(fp8) - own) == PINNED[model.id][0] - own
     assert linear_state_bytes(model, fp8) == linear_state_bytes(model)
+    if model.id == "deepseek-v3.2":
+        assert own == 61 * 132 and model.kv_bytes_per_token(fp8) == 43_188
 
 
 def test_mimo_swa_block_rounding_keeps_144_tokens():

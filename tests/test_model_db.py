@@ -15,7 +15,7 @@ EXPECTED_IDS = {
     "minimax-m2.5", "mimo-v2-flash", "qwen3.5-397b-a17b", "qwen3-235b-a22b", "qwen3-next-80b-a3b",
     "ring-2.5-1t", "kimi-linear-48b-a3b", "kimi-linear-1t", "deepseek-v3", "kimi-k2", "kimi-k2-thinking",
     "llama-3.1-70b", "qwen3-235b-a22b-fp8", "llama-3.1-8b", "qwen3-32b", "gpt-oss-120b", "minimax-m2.5-nvfp4",
-    "qwen3.5-397b-a17b-nvfp4", "kimi-k2.5-nvfp4", "llama-3.3-70b-nvfp4",
+    "qwen3.5-397b-a17b-nvfp4", "kimi-k2.5-nvfp4", "llama-3.3-70b-nvfp4", "deepseek-v3.2", "glm-5",
 }
 
 

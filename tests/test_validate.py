@@ -122,13 +122,13 @@ def test_status_per_rule(frame):
         "no hardware entry",  # b300_sxm
         "unsupported precision nvfp4", "unsupported precision nvfp4",  # NVIDIA's NVFP4 checkpoint; fp4 DeepSeek-R1
         "ok",  # vLLM tp2 x dp2 on b200: attention TP groups inside DP replicas
-        "unknown model",  # GLM-5
+        "ok",  # GLM-5 on H200 SGLang: InferenceX served zai-org/GLM-5-FP8 (DSA), our glm-5
         "ok",  # gpt-oss-120b on B200 vLLM 0.15.1: its script's fp8 KV cache and MXFP8 activations into the experts
         "ok",  # MiniMax-M2.5 labelled nvfp4 on B200: NVIDIA's NVFP4 release, as #996's branch launched it
     ]
     counts = status_counts(frame).groupby("rule")["rows"].sum()
-    assert counts.to_dict() == {"engine without kernel tables (trtllm)": 1, "no hardware entry": 1, "ok": 15,
-                                "recipe ambiguous": 2, "unknown model": 1, "unsupported precision nvfp4": 2}
+    assert counts.to_dict() == {"engine without kernel tables (trtllm)": 1, "no hardware entry": 1, "ok": 16,
+                                "recipe ambiguous": 2, "unsupported precision nvfp4": 2}
 
 
 def _engine(eid: str, version: str | None):
@@ -192,6 +192,8 @@ def test_agg_predictions_are_the_serving_model(frame):
         # the dump writes its {tp: 2, ep: 2} run as TP 2, attention DP 2, EP 4 (validate._as_named): 2 GPUs
         18: _agg(minimax, 2, _budget(_engine("vllm", "0.19.0"), 2048), 1024, 1024, 512,
                  Layout(2, "tp", "ep"), "b200", run=ix, settings=FP8_KV),
+        # the glm5-hopper image (no release: the profile's kernels); glm5_fp8_h200.sh's --mem-fraction-static 0.85
+        19: _agg(load_model("glm-5"), 8, _engine("sglang", None).with_launch(None, None, 0.85), 1024, 1024, 4, run=ix),
     }
     for i, (ttft, tpot) in expect.items():
         row = frame.iloc[i]
@@ -221,8 +223,8 @@ def test_protocol_rule_per_source(frame):
     assert AIC_RUN == BenchmarkRun(prompts_per_client=10, range_ratio=1.0, warmup_per_client=2)
     assert _protocol({**rows[9], "silicon_data_source": "source_file=2026-04-06.csv.bak; silicon_concurrency=8"}) is None
     assert _protocol({**rows[9], "run_prompts_per_client": 3}) == BenchmarkRun(3)
-    # mapped rows (status ok): InferenceX 0-6, 13, 18, 20, 21; AIConfigurator 9, 10, 11, 14 (disagg 7, 8: ambiguous)
-    assert frame.attrs["protocols"] == {"inferencex run": 11, "vllm bench serve run": 0, "aiconfigurator run": 4,
+    # mapped rows (status ok): InferenceX 0-6, 13, 18-21; AIConfigurator 9, 10, 11, 14 (disagg 7, 8: ambiguous)
+    assert frame.attrs["protocols"] == {"inferencex run": 12, "vllm bench serve run": 0, "aiconfigurator run": 4,
                                         "steady state": 0}
 
 
@@ -251,6 +253,7 @@ def test_inferencex_runs_take_their_launch_scripts_token_budget(frame):
     assert budgets == {("h200_sxm", "deepseek-v3", "sglang", None, None, None): 32768,
                        ("h200_sxm", "qwen3.5-397b-a17b", "sglang", None, None, None): 16384,
                        ("b200_sxm", "qwen3.5-397b-a17b", "sglang", None, None, "fp8"): 32768,
+                       ("b200_sxm", "glm-5", "sglang", None, None, "fp8"): 32768,
                        ("b200_sxm", "qwen3.5-397b-a17b", "sglang", None, None, "bf16"): 32768,
                        ("b200_sxm", "deepseek-v3", "sglang", 8, None, None): 32768,
                        ("b200_sxm", "deepseek-v3", "sglang", 4, None, None): 8192,
@@ -337,7 +340,8 @@ def test_an_inferencex_run_takes_its_scripts_static_memory_share(tmp_path):
     assert {(r.system, r.model_id, r.tp): r.mem_fraction for r in RECIPES if r.spec == "none" and r.engine == "sglang"} \
         == {("h200_sxm", "deepseek-v3", None): 0.82, ("h200_sxm", "qwen3.5-397b-a17b", None): 0.8,
             ("b200_sxm", "qwen3.5-397b-a17b", None): 0.82, ("b200_sxm", "deepseek-v3", 8): 0.82,
-            ("b200_sxm", "deepseek-v3", 4): 0.95, ("b200_sxm", "qwen3.5-397b-a17b-nvfp4", None): 0.85}
+            ("b200_sxm", "deepseek-v3", 4): 0.95, ("b200_sxm", "qwen3.5-397b-a17b-nvfp4", None): 0.85,
+            ("h200_sxm", "glm-5", None): 0.85, ("b200_sxm", "glm-5", None): 0.85}
 
 
 def test_an_nvfp4_row_of_qwen35_runs_nvidias_release_as_its_script_launched_it(tmp_path):
@@ -512,6 +516,7 @@ def test_inferencex_runs_take_their_launch_scripts_kv_cache_dtype(frame):
     kv = {(r.system, r.model_id, r.engine, r.version, r.precision) for r in RECIPES if r.kv_dtype == "fp8"}
     assert kv == {("h200_sxm", "qwen3.5-397b-a17b", "sglang", None, None),
                   ("b200_sxm", "qwen3.5-397b-a17b", "sglang", None, "fp8"),
+                  ("b200_sxm", "glm-5", "sglang", None, "fp8"),
                   ("b200_sxm", "deepseek-v3", "sglang", None, None),
                   ("b200_sxm", "minimax-m2.5", "vllm", "0.19.0", None),
                   ("b200_sxm", "gpt-oss-120b", "vllm", "0.15.1", None),
@@ -786,7 +791,7 @@ def test_summary_counts_and_errors(frame):
     assert got["ttft_max_abs_error_pct"] == pytest.approx(err.max())
     signed = (mm["tpot_ms_predicted"] / mm["tpot_ms_measured"] - 1) * 100
     assert got["tpot_median_signed_error_pct"] == pytest.approx(signed.median())
-    assert s.loc[("h200_sxm", "agg", "all"), "n"] == 12
+    assert s.loc[("h200_sxm", "agg", "all"), "n"] == 13
     assert s.loc[("b200_sxm", "agg", "all"), "n"] == 3
 
 
@@ -889,13 +894,13 @@ def test_html_page_and_json(tmp_path):
     assert 'data-table="worst"' in text and "Content-Security-Policy" in text
     # the rows per protocol and per relabelling rule, as the frame counts them (test_protocol_rule_per_source)
     mapping = html.unescape(re.search(r'data-table="mapping".*?</table>', text, re.S).group(0))
-    for rule, n in (("inferencex run", 11), ("aiconfigurator run", 4), ("steady state", 0),
-                    ("checkpoint dtypes over the label", 9), ("layout of the run's id", 2),
+    for rule, n in (("inferencex run", 12), ("aiconfigurator run", 4), ("steady state", 0),
+                    ("checkpoint dtypes over the label", 10), ("layout of the run's id", 2),
                     ("experts ep: tp split refused", 1), ("token budget per step of the launch script", 5),
                     ("KV-cache dtype of the launch script", 6), ("experts dtype of the launch script", 1),
                     ("experts kernel of the launch script", 1),
                     ("running-request cap or scheduler polling of the launch script", 3),
-                    ("static memory share of the launch script", 3)):
+                    ("static memory share of the launch script", 4)):
         assert re.search(rf"{re.escape(rule)}</td>\s*<td[^>]*>{n}</td>", mapping), rule
     assert [p.name for p in tmp_path.iterdir()] == ["v.html"]  # atomic: no temporary file left
 
@@ -903,18 +908,18 @@ def test_html_page_and_json(tmp_path):
 def test_table_says_how_many_rows_each_run_protocol_predicted():
     r = _cli("--csv", str(ROWS))
     assert r.returncode == 0, r.stderr
-    # the fixture's mapped rows: 11 InferenceX runs, 4 AIConfigurator runs (test_protocol_rule_per_source)
+    # the fixture's mapped rows: 12 InferenceX runs, 4 AIConfigurator runs (test_protocol_rule_per_source)
     lines = r.stdout.splitlines()
-    assert "rows mapped per run protocol: inferencex run 11, aiconfigurator run 4" in lines
+    assert "rows mapped per run protocol: inferencex run 12, aiconfigurator run 4" in lines
     assert "rows run at their launch script's token budget per step: 5" in lines  # RECIPES: 2, 3, 6, 13, 18
     assert "rows run at their launch script's KV-cache dtype: 6" in lines  # RECIPES: 2, 3, 4, 18, 20, 21
     assert "rows run at their launch script's experts dtype: 1" in lines  # RECIPES: 20
     assert "rows run with their launch script's experts kernel: 1" in lines  # RECIPES: 13 (Marlin)
-    assert "rows run at their launch script's static memory share: 3" in lines  # SGLang RECIPES: 2, 3, 6
+    assert "rows run at their launch script's static memory share: 4" in lines  # SGLang RECIPES: 2, 3, 6, 19
     # relabelled (validate.REMAPS): per-tensor "fp8" on the block-128 checkpoints of MiniMax-M2.5
-    # (0, 1, 18), DeepSeek-V3/R1 (6; 7 and 8 are left out) and Qwen3-235B-FP8 (9, 11), "nvfp4" on gpt-oss's
+    # (0, 1, 18), DeepSeek-V3/R1 (6; 7 and 8 are left out), Qwen3-235B-FP8 (9, 11) and GLM-5-FP8 (19), "nvfp4" on gpt-oss's
     # MXFP4 checkpoint (13, 20) and on MiniMax's NVFP4 release, whose attention is bf16 (21); experts TP8 refused (0)
-    assert lines[-1] == ("rows predicted otherwise than labelled: checkpoint dtypes over the label 9, "
+    assert lines[-1] == ("rows predicted otherwise than labelled: checkpoint dtypes over the label 10, "
                          "experts ep: tp split refused 1, layout of the run's id 2")  # 3: TP 64 is its id's TP 8 / EP 8;
     # 18: the database dump's TP 2 / DP 2 / EP 4 is its {tp: 2, ep: 2} run
 

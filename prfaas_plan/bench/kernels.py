@@ -77,6 +77,18 @@ def causal_attention(q, k, v, scale: float):
     return o[..., :dv]
 
 
+def masked_attention(q, k, v, allowed, scale: float):
+    """Softmax attention where query ``i`` reads key ``j`` only where ``allowed[i, j]`` (a [T, T]
+    bool mask: a DSA indexer's top-k selection); q, k: [H, T, dq], v: [H, T, dv]."""
+    _torch()
+    import torch.nn.functional as F
+
+    dv = v.shape[-1]
+    q, k, v = _pad_to_common_width(q, k, v)
+    o = F.scaled_dot_product_attention(q[None], k[None], v[None], attn_mask=allowed, scale=scale)[0]
+    return o[..., :dv]
+
+
 def sliding_window_attention(q, k, v, window_tokens: int, scale: float):
     """Causal sliding-window attention: token ``i`` attends to tokens ``i - W + 1 .. i``.
 

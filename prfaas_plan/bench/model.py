@@ -13,12 +13,13 @@ from prfaas_plan.bench.kernels import (
     _torch,
     causal_attention,
     chunked_linear_attention,
+    masked_attention,
     sliding_window_attention,
     torch_dtype,
 )
 from prfaas_plan.kvcache import DEFAULT_SETTINGS, CacheSettings, recurrent_dtype
 from prfaas_plan.model.arch import FFN, ModelSpec
-from prfaas_plan.model.kinds import GDN, GQA, KDA, MLA, Attention, Lightning
+from prfaas_plan.model.kinds import DSA, GDN, GQA, INDEX_SCALE_BLOCK, KDA, MLA, Attention, Lightning
 
 ROPE_BASE = 10000.0
 """Rotary embedding base (the benchmark's layers use RoPE like the real models; the value only
@@ -92,22 +93,24 @@ class RopeTable:
         return self._tables[dim]
 
 
-def _cache_tokens(x, settings: CacheSettings, keep: int | None = None):
+def _cache_tokens(x, settings: CacheSettings, keep: int | None = None, as_stored: bool = False):
     """A length-growing cache tensor [T, ...] as stored: the last ``keep`` tokens (windows), cast to
-    the KV dtype, zero-padded to whole pages when ``settings.block_tokens`` is set. Paged windows
-    keep the most recent ``min(ceil(T/B), ceil((W-1)/B) + 1)`` pages (kvcache's rule)."""
+    the KV dtype (kept as it is when ``as_stored``: bytes a kind stores in its own format),
+    zero-padded to whole pages when ``settings.block_tokens`` is set. Paged windows keep the most
+    recent ``min(ceil(T/B), ceil((W-1)/B) + 1)`` pages (kvcache's rule)."""
     torch = _torch()
     tokens = x.shape[0]
     block = settings.block_tokens
+    dtype = x.dtype if as_stored else torch_dtype(settings.kv_dtype)
     if block is None:
         kept = x if keep is None else x[max(0, tokens - keep):]
-        return kept.to(torch_dtype(settings.kv_dtype)).contiguous()
+        return kept.to(dtype).contiguous()
     pages = -(-tokens // block)
     if keep is not None:
         pages = min(pages, -(-(keep - 1) // block) + 1)
     first_page = -(-tokens // block) - pages
     body = x[first_page * block:]
-    out = torch.zeros(pages * block, *x.shape[1:], dtype=torch_dtype(settings.kv_dtype), device=x.device)
+    out = torch.zeros(pages * block, *x.shape[1:], dtype=dtype, device=x.device)
     out[: body.shape[0]] = body.to(out.dtype)
     return out
 
@@ -204,14 +207,18 @@ class MLALayer(_Layer):
         self._build(attn, hidden, init)
 
     def forward(self, x, rope: RopeTable, settings: CacheSettings):
+        return self._attend(x, self._query_input(x), rope, settings)
+
+    def _query_input(self, x):
+        """What the query projection reads: the normalised query latent, or ``x`` without one."""
+        return _rms(x @ self.gemm["wq_a"]) if self.attn.q_lora_rank else x
+
+    def _attend(self, x, q_in, rope: RopeTable, settings: CacheSettings, allowed=None):
+        """The attention of ``x`` (queries from ``q_in``), causal or over the keys ``allowed`` marks."""
         torch = _torch()
         a, t = self.attn, x.shape[0]
         nope, rdim, qk = a.qk_nope_head_dim, a.qk_rope_head_dim, a.qk_nope_head_dim + a.qk_rope_head_dim
-        if a.q_lora_rank:
-            q = _rms(x @ self.gemm["wq_a"]) @ self.gemm["wq_b"]
-        else:
-            q = x @ self.gemm["wq"]
-        q = q.view(t, a.num_heads, qk).transpose(0, 1)
+        q = (q_in @ self.gemm["wq_b" if a.q_lora_rank else "wq"]).view(t, a.num_heads, qk).transpose(0, 1)
         kv_a = x @ self.gemm["wkv_a"]
         latent, k_rope = _rms(kv_a[:, : a.kv_lora_rank]), kv_a[:, a.kv_lora_rank:]
         cos, sin = rope.get(rdim)
@@ -219,9 +226,51 @@ class MLALayer(_Layer):
         q = torch.cat((q[..., :nope], _rope(q[..., nope:], cos, sin)), dim=-1)
         kv = (latent @ self.gemm["wkv_b"]).view(t, a.num_heads, nope + a.v_head_dim).transpose(0, 1)
         k = torch.cat((kv[..., :nope], k_rope[None].expand(a.num_heads, t, rdim)), dim=-1)
-        o = causal_attention(q, k, kv[..., nope:], 1.0 / math.sqrt(qk))
+        scale = 1.0 / math.sqrt(qk)
+        o = causal_attention(q, k, kv[..., nope:], scale) if allowed is None else \
+            masked_attention(q, k, kv[..., nope:], allowed, scale)
         y = o.transpose(0, 1).reshape(t, a.num_heads * a.v_head_dim) @ self.gemm["wo"]
         return y, {"latent": _cache_tokens(latent, settings), "k_rope": _cache_tokens(k_rope, settings)}
+
+
+class DSALayer(MLALayer):
+    """DeepSeek sparse attention: a lightning indexer scores every earlier key per query
+    (``sum_h w_h relu(q_h . k)``, its heads from the query latent, one key and the head weights
+    from ``x``), and MLA attends to the ``index_topk`` best (every earlier key while there are no
+    more). Caches MLA's latent and RoPE key plus the indexer's keys as stored: fp8 with one fp32
+    scale per :data:`~prfaas_plan.model.kinds.INDEX_SCALE_BLOCK` channels, bytes whatever the KV
+    dtype. The scores are one [T, T] matrix per call (memory quadratic in the tokens)."""
+
+    def __init__(self, attn: DSA, hidden: int, init: _Init) -> None:
+        self._build(attn, hidden, init)
+
+    def forward(self, x, rope: RopeTable, settings: CacheSettings):
+        torch = _torch()
+        a, t = self.attn, x.shape[0]
+        q_in = self._query_input(x)
+        q_idx = (q_in @ self.gemm["idx_wq_b"]).view(t, a.index_n_heads, a.index_head_dim)
+        k_idx, weights = x @ self.gemm["idx_wk"], x @ self.gemm["idx_weights"]
+        scores = torch.zeros(t, t, dtype=x.dtype, device=x.device)
+        for h in range(a.index_n_heads):  # one head at a time: [T, T] memory, not [T, H, T]
+            scores += weights[:, h, None] * (q_idx[:, h] @ k_idx.T).relu()
+        causal = torch.ones(t, t, dtype=torch.bool, device=x.device).tril()
+        best = scores.masked_fill(~causal, float("-inf")).topk(min(a.index_topk, t), dim=-1).indices
+        allowed = torch.zeros_like(causal).scatter_(1, best, True) & causal
+        y, cache = self._attend(x, q_in, rope, settings, allowed)
+        return y, {**cache, "index_k": _index_keys(k_idx, settings)}
+
+
+def _index_keys(k, settings: CacheSettings):
+    """A DSA indexer's key cache [T, d + 4 ceil(d / 128)] bytes: fp8 keys, then one fp32 scale per
+    block of 128 channels (amax / 448), paged like the other caches."""
+    torch = _torch()
+    tokens, d = k.shape
+    blocks = -(-d // INDEX_SCALE_BLOCK)
+    padded = torch.nn.functional.pad(k.float(), (0, blocks * INDEX_SCALE_BLOCK - d)).view(tokens, blocks, -1)
+    scale = padded.abs().amax(-1, keepdim=True).clamp(min=1e-12) / 448.0
+    fp8 = (padded / scale).to(torch.float8_e4m3fn).view(tokens, -1)[:, :d]
+    stored = torch.cat((fp8.view(torch.uint8), scale.view(tokens, blocks).view(torch.uint8)), dim=-1)
+    return _cache_tokens(stored, settings, as_stored=True)
 
 
 def _bounded_log_decay(raw):
@@ -318,7 +367,7 @@ class LightningLayer(_Layer):
         return o @ self.gemm["wo"], cache
 
 
-ATTENTION_LAYERS = {"gqa": GQALayer, "swa": GQALayer, "mla": MLALayer, "gdn": GDNLayer,
+ATTENTION_LAYERS = {"gqa": GQALayer, "swa": GQALayer, "mla": MLALayer, "dsa": DSALayer, "gdn": GDNLayer,
                     "kda": KDALayer, "lightning": LightningLayer}
 
 

@@ -4,6 +4,8 @@ Exact integer arithmetic from a model's architecture (docs/design.md section 3):
 
 * full attention GQA/MHA: ``n_kv_heads * (d_k + d_v) * b`` bytes per token and layer;
 * MLA: ``(kv_lora_rank + qk_rope_head_dim) * b``, independent of head count;
+* DSA (DeepSeek-V3.2, GLM-5): MLA plus the indexer's keys, ``index_head_dim`` fp8 bytes and one
+  fp32 scale per 128 channels (132 bytes), whatever the KV dtype;
 * sliding window W: like GQA per token, but only ``min(l, W)`` tokens are kept;
 * Gated DeltaNet / KDA / Lightning: a fixed conv + recurrent state per request.
 
@@ -84,6 +86,12 @@ def state_bytes(attn: Attention, settings: CacheSettings) -> tuple[int, int]:
     return conv, rec
 
 
+def token_bytes(attn: Attention, settings: CacheSettings, tp: int = 1) -> float:
+    """Bytes per token of one layer's growing cache on one of ``tp`` ranks: its KV elements in the
+    KV dtype plus what it keeps in its own dtype (a DSA indexer's fp8 keys and scales)."""
+    return attn.rank_kv_elements_per_token(tp) * DTYPE_BYTES[settings.kv_dtype] + attn.index_bytes_per_token
+
+
 def per_layer_table(model: ModelSpec, settings: CacheSettings | None = None) -> list[dict]:
     """One row per named attention config: layer count, bytes per token per layer, window,
     and fixed state bytes per layer (conv and recurrent). The basis of every other function."""
@@ -93,7 +101,7 @@ def per_layer_table(model: ModelSpec, settings: CacheSettings | None = None) -> 
     for name, attn in model.attention.items():
         conv, rec = state_bytes(attn, settings)
         rows.append({"name": name, "kind": attn.kind, "layers": counts[name],
-                     "bytes_per_token": int(attn.kv_elements_per_token * DTYPE_BYTES[settings.kv_dtype]),
+                     "bytes_per_token": int(token_bytes(attn, settings)),
                      "window_tokens": attn.window, "conv_bytes": conv, "recurrent_bytes": rec})
     return rows
 
@@ -179,5 +187,5 @@ def kv_bytes(model: ModelSpec, tokens, settings: CacheSettings | None = None):
 __all__ = [
     "CacheSettings", "DEFAULT_SETTINGS", "conv_state_elements", "fixed_state_bytes", "kv_bytes",
     "kv_bytes_per_token", "linear_state_bytes", "paged_tokens", "per_layer_table", "recurrent_dtype",
-    "state_bytes", "tokens_kept", "window_cap_tokens",
+    "state_bytes", "token_bytes", "tokens_kept", "window_cap_tokens",
 ]

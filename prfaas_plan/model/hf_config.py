@@ -20,7 +20,7 @@ Conventions and assumptions:
 * Multi-token-prediction (MTP / nextn) layers become the ``mtp`` block
   (:class:`~prfaas_plan.model.arch.MTP`), outside the main stack's counts: an optional
   speculative-decoding add-on. Read from ``num_nextn_predict_layers`` (DeepSeek-V3 / Kimi-K2:
-  MLA layers), ``mtp_num_hidden_layers`` (Qwen3-Next / Qwen3.5: full-attention layers) and
+  MLA layers; DeepSeek-V3.2 / GLM-5: DSA layers), ``mtp_num_hidden_layers`` (Qwen3-Next / Qwen3.5: full-attention layers) and
   ``num_mtp_modules`` x ``mtp_transformer_layers`` when ``use_mtp`` (MiniMax-M2: full-attention
   layers); 0 or absent: none.
 * Multimodal configs (``qwen3_5_moe``; ``kimi_k25``, Kimi-K2.5's, whose ``text_config`` is Kimi-K2's
@@ -120,6 +120,12 @@ def _mla(c: _Config) -> dict:
             "kv_lora_rank": c.req("kv_lora_rank"), "q_lora_rank": c.opt("q_lora_rank"),
             "qk_nope_head_dim": c.req("qk_nope_head_dim"), "qk_rope_head_dim": c.req("qk_rope_head_dim"),
             "v_head_dim": c.req("v_head_dim")}
+
+
+def _dsa(c: _Config) -> dict:
+    """DeepSeek sparse attention: MLA plus the lightning indexer's heads, dim and top-k."""
+    return {**_mla(c), "kind": "dsa", "index_n_heads": c.count("index_n_heads"),
+            "index_head_dim": c.count("index_head_dim"), "index_topk": c.count("index_topk")}
 
 
 def _layers(count: int, default: str, special: str, indices: list[int]) -> dict:
@@ -222,6 +228,11 @@ def _gpt_oss(c: _Config) -> dict:
 def _deepseek(c: _Config) -> dict:
     return {"attention": {"mla": _mla(c)}, "layers": {"count": c.req("num_hidden_layers"), "default": "mla"},
             "ffn": _deepseek_ffn(c, "n_routed_experts", "num_experts_per_tok", "n_shared_experts")}
+
+
+def _deepseek_dsa(c: _Config) -> dict:
+    return {**_deepseek(c), "attention": {"dsa": _dsa(c)},
+            "layers": {"count": c.req("num_hidden_layers"), "default": "dsa"}}
 
 
 def _qwen_next(c: _Config) -> dict:
@@ -327,7 +338,8 @@ _BUILDERS: dict[str, Callable[[_Config], dict]] = {
     "llama": _dense, "qwen3": _dense, "qwen3_moe": _qwen3_moe, "deepseek_v3": _deepseek,
     "kimi_k2": _deepseek, "kimi_k25": _deepseek, "qwen3_next": _qwen_next, "qwen3_5_moe": _qwen_next,
     "qwen3_5_moe_text": _qwen_next, "kimi_linear": _kimi_linear, "mimo_v2_flash": _mimo_v2_flash, "minimax_m2": _minimax_m2,
-    "bailing_hybrid": _bailing_hybrid, "gpt_oss": _gpt_oss,
+    "bailing_hybrid": _bailing_hybrid, "gpt_oss": _gpt_oss, "deepseek_v32": _deepseek_dsa,
+    "glm_moe_dsa": _deepseek_dsa,
 }
 
 SUPPORTED_MODEL_TYPES: tuple[str, ...] = tuple(_BUILDERS)
@@ -374,6 +386,12 @@ def _quant_dtype(c: _Config, quant: dict) -> tuple[str, dict]:
                  "mxfp4, modelopt (NVFP4)")
 
 
+_NOT_A_GEMM = re.compile(r"(norm|bias|indexers_proj|weights_proj)$")
+"""Entries of a not-convert list that name no GEMM of a class: norms and biases, and a DSA
+indexer's head-weight projection (GLM-5's ``indexers_proj``), which every engine keeps unquantised
+(``weights_proj = ReplicatedLinear(..., quant_config=None)`` in vLLM and SGLang)."""
+
+
 def _unconverted_classes(quant: dict) -> set[str]:
     """GEMM classes a ``quantization_config`` leaves unquantised (``ignore``,
     ``modules_to_not_convert``): a class any entry names, whole layers' lists included, stays in
@@ -381,6 +399,8 @@ def _unconverted_classes(quant: dict) -> set[str]:
     out = {"lm_head"}  # neither the fp8 method nor compressed-tensors quantise the LM head in vLLM / SGLang
     for entry in (*(quant.get("ignore") or ()), *(quant.get("modules_to_not_convert") or ())):
         e = str(entry).lower()
+        if _NOT_A_GEMM.search(e):
+            continue
         if "self_attn" in e or "linear_attn" in e or ".attention" in e:  # Bailing names it "attention"
             out.add("attention")
         if "shared_expert" in e or ("mlp" in e and "_proj" in e and "experts" not in e):
@@ -454,7 +474,8 @@ def _model_id(raw: dict, path: Path) -> tuple[str, str]:
 
 _MTP_FIELDS: dict[str, tuple[str, str]] = {
     "deepseek_v3": ("num_nextn_predict_layers", "mla"), "kimi_k2": ("num_nextn_predict_layers", "mla"),
-    "kimi_k25": ("num_nextn_predict_layers", "mla"),
+    "kimi_k25": ("num_nextn_predict_layers", "mla"), "deepseek_v32": ("num_nextn_predict_layers", "dsa"),
+    "glm_moe_dsa": ("num_nextn_predict_layers", "dsa"),
     "qwen3_next": ("mtp_num_hidden_layers", "full"), "qwen3_5_moe": ("mtp_num_hidden_layers", "full"),
     "qwen3_5_moe_text": ("mtp_num_hidden_layers", "full"), "minimax_m2": ("num_mtp_modules", "full"),
 }

@@ -87,6 +87,19 @@ class _Kind(_Frozen):
     checkpoint_state_dtype: ClassVar[StateDtype | None] = None  # recurrent-state dtype the checkpoint states
     vllm_state_dtype: ClassVar[StateDtype] = "bf16"  # recurrent-state dtype vLLM uses
 
+    index_bytes_per_token: ClassVar[int] = 0  # bytes per token of a growing cache kept in its own dtype
+
+    @property
+    def capped_pairs(self) -> tuple[int, int] | None:
+        """(FLOPs per pair, keys per query) of attention whose queries see at most a fixed number
+        of keys (a sliding window, a top-k selection); None when every query sees all earlier keys."""
+        return None if self.window is None else (self.pair_flops, self.window)
+
+    @property
+    def full_pair_flops(self) -> int:
+        """FLOPs per (query, key) pair of the attention that sees every earlier key."""
+        return self.pair_flops if self.capped_pairs is None else 0
+
     def rank_kv_elements_per_token(self, tp: int) -> int:
         """Growing-cache elements per token one of ``tp`` ranks holds."""
         return self.kv_elements_per_token
@@ -206,6 +219,55 @@ class MLA(_Kind):
             "q_lora_rank": dim(self.q_lora_rank) if self.q_lora_rank else None,
             "qk_nope_head_dim": dim(self.qk_nope_head_dim), "qk_rope_head_dim": dim(self.qk_rope_head_dim),
             "v_head_dim": dim(self.v_head_dim)})
+
+
+INDEX_SCALE_BLOCK = 128
+"""Channels of a DSA indexer key that share one fp32 scale (the quant block of its fp8 keys)."""
+
+
+class DSA(MLA):
+    """DeepSeek sparse attention (DeepSeek-V3.2, GLM-5): MLA whose queries attend to the
+    ``index_topk`` keys a lightning indexer selects. The indexer scores every earlier key with
+    ``index_n_heads`` heads of ``index_head_dim`` over its own key cache: one fp8 key of
+    ``index_head_dim`` channels plus one fp32 scale per :data:`INDEX_SCALE_BLOCK` per token,
+    stored as bytes whatever the KV dtype (vLLM and SGLang: ``index_head_dim + index_head_dim //
+    128 * 4`` = 132 bytes). Its projections (``wq_b`` from the query latent, ``wk`` and
+    ``weights_proj`` from the hidden state) are replicated on every TP rank, as the engines build
+    them (``ReplicatedLinear``)."""
+
+    kind: Literal["dsa"]  # type: ignore[assignment]
+    index_n_heads: PositiveInt
+    index_head_dim: PositiveInt
+    index_topk: PositiveInt
+
+    def gemm_shapes(self, hidden: int) -> Shapes:
+        rank = self.q_lora_rank or hidden  # without a query latent the indexer reads the hidden state
+        return {**super().gemm_shapes(hidden), "idx_wq_b": (rank, self.index_n_heads * self.index_head_dim),
+                "idx_wk": (hidden, self.index_head_dim), "idx_weights": (hidden, self.index_n_heads)}
+
+    @property
+    def index_bytes_per_token(self) -> int:
+        """Indexer key cache per token: fp8 channels plus one fp32 scale per 128 channels."""
+        return self.index_head_dim + math.ceil(self.index_head_dim / INDEX_SCALE_BLOCK) * 4
+
+    @property
+    def index_pair_flops(self) -> int:
+        """The indexer's score of one (query, key) pair: a dot product per head, then its
+        weighted sum over heads: ``2 * n_idx * (d_idx + 1)``."""
+        return 2 * self.index_n_heads * (self.index_head_dim + 1)
+
+    @property
+    def capped_pairs(self) -> tuple[int, int] | None:
+        return self.pair_flops, self.index_topk
+
+    @property
+    def full_pair_flops(self) -> int:
+        """Only the indexer sees every earlier key."""
+        return self.index_pair_flops
+
+    def scaled(self, heads: Resize, dim: Resize) -> DSA:
+        return super().scaled(heads, dim).model_copy(update={
+            "index_n_heads": heads(self.index_n_heads), "index_head_dim": dim(self.index_head_dim)})
 
 
 class _Linear(_Kind):
@@ -360,7 +422,7 @@ class Lightning(_Linear):
         return self.num_heads, self.head_dim, self.head_dim
 
 
-Attention = Annotated[Union[GQA, SWA, MLA, GDN, KDA, Lightning], Field(discriminator="kind")]
+Attention = Annotated[Union[GQA, SWA, MLA, DSA, GDN, KDA, Lightning], Field(discriminator="kind")]
 
 
 class FFN(_Frozen):
@@ -409,5 +471,5 @@ class FFN(_Frozen):
         return 3 * hidden * self.num_shared_experts * self.shared_intermediate + hidden * self.num_experts
 
 
-__all__ = ["GQA", "GDN", "KDA", "LINEAR_ATTN_CHUNK_TOKENS", "MLA", "SWA", "Attention", "FFN", "Lightning",
+__all__ = ["DSA", "GQA", "GDN", "INDEX_SCALE_BLOCK", "KDA", "LINEAR_ATTN_CHUNK_TOKENS", "MLA", "SWA", "Attention", "FFN", "Lightning",
            "Shapes", "heads_per_rank"]

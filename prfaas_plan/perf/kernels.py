@@ -139,12 +139,13 @@ def generation_attention_cost(batch, context, heads, kv_heads, head_dim, window,
     return 4 * batch * heads * head_dim * span, batch * reads, "bf16"
 
 
-def mla_context_cost(batch, isl, heads, qk_nope_dim, qk_rope_dim, v_dim, kv_dtype: str):
-    """MLA prefill (expanded, MHA-style): 2 * batch * heads * pairs * (qk_nope + qk_rope + v) FLOPs;
+def mla_context_cost(batch, isl, heads, qk_nope_dim, qk_rope_dim, v_dim, kv_dtype: str, topk=None):
+    """MLA prefill (expanded, MHA-style): 2 * batch * heads * pairs * (qk_nope + qk_rope + v) FLOPs,
+    each query over at most ``topk`` keys when a DSA indexer selects them (None: all earlier keys);
     bytes = bf16 Q, K (qk dims) and V, O (v dim) per token and head."""
     batch, isl = np.asarray(batch, dtype=float), np.asarray(isl, dtype=float)
     qk = qk_nope_dim + qk_rope_dim
-    flops = 2 * batch * heads * causal_pairs(isl, None) * (qk + v_dim)
+    flops = 2 * batch * heads * causal_pairs(isl, topk) * (qk + v_dim)
     return flops, batch * isl * heads * (2 * qk + 2 * v_dim) * 2.0, "bf16"
 
 
@@ -156,6 +157,20 @@ def mla_generation_cost(batch, context, heads, kv_lora_rank, qk_rope_dim, kv_dty
     flops = 2 * batch * heads * context * (2 * kv_lora_rank + qk_rope_dim)
     reads = context * (kv_lora_rank + qk_rope_dim) * kv_b + heads * (2 * kv_lora_rank + qk_rope_dim) * 2
     return flops, batch * reads, "bf16"
+
+
+def dsa_indexer_cost(phase: str, batch, tokens, index_heads, index_head_dim, index_bytes_per_token):
+    """A DSA lightning indexer over ``batch`` sequences: ``context`` scores each of ``tokens``
+    queries against every earlier key (causal pairs), ``generation`` one query against ``tokens``
+    cached keys. ``2 * heads * (head_dim + 1)`` FP8 FLOPs per pair (dot products, then the
+    weighted sum over heads); bytes = the fp8 queries, the key cache (``index_bytes_per_token``)
+    and the fp32 scores, written once and read once by the top-k selection."""
+    batch, tokens = np.asarray(batch, dtype=float), np.asarray(tokens, dtype=float)
+    pairs = causal_pairs(tokens, None) if phase == "context" else tokens
+    queries = tokens if phase == "context" else 1.0
+    flops = batch * pairs * (2.0 * index_heads * (index_head_dim + 1))
+    keys = tokens * index_bytes_per_token
+    return flops, batch * (queries * index_heads * index_head_dim + keys + pairs * 2 * 4.0), "fp8"
 
 
 def linear_attention_cost(phase: str, batch, tokens, heads, head_dim_k, head_dim_v):
@@ -742,13 +757,23 @@ class KernelTables:
                             batch, context, heads, kv_heads, head_dim, w, kv_dtype))
 
     def mla_context(self, batch, isl_tokens, heads: int, kv_lora_rank: int, qk_rope_dim: int, qk_nope_dim: int,
-                    v_dim: int, kv_dtype: str = "bf16") -> OpTime:
-        """MLA prefill, ``heads`` per rank (tables measured at DeepSeek-V3 dims; other dims by their roofline)."""
+                    v_dim: int, kv_dtype: str = "bf16", topk: int | None = None) -> OpTime:
+        """MLA prefill, ``heads`` per rank (tables measured at DeepSeek-V3 dims; other dims by their
+        roofline); ``topk``: each query attends to at most that many keys (DSA), at the efficiency
+        the table measured for dense MLA at the same length (the sparse kernel is not in it)."""
         check_choice(kv_dtype, KV_DTYPES, "kv_dtype")
         return self._op("mla_context", {"kv_dtype": kv_dtype}, {"heads": heads}, {"batch": batch, "isl": isl_tokens},
                         lambda batch, isl, kv_dtype=kv_dtype: mla_context_cost(batch, isl, heads, qk_nope_dim,
-                                                                                qk_rope_dim, v_dim, kv_dtype),
-                        extra=(qk_nope_dim, qk_rope_dim, v_dim))
+                                                                                qk_rope_dim, v_dim, kv_dtype, topk),
+                        extra=(qk_nope_dim, qk_rope_dim, v_dim, topk))
+
+    def dsa_indexer(self, phase: str, batch, tokens, index_heads: int, index_head_dim: int,
+                    index_bytes_per_token: int) -> OpTime:
+        """A DSA lightning indexer (:func:`dsa_indexer_cost`): no table measures it on its own, so
+        the roofline with the named fallback efficiencies prices it."""
+        check_choice(phase, ("context", "generation"), "phase")
+        flops, moved, pk = dsa_indexer_cost(phase, batch, tokens, index_heads, index_head_dim, index_bytes_per_token)
+        return self._fallback("dsa_indexer", {}, flops, moved, pk, all(np.ndim(v) == 0 for v in (batch, tokens)))
 
     def mla_generation(self, batch, context_tokens, heads: int, kv_lora_rank: int, qk_rope_dim: int,
                        kv_dtype: str = "bf16") -> OpTime:

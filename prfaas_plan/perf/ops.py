@@ -3,7 +3,7 @@
 AIConfigurator's structure (ops that own their shapes, timed from a database of measured kernels),
 our own arithmetic: :func:`forward_ops` lists the ops one forward pass of ``model`` runs on one rank
 of an instance with a given parallel layout — the fused attention projections, the attention core
-of each layer kind, the dense FFN or the fused MoE with its shared experts and router, the
+of each layer kind (with a DSA layer's indexer), the dense FFN or the fused MoE with its shared experts and router, the
 collectives of the layout, the LM head — each with how many layers run it. Every op is timed by
 the instance's :class:`~prfaas_plan.perf.kernels.KernelTables` (measured on the GPU, or transferred
 from the nearest measured one), so dtype, shape and batch effects come from measurements rather
@@ -27,7 +27,7 @@ from prfaas_plan.engine import EngineProfile
 from prfaas_plan.hardware import Instance
 from prfaas_plan.layout import ACTIVATION_BYTES, Layout, collectives, instance_layout, projection_shard
 from prfaas_plan.model.arch import ModelSpec
-from prfaas_plan.model.kinds import GDN, KDA, MLA, SWA, Lightning
+from prfaas_plan.model.kinds import DSA, GDN, KDA, MLA, SWA, Lightning
 from prfaas_plan.perf.kernels import KernelTables, OpTime, kernel_tables
 from prfaas_plan.vocab import GemmDtype, MoeRouting
 
@@ -125,7 +125,8 @@ class SoftmaxAttention:
 
 @dataclass(frozen=True)
 class LatentAttention:
-    """Multi-head latent attention (MLA) over one rank's heads."""
+    """Multi-head latent attention (MLA) over one rank's heads; with ``topk`` (DSA) each query
+    attends only to the ``topk`` keys its indexer selected."""
 
     name: str
     heads: int
@@ -133,13 +134,32 @@ class LatentAttention:
     qk_rope_dim: int
     qk_nope_dim: int
     v_dim: int
+    topk: int | None = None
     family: str = "mla"
 
     def time(self, t: KernelTables, w: Work) -> OpTime:
         if w.phase == "prefill":
             return t.mla_context(1, w.tokens, self.heads, self.kv_lora_rank, self.qk_rope_dim, self.qk_nope_dim,
-                                 self.v_dim)
-        return t.mla_generation(w.rank_batch, w.context_tokens, self.heads, self.kv_lora_rank, self.qk_rope_dim)
+                                 self.v_dim, topk=self.topk)
+        context = w.context_tokens if self.topk is None else np.minimum(w.context_tokens, self.topk)
+        return t.mla_generation(w.rank_batch, context, self.heads, self.kv_lora_rank, self.qk_rope_dim)
+
+
+@dataclass(frozen=True)
+class Indexer:
+    """A DSA lightning indexer, replicated on every rank: scores all earlier keys per query."""
+
+    name: str
+    heads: int
+    head_dim: int
+    bytes_per_token: int
+    family: str = "indexer"
+
+    def time(self, t: KernelTables, w: Work) -> OpTime:
+        if w.phase == "prefill":
+            return t.dsa_indexer("context", 1, w.tokens, self.heads, self.head_dim, self.bytes_per_token)
+        return t.dsa_indexer("generation", w.rank_batch, w.context_tokens, self.heads, self.head_dim,
+                             self.bytes_per_token)
 
 
 @dataclass(frozen=True)
@@ -189,7 +209,7 @@ class Comm:
         return r if self.op == "all_reduce" else OpTime(0.5 * r.latency_s, r.source)
 
 
-Op = Gemm | MoE | SoftmaxAttention | LatentAttention | LinearAttention | Comm
+Op = Gemm | MoE | SoftmaxAttention | LatentAttention | Indexer | LinearAttention | Comm
 
 
 @dataclass(frozen=True)
@@ -215,11 +235,12 @@ def attention_gemms(model: ModelSpec, name: str, tp: int) -> list[Gemm]:
 
 
 def attention_core(model: ModelSpec, name: str, tp: int, kv_dtype: str):
-    """The attention kernel of one ``name`` layer on one of ``tp`` ranks."""
+    """The attention kernel of one ``name`` layer on one of ``tp`` ranks (DSA's indexer is
+    :func:`attention_ops`'s)."""
     a = model.attention[name]
     if isinstance(a, MLA):
         return LatentAttention(f"{name}.mla", math.ceil(a.num_heads / tp), a.kv_lora_rank, a.qk_rope_head_dim,
-                               a.qk_nope_head_dim, a.v_head_dim)
+                               a.qk_nope_head_dim, a.v_head_dim, a.index_topk if isinstance(a, DSA) else None)
     if isinstance(a, GDN):
         return LinearAttention(f"{name}.gdn", "gdn", math.ceil(a.num_v_heads / tp), a.head_dim_k, a.head_dim_v,
                                math.ceil(a.num_qk_heads / tp))
@@ -229,6 +250,15 @@ def attention_core(model: ModelSpec, name: str, tp: int, kv_dtype: str):
     window = a.window_tokens if isinstance(a, SWA) else None
     return SoftmaxAttention(f"{name}.attention", math.ceil(a.num_heads / tp), math.ceil(a.num_kv_heads / tp),
                             a.head_dim_k, window, kv_dtype)
+
+
+def attention_ops(model: ModelSpec, name: str, tp: int, kv_dtype: str) -> list[Op]:
+    """The kernels of one ``name`` layer's attention on one of ``tp`` ranks: the attention core,
+    preceded for DSA by its indexer (whole on every rank)."""
+    a, core = model.attention[name], attention_core(model, name, tp, kv_dtype)
+    if isinstance(a, DSA):
+        return [Indexer(f"{name}.indexer", a.index_n_heads, a.index_head_dim, a.index_bytes_per_token), core]
+    return [core]
 
 
 def ffn_ops(model: ModelSpec, layout: Layout) -> tuple[list[Gemm], list[Op]]:
@@ -261,7 +291,7 @@ def forward_ops(model: ModelSpec, layout: Layout, kv_dtype: str = "bf16", phase:
     for name, count in counts.items():
         if count:
             steps += [Step(g, count) for g in attention_gemms(model, name, tp)]
-            steps.append(Step(attention_core(model, name, tp, kv_dtype), count))
+            steps += [Step(op, count) for op in attention_ops(model, name, tp, kv_dtype)]
     dense, moe = ffn_ops(model, layout)
     moe_layers = model.ffn.moe_layer_count(model.layers.count)
     steps += [Step(op, model.layers.count - moe_layers) for op in dense]

@@ -33,6 +33,7 @@ from prfaas_plan.kvcache import CacheSettings, kv_bytes
 from prfaas_plan.layout import ACTIVATION_BYTES
 from prfaas_plan.model.arch import ModelSpec
 from prfaas_plan.model.kinds import LINEAR_ATTN_CHUNK_TOKENS  # noqa: F401 - re-exported for the bench harness
+from prfaas_plan.perf.kernels import causal_pairs
 
 
 @dataclass(frozen=True)
@@ -40,8 +41,10 @@ class LayerCosts:
     """Per-model constants of the roofline, computed once (all layers summed).
 
     gemm_flops_per_token: FLOPs per token of projections and active FFNs.
-    attn_flops_per_pair: FLOPs per (query, key) pair of quadratic attention, full/MLA layers.
-    swa: tuples (flops_per_pair, window_tokens) for sliding-window layers.
+    attn_flops_per_pair: FLOPs per (query, key) pair of attention that sees every earlier key
+        (full/MLA layers, DSA's indexer).
+    swa: tuples (flops_per_pair, keys per query) of attention that sees at most that many keys
+        (sliding windows, DSA's top-k selection).
     linear_flops_per_token: FLOPs per token of chunked linear attention.
     weight_bytes: bytes of all weights (each GEMM class in its checkpoint dtype, scales included).
     """
@@ -65,8 +68,8 @@ def layer_costs(model: ModelSpec) -> LayerCosts:
     # lm_head runs for the last token only in prefill: its 2 * h * vocab FLOPs are left out
     return LayerCosts(
         gemm_flops_per_token=2.0 * params.gemm_per_token,
-        attn_flops_per_pair=float(sum(a.pair_flops for a in kinds if a.window is None)),
-        swa=tuple((float(a.pair_flops), a.window) for a in kinds if a.window is not None),
+        attn_flops_per_pair=float(sum(a.full_pair_flops for a in kinds)),
+        swa=tuple((float(a.capped_pairs[0]), a.capped_pairs[1]) for a in kinds if a.capped_pairs is not None),
         linear_flops_per_token=float(sum(a.linear_flops_per_token for a in kinds)),
         weight_bytes=w.total_bytes,
         moe_layers=params.moe_layers,
@@ -114,7 +117,7 @@ def analytic_prefill(model: ModelSpec, inst: Instance, tokens, costs: LayerCosts
     c = costs or layer_costs(model)
     eff = inst.gpu.efficiency
     pairs = l * (l + 1) / 2
-    swa_flops = sum(p * np.where(l <= w, pairs, w * (w + 1) / 2 + (l - w) * w) for p, w in c.swa)
+    swa_flops = sum(p * causal_pairs(l, w) for p, w in c.swa)
     gemm_s = c.gemm_flops_per_token * l / (inst.peak_flops * eff.gemm)
     attn_s = (c.attn_flops_per_pair * pairs + swa_flops) / (inst.peak_flops * eff.attention)
     lin_s = c.linear_flops_per_token * l / (inst.peak_flops * eff.linear_attention)

@@ -1,0 +1,158 @@
+"""DeepSeek sparse attention (DeepSeek-V3.2, GLM-5): the projections each TP rank holds, the kernel
+model's sparse attention and indexer, the roofline's pair counts, and the torch layer of the bench
+harness. Every expected value is worked out by hand from the public configs (tests/fixtures/hf)."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+import torch
+
+from prfaas_plan.bench.model import DSALayer, MLALayer, RopeTable, _Init
+from prfaas_plan.engine import load_engine
+from prfaas_plan.hardware import instance
+from prfaas_plan.kvcache import CacheSettings
+from prfaas_plan.layout import Layout, weight_bytes_per_gpu
+from prfaas_plan.model import load_model
+from prfaas_plan.model.kinds import DSA, MLA
+from prfaas_plan.perf.kernels import FALLBACK_COMPUTE_EFFICIENCY, FALLBACK_MEMORY_EFFICIENCY, causal_pairs
+from prfaas_plan.perf.ops import attention_gemms, decode_ops, forward_ops, prefill_ops
+from prfaas_plan.perf.roofline import layer_costs
+
+GLM5 = load_model("glm-5")
+V32 = load_model("deepseek-v3.2")
+
+
+def _as_mla(model):
+    """The same model with plain MLA layers (the indexer and its top-k removed)."""
+    a = model.attention["dsa"]
+    mla = MLA(**{k: v for k, v in a.model_dump().items() if not k.startswith("index_")} | {"kind": "mla"})
+    return model.model_copy(update={"attention": {"dsa": mla}})
+
+
+def test_glm5_projections_per_rank_at_tp8_by_hand():
+    """TP 8, 8 of 64 heads per rank. Replicated, reading the hidden state (6,144): q_a 2,048 + kv_a
+    512 + RoPE key 64 + indexer key 128 + indexer head weights 32 = 2,784 columns; the indexer's
+    query projection from the query latent (2,048 -> 32 x 128 = 4,096) is whole too. Column
+    parallel: q_b 2,048 -> 8 x (192 + 64) = 2,048; kv_b 512 -> 8 x (192 + 256) = 3,584. Row
+    parallel: o 8 x 256 = 2,048 -> 6,144."""
+    got = sorted((g.name, g.n, g.k) for g in attention_gemms(GLM5, "dsa", 8))
+    assert got == sorted([("dsa.replicated", 2784, 6144), ("dsa.replicated", 4096, 2048),
+                          ("dsa.column", 2048, 2048), ("dsa.column", 3584, 512), ("dsa.wo", 6144, 2048)])
+
+
+def test_indexer_weights_are_on_every_rank():
+    """Going from TP 1 to TP 8 divides the sharded attention weights by 8 but not the indexer's
+    (64 x 128 x 1,536 + 7,168 x 128 + 7,168 x 64 = 13,959,168 parameters a layer on DeepSeek-V3.2)."""
+    indexer = 64 * 128 * 1536 + 7168 * 128 + 7168 * 64
+    a = V32.attention["dsa"]
+    shapes = a.gemm_shapes(V32.hidden_size)
+    assert sum(math.prod(shapes[n]) for n in ("idx_wq_b", "idx_wk", "idx_weights")) == indexer
+    mla = _as_mla(V32)
+    extra_tp1 = weight_bytes_per_gpu(V32, Layout(1, experts="ep")) - weight_bytes_per_gpu(mla, Layout(1, experts="ep"))
+    extra_tp8 = weight_bytes_per_gpu(V32, Layout(8)) - weight_bytes_per_gpu(mla, Layout(8))
+    assert extra_tp1 == pytest.approx(61 * indexer * 1.0, rel=0.02)  # FP8 block weights, scales 1/128^2
+    assert extra_tp8 == pytest.approx(extra_tp1, rel=1e-12)
+
+
+def test_sparse_prefill_attention_counts_only_the_selected_pairs():
+    """Up to 2,048 tokens every earlier key is selected: the attention core is MLA's. Beyond, each
+    query sees 2,048 keys: the core is the MLA table's efficiency at that length applied to
+    2048 x 2049 / 2 + (l - 2048) x 2048 pairs instead of l (l + 1) / 2."""
+    inst, eng = instance("h200", 8), load_engine("sglang")
+    dense = _as_mla(GLM5)
+    for tokens in (1024.0, 2048.0):
+        assert prefill_ops(GLM5, inst, tokens, eng).ops["dsa.mla"] == prefill_ops(dense, inst, tokens, eng).ops["dsa.mla"]
+    tokens = 32768.0
+    sparse_s = prefill_ops(GLM5, inst, tokens, eng).ops["dsa.mla"]
+    dense_s = prefill_ops(dense, inst, tokens, eng).ops["dsa.mla"]
+    pairs = (2048 * 2049 / 2 + (tokens - 2048) * 2048) / (tokens * (tokens + 1) / 2)
+    assert float(causal_pairs(tokens, 2048)) / float(causal_pairs(tokens, None)) == pytest.approx(pairs)
+    assert sparse_s / dense_s == pytest.approx(pairs, rel=1e-9)  # compute-bound: time scales with the pairs
+
+
+def test_sparse_decode_reads_the_selected_keys_and_the_indexer_reads_all():
+    """The decode core at 65,536 tokens of context is MLA's at 2,048; the indexer is the roofline
+    at the named fallback efficiencies: 32 sequences x 65,536 keys x 2 x 64 x 129 FP8 FLOPs against
+    32 x (64 x 128 query bytes + 65,536 x (132 key bytes + 8 score bytes)) of HBM traffic."""
+    inst, eng = instance("h200", 8), load_engine("sglang")
+    d = decode_ops(V32, inst, 32, 65536.0, eng)
+    mla = decode_ops(_as_mla(V32), inst, 32, 2048.0, eng)
+    assert d.ops["dsa.mla"] == pytest.approx(mla.ops["dsa.mla"], rel=1e-12)
+    flops = 32 * 65536 * 2 * 64 * 129
+    moved = 32 * (64 * 128 + 65536 * (132 + 8))
+    gpu = inst.gpu
+    fp8_peak = gpu.low_precision_peak_flops("fp8")
+    by_hand = max(flops / (fp8_peak * FALLBACK_COMPUTE_EFFICIENCY), moved / (gpu.memory_bytes_per_s * FALLBACK_MEMORY_EFFICIENCY))
+    assert d.ops["dsa.indexer"] == pytest.approx(61 * by_hand, rel=1e-12)
+    assert "roofline of h200 (no table for dsa_indexer" in d.sources["dsa.indexer"]
+    # past the top-k the sparse model decodes faster than dense MLA at the same context
+    assert d.total_s < decode_ops(_as_mla(V32), inst, 32, 65536.0, eng).total_s
+
+
+def test_dsa_halves_long_prefill_and_leaves_short_prefill_alone():
+    """At 2K tokens the indexer is small beside the rest (2% on 8xH200); at 64K the capped pairs
+    more than pay for it: DeepSeek-V3.2 prefills in under 60% of DeepSeek-V3's time."""
+    inst, eng = instance("h200", 8), load_engine("sglang")
+    v3 = load_model("deepseek-v3")
+    short = prefill_ops(V32, inst, 2048.0, eng)
+    assert short.families["indexer"] < 0.05 * short.total_s
+    assert short.total_s == pytest.approx(prefill_ops(v3, inst, 2048.0, eng).total_s, rel=0.05)
+    assert prefill_ops(V32, inst, 65536.0, eng).total_s < 0.6 * prefill_ops(v3, inst, 65536.0, eng).total_s
+    names = [s.op.name for s in forward_ops(V32, Layout(8))]
+    assert names.index("dsa.indexer") + 1 == names.index("dsa.mla")  # the indexer selects, then the core attends
+
+
+def test_roofline_counts_the_indexer_on_every_pair_and_the_core_on_the_selected():
+    c = layer_costs(GLM5)
+    assert c.attn_flops_per_pair == 78 * 2 * 32 * (128 + 1)
+    assert c.swa == ((2.0 * 64 * (192 + 64 + 256), 2048),) * 78
+
+
+def test_index_cache_bytes_stay_when_the_kv_is_fp8():
+    a = GLM5.attention["dsa"]
+    assert isinstance(a, DSA) and a.index_bytes_per_token == 128 + 4
+    fp8 = CacheSettings(kv_dtype="fp8")
+    assert GLM5.kv_bytes_per_token(fp8) == 78 * (576 + 132)
+    assert GLM5.kv_bytes_per_token() == 78 * (1152 + 132)
+
+
+def _layers(topk: int):
+    attn = DSA(kind="dsa", num_heads=4, kv_lora_rank=32, q_lora_rank=48, qk_nope_head_dim=16, qk_rope_head_dim=8,
+               v_head_dim=16, index_n_heads=3, index_head_dim=16, index_topk=topk)
+    mla = MLA(**{k: v for k, v in attn.model_dump().items() if not k.startswith("index_")} | {"kind": "mla"})
+    return DSALayer(attn, 64, _Init("cpu", torch.float32, 3)), MLALayer(mla, 64, _Init("cpu", torch.float32, 3))
+
+
+def test_torch_layer_is_mla_while_every_key_is_selected():
+    """The same seed draws MLA's weights first, so with top-k >= the tokens the sparse layer's output
+    is the dense layer's."""
+    sparse, dense = _layers(topk=64)
+    x = torch.randn(40, 64, generator=torch.Generator().manual_seed(0))
+    rope = RopeTable(40, "cpu", torch.float32)
+    settings = CacheSettings(kv_dtype="fp32")
+    y_sparse, cache = sparse.forward(x, rope, settings)
+    y_dense, dense_cache = dense.forward(x, rope, settings)
+    assert torch.allclose(y_sparse, y_dense, atol=1e-5)
+    assert torch.equal(cache["latent"], dense_cache["latent"])
+    assert cache["index_k"].dtype == torch.uint8 and tuple(cache["index_k"].shape) == (40, 16 + 4)
+
+
+def test_torch_layer_attends_to_the_top_k_and_stores_fp8_keys():
+    sparse, _ = _layers(topk=8)
+    x = torch.randn(40, 64, generator=torch.Generator().manual_seed(1))
+    rope = RopeTable(40, "cpu", torch.float32)
+    y8, cache = sparse.forward(x, rope, CacheSettings(kv_dtype="fp32"))
+    sparse.attn = sparse.attn.model_copy(update={"index_topk": 64})
+    y_all, _ = sparse.forward(x, rope, CacheSettings(kv_dtype="fp32"))
+    assert torch.allclose(y8[:8], y_all[:8], atol=1e-5)  # the first 8 queries see all their keys either way
+    assert not torch.allclose(y8[8:], y_all[8:], atol=1e-3)
+    # the stored keys: fp8 bytes then one fp32 scale (16 channels: one block), dequantised within fp8's 2^-3
+    k = x @ sparse.gemm["idx_wk"]
+    stored = cache["index_k"]
+    scale = stored[:, 16:].contiguous().view(torch.float32)
+    keys = stored[:, :16].contiguous().view(torch.float8_e4m3fn).float() * scale
+    assert torch.allclose(keys, k, rtol=0.07, atol=float(scale.max()) * 0.07)
+    assert np.isclose(float(scale.max()), float(k.abs().max()) / 448, rtol=1e-6)
