@@ -132,6 +132,9 @@ def _cases() -> list[Case]:
         c("kv: HF config is a JSON list", "kv {t}/hf/list/config.json"),
         c("kv: HF malformed JSON", "kv {t}/hf/malformed/config.json"),
         c("kv: HF model_type unsupported", "kv {t}/hf/gpt2/config.json"),
+        c("kv: HF DSA index_topk 0", "kv {t}/hf/topk0/config.json"),
+        c("kv: HF DSA without index_n_heads", "kv {t}/hf/noidxheads/config.json"),
+        c("kv: model YAML dsa without index_topk", "kv {t}/model-dsa-no-topk.yaml"),
         c("kv: --model-db is a file", "kv minimax-m2.5 --model-db {t}/file.txt"),
         # bandwidth
         c("bandwidth: --gpus 0", "bandwidth minimax-m2.5 --gpus 0"),
@@ -353,6 +356,8 @@ def _write_fixtures(t: Path) -> None:
         path.write_bytes(blob) if text is None else path.write_text(text)
     model = (ROOT / "prfaas_plan" / "data" / "model_db" / "minimax-m2.5.yaml").read_text()
     (t / "model-unknown-key.yaml").write_text(model + "\ncolour: blue\n")
+    glm5 = (ROOT / "prfaas_plan" / "data" / "model_db" / "glm-5.yaml").read_text()
+    (t / "model-dsa-no-topk.yaml").write_text(glm5.replace(", index_topk: 2048", ""))
 
     llama = json.loads((ROOT / "tests" / "fixtures" / "hf" / "llama-3.3-70b.json").read_text())
     qnext = json.loads((ROOT / "tests" / "fixtures" / "hf" / "qwen3-next-80b-a3b.json").read_text())
@@ -361,6 +366,8 @@ def _write_fixtures(t: Path) -> None:
           "kvheads0": {**llama, "num_key_value_heads": 0}, "hiddenstr": {**llama, "hidden_size": "big"},
           "layersneg": {**llama, "num_hidden_layers": -1}, "interval0": {**qnext, "full_attention_interval": 0},
           "list": [1, 2], "gpt2": {"model_type": "gpt2"}}
+    v32 = json.loads((ROOT / "tests" / "fixtures" / "hf" / "deepseek-v3.2.json").read_text())
+    hf |= {"topk0": {**v32, "index_topk": 0}, "noidxheads": {k: v for k, v in v32.items() if k != "index_n_heads"}}
     for name, doc in {**hf, "malformed": None}.items():
         (t / "hf" / name).mkdir(parents=True)
         (t / "hf" / name / "config.json").write_text("{" if doc is None else json.dumps(doc))
