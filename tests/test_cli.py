@@ -110,3 +110,16 @@ def test_yaml_is_read_by_the_c_parser_with_the_pure_parsers_values_and_errors(tm
     with pytest.raises(PlanError) as ours:
         read_yaml(bad)
     assert pure.value.problem in str(ours.value) and f"line {pure.value.problem_mark.line + 1}" in str(ours.value)
+
+
+def test_profile_leaves_out_a_gpu_that_cannot_hold_the_weights():
+    """GLM-5-FP8 at TP 8 needs 88.7 GiB of weights per GPU: 8xH20 (96 GB, 77.2 GiB after vLLM's
+    share and reserve) is left out with its reason on stderr, 8xH200 answers; alone, H20 is an error."""
+    r = run("profile", "glm-5", "--context", "8K", "-f", "json")
+    assert r.returncode == 0, r.stderr
+    assert [row["instance"] for row in json.loads(r.stdout)] == ["8xh200"]
+    assert r.stderr.strip().splitlines() == [
+        "left out: memory: glm-5's weights (88.7 GiB per GPU) do not fit 8xh20 (77.2 GiB per GPU after the "
+        "engine's reserve); use more GPUs per instance"]
+    r = run("profile", "glm-5", "--hardware", "h20")
+    assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1 and "do not fit 8xh20" in r.stderr

@@ -221,9 +221,12 @@ def profile(
 ) -> None:
     """Predicted prefill latency (with its bound) and decode BS_max per GPU type, beside the
     measured profile of the built-in paper case study when it is the same model and instance
-    (kimi-linear-1t on 8xH200: the PrfaaS paper's Table 5)."""
+    (kimi-linear-1t on 8xH200: the PrfaaS paper's Table 5). A GPU type whose instance cannot hold
+    the weights is left out with a line on stderr saying why (an error when none can)."""
+    from prfaas_plan.errors import PlanError
     from prfaas_plan.hardware import MAX_INSTANCE_GPUS, instance
     from prfaas_plan.model import load_model
+    from prfaas_plan.perf.latency import free_cache_bytes_per_gpu
     from prfaas_plan.scenario import load_scenario
     from prfaas_plan.units import parse_token_list
 
@@ -232,10 +235,19 @@ def profile(
     paper = load_scenario("paper-case-study")
     contexts = parse_token_list(context, "--context")
     m = load_model(model, db_dirs(model_db))
-    rows = []
+    rows, unfit = [], []
     for hw in hardware:
         inst = instance(hw, gpus, db_dirs(hardware_db), engine=engine_profile)
+        try:
+            free_cache_bytes_per_gpu(m, inst)
+        except PlanError as exc:  # this GPU type cannot hold the weights: the others still answer
+            unfit.append(exc)
+            continue
         same = m.id == paper.spec.model and inst.name == paper.prfaas_instance.name
         rows += _profile_records(m, inst, contexts, tpot_ms / 1e3, paper.prfaas_profile if same else None)
+    if not rows:
+        raise unfit[0]
     emit(rows, fmt, f"{m.id}: prefill latency and decode capacity at {1e3 / tpot_ms:.0f} tokens/s",
          floats="{:,.2f}")
+    for exc in unfit:
+        typer.echo(f"left out: {exc}", err=True)
