@@ -53,7 +53,7 @@ runs whole attention for its own requests)."""
 ExpertLayout = Literal["tp", "ep"]
 """Routed experts across an instance's GPUs: tensor parallel (each expert split) or expert
 parallel (whole experts per rank, all-to-all dispatch)."""
-KernelFamily = Literal["gemm", "moe", "attention", "mla", "linear_attention", "comm"]
+KernelFamily = Literal["gemm", "moe", "attention", "mla", "dsa", "linear_attention", "comm"]
 """Families of measured kernel tables (``hardware_db/kernels``)."""
 
 DTYPES: tuple[str, ...] = get_args(Dtype)

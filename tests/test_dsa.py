@@ -73,6 +73,37 @@ def test_sparse_prefill_attention_counts_only_the_selected_pairs():
     assert sparse_s / dense_s == pytest.approx(pairs, rel=1e-9)  # compute-bound: time scales with the pairs
 
 
+def test_prefill_indexer_reads_nvidias_measured_kernel():
+    """At a measured shape (GLM-5's 32 heads of 128, one sequence of 8,192 tokens, no prefix) the
+    indexer of each of the 78 layers takes the latency DeepGEMM's fp8_mqa_logits measured on H200
+    (aiconfigurator-core 0.12.0, reduced to hardware_db/kernels/h200/sglang-0.5.14/dsa.npz); on
+    every TP rank, whole."""
+    from prfaas_plan.perf import kernels as K
+
+    arrays = K.load_family(K.table_folder("h200", "dsa_indexer_context"), "dsa")
+    at = (arrays["dsa_indexer_context.batch"] == 1) & (arrays["dsa_indexer_context.isl"] == 8192)
+    measured_s = float(arrays["dsa_indexer_context.latency_s"][at][0])
+    assert 1e-4 < measured_s < 1e-2  # the wheel's 0.1-1 ms row, read in seconds
+    for tp in (1, 8):
+        inst = instance("h200", 8, layout=Layout(8) if tp == 8 else Layout(8, "dp"))
+        got = prefill_ops(GLM5, inst, 8192.0, load_engine("sglang"))
+        assert got.ops["dsa.indexer"] == pytest.approx(78 * measured_s, rel=1e-6)  # tables store float32
+        assert got.sources["dsa.indexer"] == "table h200 sglang-0.5.14 deep_gemm.fp8_mqa_logits"
+
+
+def test_the_importer_keeps_the_indexer_rows_without_a_prefix():
+    import pandas as pd
+
+    from prfaas_plan.bench.kernels_import import reduce_dsa_indexer
+
+    rows = pd.DataFrame([dict(kernel_source="deep_gemm.fp8_mqa_logits", batch_size=2, isl=1024, step=0, latency=0.5),
+                         dict(kernel_source="deep_gemm.fp8_mqa_logits", batch_size=2, isl=1024, step=512, latency=0.9),
+                         dict(kernel_source="other", batch_size=2, isl=1024, step=0, latency=0.1)])
+    got = reduce_dsa_indexer("sglang", rows)["dsa_indexer_context"]
+    assert got.to_dict("records") == [dict(index_heads=32, index_head_dim=128, batch=2, isl=1024,
+                                           kernel_source="deep_gemm.fp8_mqa_logits", latency_s=0.5e-3)]
+
+
 def test_sparse_decode_reads_the_selected_keys_and_the_indexer_reads_all():
     """The decode core at 65,536 tokens of context is MLA's at 2,048; the indexer is the roofline
     at the named fallback efficiencies: 32 sequences x 65,536 keys x 2 x 64 x 129 FP8 FLOPs against

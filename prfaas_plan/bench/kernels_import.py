@@ -22,6 +22,9 @@ attention part is stored (:func:`reduce_mla_module`). Column meanings (from the 
   ``head_dim``, ``window_size`` (0 = full), ``kv_cache_dtype``.
 * mla: per-rank ``num_heads`` (``tp_size`` = 128 / heads), DeepSeek-V3 dims (kv_lora 512, rope 64,
   nope 128, v 128).
+* dsa: DeepGEMM's ``fp8_mqa_logits`` (a DSA indexer's prefill scores), kernel-level rows beside
+  SGLang 0.5.14's sparse-attention tables: ``batch_size``, ``isl``, ``step`` (cached prefix, 0
+  kept), at GLM-5's indexer shape.
 * linear attention (GDN, KDA): per kernel rows (conv + recurrence) summed per shape; ``seq_len``
   tokens per sequence; per-rank ``num_k_heads`` / ``num_v_heads``.
 * comm: custom all-reduce ``message_size`` in **elements** of bf16 (the SDK factors it as an element
@@ -42,6 +45,7 @@ import yaml
 from prfaas_plan.data import staged_files
 from prfaas_plan.errors import InvalidInput
 from prfaas_plan.hardware import GPU, load_gpu
+from prfaas_plan.model.kinds import index_key_bytes
 from prfaas_plan.perf import kernels as K
 from prfaas_plan.vocab import MOE_ROUTINGS
 
@@ -224,6 +228,9 @@ def _cost(table: str, df) -> tuple:
     if table == "mla_generation":
         return K.mla_generation_cost(c["batch"], c["context"], c["heads"], MLA_DIMS["kv_lora_rank"],
                                      MLA_DIMS["qk_rope_dim"], df["kv_dtype"].iloc[0])
+    if table == "dsa_indexer_context":
+        return K.dsa_indexer_cost("context", c["batch"], c["isl"], c["index_heads"], c["index_head_dim"],
+                                  index_key_bytes(GLM5_INDEXER["index_head_dim"]))
     if table.startswith(("gdn_", "kda_")):
         phase = table.split("_", 1)[1]
         return K.linear_attention_cost(phase, c["batch"], c.get("tokens", 1.0), c["v_heads"], c["head_dim_k"],
@@ -351,6 +358,21 @@ def reduce_linear(engine: str, df, kind: str):
     return out
 
 
+GLM5_INDEXER = {"index_heads": 32, "index_head_dim": 128}
+"""The indexer shape of the ``glm5_mqa_logits`` rows (their ``model`` column: zai-org/GLM-5, whose
+config has index_n_heads 32, index_head_dim 128; the ``num_heads`` column, 64, is its attention's)."""
+
+
+def reduce_dsa_indexer(engine: str, df):
+    """DeepGEMM ``fp8_mqa_logits`` rows (kernel-level, collected beside SGLang 0.5.14): the indexer's
+    scores of a prefill of ``isl`` tokens per sequence with no cached prefix (``step`` 0), per
+    ``batch``, at GLM-5's indexer shape (:data:`GLM5_INDEXER`)."""
+    df = df[(df["step"] == 0) & (df["kernel_source"] == "deep_gemm.fp8_mqa_logits")]
+    df = df.rename(columns={"batch_size": "batch"}).assign(**GLM5_INDEXER)
+    df["latency_s"] = df["latency"] * MS
+    return {"dsa_indexer_context": df[["index_heads", "index_head_dim", "batch", "isl", "kernel_source", "latency_s"]]}
+
+
 def reduce_all_reduce(engine: str, df):
     """The engine's custom all-reduce under CUDA graphs (what decode runs); bf16 elements -> bytes."""
     df = df[df["backend"] == f"{engine}_graph"] if "backend" in df.columns else df[df["op_name"] == "all_reduce"]
@@ -390,6 +412,7 @@ SOURCES = {
                    lambda e, d: _attention(e, d, "context", "generation_attention"))],
     "mla": [("mla", ("context_mla_perf.parquet",), lambda e, d: _mla(e, d, "isl", "mla_context")),
             ("mla", ("generation_mla_perf.parquet",), lambda e, d: _mla(e, d, "context", "mla_generation"))],
+    "dsa": [("sparse_attention", ("glm5_mqa_logits_module_perf.parquet",), reduce_dsa_indexer)],
     "linear_attention": [("linear_attention", ("gdn_perf.parquet",), lambda e, d: reduce_linear(e, d, "gdn")),
                          ("kda", ("kda_perf.parquet",), lambda e, d: reduce_linear(e, d, "kda"))],
     "comm": [("comm", ("custom_allreduce_perf.parquet",), reduce_all_reduce),

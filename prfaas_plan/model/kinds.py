@@ -225,6 +225,12 @@ INDEX_SCALE_BLOCK = 128
 """Channels of a DSA indexer key that share one fp32 scale (the quant block of its fp8 keys)."""
 
 
+def index_key_bytes(index_head_dim: int) -> int:
+    """Bytes of one token's DSA indexer key as vLLM and SGLang store it: fp8 channels plus one fp32
+    scale per :data:`INDEX_SCALE_BLOCK` of them (``index_head_dim + index_head_dim // 128 * 4``)."""
+    return index_head_dim + math.ceil(index_head_dim / INDEX_SCALE_BLOCK) * 4
+
+
 class DSA(MLA):
     """DeepSeek sparse attention (DeepSeek-V3.2, GLM-5): MLA whose queries attend to the
     ``index_topk`` keys a lightning indexer selects. The indexer scores every earlier key with
@@ -247,8 +253,8 @@ class DSA(MLA):
 
     @property
     def index_bytes_per_token(self) -> int:
-        """Indexer key cache per token: fp8 channels plus one fp32 scale per 128 channels."""
-        return self.index_head_dim + math.ceil(self.index_head_dim / INDEX_SCALE_BLOCK) * 4
+        """Indexer key cache per token (:func:`index_key_bytes`)."""
+        return index_key_bytes(self.index_head_dim)
 
     @property
     def index_pair_flops(self) -> int:
@@ -471,5 +477,5 @@ class FFN(_Frozen):
         return 3 * hidden * self.num_shared_experts * self.shared_intermediate + hidden * self.num_experts
 
 
-__all__ = ["DSA", "GQA", "GDN", "INDEX_SCALE_BLOCK", "KDA", "LINEAR_ATTN_CHUNK_TOKENS", "MLA", "SWA", "Attention", "FFN", "Lightning",
-           "Shapes", "heads_per_rank"]
+__all__ = ["DSA", "GQA", "GDN", "INDEX_SCALE_BLOCK", "KDA", "LINEAR_ATTN_CHUNK_TOKENS", "MLA", "SWA", "Attention", "FFN",
+           "Lightning", "Shapes", "heads_per_rank", "index_key_bytes"]

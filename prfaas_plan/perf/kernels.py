@@ -272,6 +272,7 @@ TABLES: dict[str, TableSpec] = {
     "generation_attention": TableSpec("attention", ("kv_dtype", "windowed"), _ATTN, ("batch", "context"), "context"),
     "mla_context": TableSpec("mla", ("kv_dtype",), ("heads",), ("batch", "isl"), "isl"),
     "mla_generation": TableSpec("mla", ("kv_dtype",), ("heads",), ("batch", "context"), "context"),
+    "dsa_indexer_context": TableSpec("dsa", (), ("index_heads", "index_head_dim"), ("batch", "isl"), "isl"),
     "gdn_context": TableSpec("linear_attention", (), _LIN, ("batch", "tokens")),
     "gdn_generation": TableSpec("linear_attention", (), _LIN, ("batch",)),
     "kda_context": TableSpec("linear_attention", (), _LIN, ("batch", "tokens")),
@@ -769,10 +770,19 @@ class KernelTables:
 
     def dsa_indexer(self, phase: str, batch, tokens, index_heads: int, index_head_dim: int,
                     index_bytes_per_token: int) -> OpTime:
-        """A DSA lightning indexer (:func:`dsa_indexer_cost`): no table measures it on its own, so
-        the roofline with the named fallback efficiencies prices it."""
+        """A DSA lightning indexer (:func:`dsa_indexer_cost`): its prefill scores from the measured
+        table of DeepGEMM's ``fp8_mqa_logits`` (GLM-5's 32 heads of 128; other shapes by their
+        roofline at that efficiency); a decode step by the roofline with the named fallback
+        efficiencies, no table measuring the paged kernel alone."""
         check_choice(phase, ("context", "generation"), "phase")
-        flops, moved, pk = dsa_indexer_cost(phase, batch, tokens, index_heads, index_head_dim, index_bytes_per_token)
+
+        def cost(batch, isl):
+            return dsa_indexer_cost(phase, batch, isl, index_heads, index_head_dim, index_bytes_per_token)
+
+        if phase == "context":
+            return self._op("dsa_indexer_context", {}, {"index_heads": index_heads, "index_head_dim": index_head_dim},
+                            {"batch": batch, "isl": tokens}, cost, extra=(index_bytes_per_token,))
+        flops, moved, pk = cost(batch, tokens)
         return self._fallback("dsa_indexer", {}, flops, moved, pk, all(np.ndim(v) == 0 for v in (batch, tokens)))
 
     def mla_generation(self, batch, context_tokens, heads: int, kv_lora_rank: int, qk_rope_dim: int,
