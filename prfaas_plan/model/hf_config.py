@@ -20,9 +20,9 @@ Conventions and assumptions:
 * Multi-token-prediction (MTP / nextn) layers become the ``mtp`` block
   (:class:`~prfaas_plan.model.arch.MTP`), outside the main stack's counts: an optional
   speculative-decoding add-on. Read from ``num_nextn_predict_layers`` (DeepSeek-V3 / Kimi-K2:
-  MLA layers; DeepSeek-V3.2 / GLM-5: DSA layers), ``mtp_num_hidden_layers`` (Qwen3-Next / Qwen3.5: full-attention layers) and
-  ``num_mtp_modules`` x ``mtp_transformer_layers`` when ``use_mtp`` (MiniMax-M2: full-attention
-  layers); 0 or absent: none.
+  MLA layers; DeepSeek-V3.2 / GLM-5: DSA layers), ``mtp_num_hidden_layers`` (Qwen3-Next /
+  Qwen3.5: full-attention layers) and ``num_mtp_modules`` x ``mtp_transformer_layers`` when
+  ``use_mtp`` (MiniMax-M2: full-attention layers); 0 or absent: none.
 * Multimodal configs (``qwen3_5_moe``; ``kimi_k25``, Kimi-K2.5's, whose ``text_config`` is Kimi-K2's
   DeepSeek-V3 shapes) are read from their ``text_config``; the vision tower is ignored.
 * A config rarely states its parameter counts, so :func:`count_params` computes them from the

@@ -3,8 +3,9 @@
 AIConfigurator's structure (ops that own their shapes, timed from a database of measured kernels),
 our own arithmetic: :func:`forward_ops` lists the ops one forward pass of ``model`` runs on one rank
 of an instance with a given parallel layout — the fused attention projections, the attention core
-of each layer kind (with a DSA layer's indexer), the dense FFN or the fused MoE with its shared experts and router, the
-collectives of the layout, the LM head — each with how many layers run it. Every op is timed by
+of each layer kind (a DSA layer's indexer before it), the dense FFN or the fused MoE with its
+shared experts and router, the collectives of the layout, the LM head — each with how many layers
+run it. Every op is timed by
 the instance's :class:`~prfaas_plan.perf.kernels.KernelTables` (measured on the GPU, or transferred
 from the nearest measured one), so dtype, shape and batch effects come from measurements rather
 than from one efficiency factor. Around the kernels the engine profile adds its host time per
