@@ -241,8 +241,7 @@ class DSALayer(MLALayer):
     scale per :data:`~prfaas_plan.model.kinds.INDEX_SCALE_BLOCK` channels, bytes whatever the KV
     dtype. The scores are one [T, T] matrix per call (memory quadratic in the tokens)."""
 
-    def __init__(self, attn: DSA, hidden: int, init: _Init) -> None:
-        self._build(attn, hidden, init)
+    attn: DSA
 
     def forward(self, x, rope: RopeTable, settings: CacheSettings):
         torch = _torch()
@@ -262,12 +261,12 @@ class DSALayer(MLALayer):
 
 def _index_keys(k, settings: CacheSettings):
     """A DSA indexer's key cache [T, d + 4 ceil(d / 128)] bytes: fp8 keys, then one fp32 scale per
-    block of 128 channels (amax / 448), paged like the other caches."""
+    block of 128 channels (its amax over e4m3's largest value, 448), paged like the other caches."""
     torch = _torch()
     tokens, d = k.shape
     blocks = -(-d // INDEX_SCALE_BLOCK)
     padded = torch.nn.functional.pad(k.float(), (0, blocks * INDEX_SCALE_BLOCK - d)).view(tokens, blocks, -1)
-    scale = padded.abs().amax(-1, keepdim=True).clamp(min=1e-12) / 448.0
+    scale = padded.abs().amax(-1, keepdim=True).clamp(min=1e-12) / torch.finfo(torch.float8_e4m3fn).max
     fp8 = (padded / scale).to(torch.float8_e4m3fn).view(tokens, -1)[:, :d]
     stored = torch.cat((fp8.view(torch.uint8), scale.view(tokens, blocks).view(torch.uint8)), dim=-1)
     return _cache_tokens(stored, settings, as_stored=True)
