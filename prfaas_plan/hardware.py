@@ -99,17 +99,23 @@ class GPU(BaseModel):
                                "nvfp4; plan it on a GPU with FP4 tensor cores (b200), or plan the checkpoint's bf16 "
                                "or FP8 release on this one")
 
-    def low_precision_peak_flops(self, dtype: str) -> float | None:
-        """Dense FLOP/s of GEMM dtype ``dtype`` where it runs below 16 bits: the FP4 peak for nvfp4,
-        the FP8 peak for :data:`FP8_RATE_DTYPES`; None for other dtypes and for an FP8-rate dtype on a
-        GPU without FP8 tensor cores (the callers decide that case). Refuses what
-        :meth:`check_gemm_dtype` refuses."""
+    def gemm_peak_flops(self, dtype: str) -> float:
+        """Dense FLOP/s of a GEMM in ``dtype``: the FP8 peak for :data:`FP8_RATE_DTYPES` (fp8, fp8_block;
+        mxfp4_w4a8, FP8 activations into FP4 weights on MX tensor cores), the bf16 peak where the GPU
+        has no FP8 units; the FP4 peak for nvfp4; the FP32 peak for fp32 (a model's ``router_dtype``);
+        the bf16 peak otherwise (int4_w4a16 and mxfp4_w4a16 dequantize to bf16). Refuses what
+        :meth:`check_gemm_dtype` refuses, and fp32 on a GPU that states no FP32 peak."""
         self.check_gemm_dtype(dtype)
         if dtype == "nvfp4":
             return self.fp4_dense_tflops * 1e12
         if dtype in FP8_RATE_DTYPES and self.fp8_dense_tflops is not None:
             return self.fp8_dense_tflops * 1e12
-        return None
+        if dtype == "fp32":
+            if self.fp32_tflops is None:
+                raise InvalidInput(f"hardware.fp32_tflops: {self.id} states no FP32 peak, which an fp32 GEMM (a model's "
+                                   "router_dtype) needs; add fp32_tflops to its hardware_db entry")
+            return self.fp32_tflops * 1e12
+        return self.peak_flops
 
     @property
     def memory_bytes(self) -> float:

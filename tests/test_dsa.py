@@ -115,7 +115,7 @@ def test_sparse_decode_reads_the_selected_keys_and_the_indexer_reads_all():
     flops = 32 * 65536 * 2 * 64 * 129
     moved = 32 * (64 * 128 + 65536 * (132 + 8))
     gpu = inst.gpu
-    fp8_peak = gpu.low_precision_peak_flops("fp8")
+    fp8_peak = gpu.fp8_dense_tflops * 1e12
     by_hand = max(flops / (fp8_peak * FALLBACK_COMPUTE_EFFICIENCY), moved / (gpu.memory_bytes_per_s * FALLBACK_MEMORY_EFFICIENCY))
     assert d.ops["dsa.indexer"] == pytest.approx(61 * by_hand, rel=1e-12)
     assert "roofline of h200 (no table for dsa_indexer" in d.sources["dsa.indexer"]

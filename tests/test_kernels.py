@@ -308,7 +308,7 @@ def test_mxfp4_with_mxfp8_activations_runs_on_blackwell_only():
     w4a16 = b200.moe(16384, 2880, 2880, 4, 128, 1, 1, "mxfp4_w4a16")
     assert w4a8.source == "table b200 sglang-0.5.14 sglang_flashinfer_trtllm_moe"
     assert w4a8.latency_s == pytest.approx(1.581e-3, rel=1e-3) and w4a16.latency_s > 3 * w4a8.latency_s
-    assert K.peak_flops(load_gpu("b200"), "mxfp4_w4a8") == load_gpu("b200").fp8_dense_tflops * 1e12
+    assert load_gpu("b200").gemm_peak_flops("mxfp4_w4a8") == load_gpu("b200").fp8_dense_tflops * 1e12
     for gpu in ("h200", "h20"):
         with pytest.raises(InvalidInput, match=r"^gemm_dtypes: \S+ \(hopper\) has no MX tensor cores.*use mxfp4_w4a16"):
             kernel_tables(load_gpu(gpu), "sglang").moe(8, 2880, 2880, 4, 128, 1, 1, "mxfp4_w4a8")
@@ -325,7 +325,7 @@ def test_nvfp4_reads_blackwells_fp4_kernels_and_hopper_refuses_it():
     m = kt.moe(4096, 3072, 1536, 8, 256, 1, 1, "nvfp4")
     assert m.source == "table b200 sglang-0.5.14 sglang_flashinfer_trtllm_moe"
     assert m.latency_s == pytest.approx(0.449672e-3, rel=1e-5)
-    assert K.peak_flops(b200, "nvfp4") == 9000e12 == 2 * K.peak_flops(b200, "fp8")  # HGX B200, dense
+    assert b200.gemm_peak_flops("nvfp4") == 9000e12 == 2 * b200.gemm_peak_flops("fp8")  # HGX B200, dense
     for gpu in ("h200", "h20"):
         with pytest.raises(InvalidInput, match=r"^gemm_dtypes: \S+ has no FP4 tensor cores \(no fp4_dense_tflops\)"):
             kernel_tables(load_gpu(gpu), "sglang").gemm(4096, 4096, 4096, "nvfp4")

@@ -5,7 +5,7 @@ measurements in the ``aiconfigurator-core`` wheel by ``prfaas-plan bench import-
 (:mod:`prfaas_plan.bench.kernels_import`; provenance in each folder's ``provenance.yaml``). Each
 row holds a shape, its measured ``latency_s`` and ``efficiency = roofline_s / latency_s`` where
 
-    roofline_s = max(flops / peak_flops(dtype), bytes / hbm_bytes_per_s)        (kernels)
+    roofline_s = max(flops / gemm_peak_flops(dtype), bytes / hbm_bytes_per_s)   (kernels)
     roofline_s = bytes_on_the_link / scaleup_bytes_per_s                        (collectives)
 
 on the measuring GPU, with the FLOP and byte counts of the ``*_cost`` functions below (the importer
@@ -216,27 +216,11 @@ def all_to_all_cost(tokens, hidden, topk, ep):
     return 0.0, tokens * (topk * hidden * (DISPATCH_BYTES + COMBINE_BYTES) * (ep - 1) / ep), "link"
 
 
-def peak_flops(gpu: GPU, dtype: str) -> float:
-    """Dense FLOP/s for a GEMM dtype: FP8 peak for fp8 / fp8_block (bf16 peak where the GPU has no
-    FP8 units) and for mxfp4_w4a8 (FP8 activations into FP4 weights run at the FP8 rate on MX tensor
-    cores), FP4 peak for nvfp4 (:meth:`~prfaas_plan.hardware.GPU.check_gemm_dtype` refuses either where the
-    GPU lacks those tensor cores); int4_w4a16 and mxfp4_w4a16 dequantize to bf16 and run at the bf16 peak."""
-    low = gpu.low_precision_peak_flops(dtype)
-    if low is not None:
-        return low
-    if dtype == "fp32":
-        if gpu.fp32_tflops is None:
-            raise InvalidInput(f"hardware.fp32_tflops: {gpu.id} states no FP32 peak, which an fp32 GEMM (a model's "
-                               "router_dtype) needs; add fp32_tflops to its hardware_db entry")
-        return gpu.fp32_tflops * 1e12
-    return gpu.peak_flops
-
-
 def roofline_s(gpu: GPU, flops, bytes_moved, dtype: str):
     """max(compute, memory) time in seconds; ``dtype == "link"`` costs bytes on the scale-up link."""
     if dtype == "link":
         return np.asarray(bytes_moved, dtype=float) / gpu.scaleup_bytes_per_s
-    return np.maximum(np.asarray(flops, dtype=float) / peak_flops(gpu, dtype),
+    return np.maximum(np.asarray(flops, dtype=float) / gpu.gemm_peak_flops(dtype),
                       np.asarray(bytes_moved, dtype=float) / gpu.memory_bytes_per_s)
 
 
@@ -707,7 +691,7 @@ class KernelTables:
         if pk == "link":
             latency = np.asarray(bytes_moved, dtype=float) / (self.gpu.scaleup_bytes_per_s * FALLBACK_MEMORY_EFFICIENCY)
         else:
-            latency = np.maximum(np.asarray(flops, dtype=float) / (peak_flops(self.gpu, pk) * FALLBACK_COMPUTE_EFFICIENCY),
+            latency = np.maximum(np.asarray(flops, dtype=float) / (self.gpu.gemm_peak_flops(pk) * FALLBACK_COMPUTE_EFFICIENCY),
                                  np.asarray(bytes_moved, dtype=float) / (self.gpu.memory_bytes_per_s * FALLBACK_MEMORY_EFFICIENCY))
         routing = exact.get("routing", "balanced")
         what = " ".join([table, *(v for c, v in exact.items() if c != "routing" and v != "default")])

@@ -42,7 +42,6 @@ import numpy as np
 
 from prfaas_plan.errors import InvalidInput, did_you_mean
 from prfaas_plan.hardware import FP8_RATE_DTYPES, GPU, load_gpu
-from prfaas_plan.perf.kernels import peak_flops
 from prfaas_plan.vocab import GEMM_DTYPES, KERNEL_FAMILIES
 
 TILE_ROWS = 128
@@ -51,7 +50,7 @@ FlashAttention kernels (CUTLASS, DeepGEMM, FA2/FA3 defaults)."""
 
 
 def peak_flops_per_s(gpu: GPU, dtype: str) -> float:
-    """Dense tensor-core FLOP/s of ``gpu`` for ``dtype`` (:func:`prfaas_plan.perf.kernels.peak_flops`),
+    """Dense tensor-core FLOP/s of ``gpu`` for ``dtype`` (:meth:`~prfaas_plan.hardware.GPU.gemm_peak_flops`),
     refusing what a transfer cannot carry: an unknown dtype, and an FP8-rate kernel onto a GPU
     without FP8 tensor cores (the roofline alone would price it at the bf16 rate)."""
     if dtype not in GEMM_DTYPES:
@@ -60,7 +59,7 @@ def peak_flops_per_s(gpu: GPU, dtype: str) -> float:
     if dtype in FP8_RATE_DTYPES and gpu.fp8_dense_tflops is None:
         raise InvalidInput(f"dtype: {gpu.id} has no FP8 tensor cores (no fp8_dense_tflops), so it cannot run "
                            f"{dtype} kernels; use bf16 or int4_w4a16 on it")
-    return peak_flops(gpu, dtype)
+    return gpu.gemm_peak_flops(dtype)
 
 
 def _sm_count(gpu: GPU) -> int:
