@@ -24,7 +24,9 @@ attention part is stored (:func:`reduce_mla_module`). Column meanings (from the 
   nope 128, v 128).
 * dsa: DeepGEMM's ``fp8_mqa_logits`` (a DSA indexer's prefill scores), kernel-level rows beside
   SGLang 0.5.14's sparse-attention tables: ``batch_size``, ``isl``, ``step`` (cached prefix, 0
-  kept), at GLM-5's indexer shape.
+  kept), at GLM-5's indexer shape; and SGLang's DSA attention module in prefill (the whole layer's
+  ``self_attn``, per-rank ``num_heads`` at ``tp_size``), of which the core is kept
+  (:func:`reduce_dsa`).
 * linear attention (GDN, KDA): per kernel rows (conv + recurrence) summed per shape; ``seq_len``
   tokens per sequence; per-rank ``num_k_heads`` / ``num_v_heads``.
 * comm: custom all-reduce ``message_size`` in **elements** of bf16 (the SDK factors it as an element
@@ -228,6 +230,12 @@ def _cost(table: str, df) -> tuple:
     if table == "mla_generation":
         return K.mla_generation_cost(c["batch"], c["context"], c["heads"], MLA_DIMS["kv_lora_rank"],
                                      MLA_DIMS["qk_rope_dim"], df["kv_dtype"].iloc[0])
+    if table == "dsa_context":
+        from prfaas_plan.model import load_model
+
+        a = load_model(DSA_MODULE_MODEL[1]).attention["dsa"]
+        return K.mla_context_cost(c["batch"], c["isl"], c["heads"], c["qk_nope_dim"], a.qk_rope_head_dim, c["v_dim"],
+                                  df["kv_dtype"].iloc[0], a.index_topk)
     if table == "dsa_indexer_context":
         return K.dsa_indexer_cost("context", c["batch"], c["isl"], c["index_heads"], c["index_head_dim"],
                                   index_key_bytes(GLM5_INDEXER["index_head_dim"]))
@@ -373,6 +381,55 @@ def reduce_dsa_indexer(engine: str, df):
     return {"dsa_indexer_context": df[["index_heads", "index_head_dim", "batch", "isl", "kernel_source", "latency_s"]]}
 
 
+DSA_MODULE_MODEL = ("zai-org/GLM-5-FP8", "glm-5")
+"""The module rows reduced (their ``model`` column) and our model_db entry whose shapes they ran:
+GLM-5's FP8 release, the one DSA model whose indexer the ``fp8_mqa_logits`` rows measured at its
+own shape."""
+
+
+def reduce_dsa(engine: str, mqa, module, kt: K.KernelTables):
+    """The indexer's prefill scores (:func:`reduce_dsa_indexer`) and, from SGLang's DSA attention
+    module rows (the whole ``self_attn`` forward of one layer in prefill, eager, no cached prefix:
+    projections, indexer, top-k, sparse or, up to 2,048 tokens, dense attention), what remains of
+    each row after its projection GEMMs (:func:`prfaas_plan.perf.ops.attention_gemms` at the row's
+    TP, timed by ``kt``, this GPU's GEMM table) and its indexer's measured scores at the same batch
+    and length: the ``dsa_context`` table the attention core reads, floored at
+    :data:`MODULE_FLOOR_FRACTION` of the row. GLM-5-FP8's rows (:data:`DSA_MODULE_MODEL`)."""
+    from prfaas_plan.model import load_model
+    from prfaas_plan.perf.ops import attention_gemms
+
+    out = reduce_dsa_indexer(engine, mqa) if mqa is not None else {}
+    if module is None or mqa is None:
+        return out
+    indexer = out["dsa_indexer_context"].set_index(["batch", "isl"])["latency_s"]
+    model = load_model(DSA_MODULE_MODEL[1])
+    attn = model.attention["dsa"]
+    df = module[(module["model"] == DSA_MODULE_MODEL[0]) & (module["op_name"] == "dsa_context_module")
+                & (module["step"] == 0)].rename(columns={"batch_size": "batch", "num_heads": "heads"})
+    df = df[df.set_index(["batch", "isl"]).index.isin(indexer.index)].copy()
+    df["kv_dtype"] = df["kv_cache_dtype"].map(DTYPES)
+    tokens = (df["batch"] * df["isl"]).to_numpy(dtype=float)
+    module_s = df["latency"].to_numpy() * MS
+    gemm_s, sources = np.zeros(len(df)), set()
+    tps = df["tp_size"].to_numpy()
+    for tp in np.unique(tps):
+        rows = tps == tp
+        for g in attention_gemms(model, "dsa", int(tp)):
+            t = kt.gemm(tokens[rows], g.n, g.k, g.dtype)
+            gemm_s[rows] += t.latency_s
+            sources.add(t.source.split(";")[0])
+    index_s = indexer.loc[list(zip(df["batch"], df["isl"]))].to_numpy()
+    rest = module_s - gemm_s - index_s
+    df["latency_s"] = np.maximum(rest, MODULE_FLOOR_FRACTION * module_s)
+    df["qk_nope_dim"], df["v_dim"] = attn.qk_nope_head_dim, attn.v_head_dim
+    table = df[["kv_dtype", "heads", "qk_nope_dim", "v_dim", "batch", "isl", "kernel_source", "latency_s"]]
+    table.attrs.update(gemm_sources=sorted(sources), gemm_dtype=model.gemm_dtype("attention"),
+                       floored_rows=int((rest < MODULE_FLOOR_FRACTION * module_s).sum()),
+                       measures="module minus projection GEMMs and the indexer's scores",
+                       note=DSA_MODULE_NOTE)
+    return {**out, "dsa_context": table}
+
+
 def reduce_all_reduce(engine: str, df):
     """The engine's custom all-reduce under CUDA graphs (what decode runs); bf16 elements -> bytes."""
     df = df[df["backend"] == f"{engine}_graph"] if "backend" in df.columns else df[df["op_name"] == "all_reduce"]
@@ -412,7 +469,6 @@ SOURCES = {
                    lambda e, d: _attention(e, d, "context", "generation_attention"))],
     "mla": [("mla", ("context_mla_perf.parquet",), lambda e, d: _mla(e, d, "isl", "mla_context")),
             ("mla", ("generation_mla_perf.parquet",), lambda e, d: _mla(e, d, "context", "mla_generation"))],
-    "dsa": [("sparse_attention", ("glm5_mqa_logits_module_perf.parquet",), reduce_dsa_indexer)],
     "linear_attention": [("linear_attention", ("gdn_perf.parquet",), lambda e, d: reduce_linear(e, d, "gdn")),
                          ("kda", ("kda_perf.parquet",), lambda e, d: reduce_linear(e, d, "kda"))],
     "comm": [("comm", ("custom_allreduce_perf.parquet",), reduce_all_reduce),
@@ -425,10 +481,13 @@ MODULE_SOURCES = {
     "mla": [("mla", ("wideep_context_mla_perf.parquet",), lambda e, d, kt: reduce_mla_module(e, d, kt, "mla_context")),
             ("mla", ("wideep_generation_mla_perf.parquet",),
              lambda e, d, kt: reduce_mla_module(e, d, kt, "mla_generation"))],
+    "dsa": [("sparse_attention", ("glm5_mqa_logits_module_perf.parquet", "dsa_context_module_perf.parquet"),
+             lambda e, mqa, module, kt: reduce_dsa(e, mqa, module, kt))],
 }
 """Module-level tables read for a family only where a version has none of its :data:`SOURCES`
 files (SGLang's WideEP MLA at 0.5.6.post2 and 0.5.10 on H200, where 0.5.14 has the plain kernel
-tables); their reducers also take the GPU's GEMM lookup (:func:`reduce_mla_module`)."""
+tables; DSA, which has none); their reducers also take the GPU's GEMM lookup
+(:func:`reduce_mla_module`, :func:`reduce_dsa`)."""
 MLA_MODULE_DIMS = {"q_lora_rank": 1536, "hidden": 7168}  # DeepSeek-V3, the tables' model column
 MODULE_BACKENDS = ("flashinfer", "fa3")  # SGLang WideEP MLA's default backend first (sdk/models/deepseek.py)
 MODULE_FLOOR_FRACTION = 0.05
@@ -526,6 +585,13 @@ def _kernels_by_dtype(df) -> dict:
     return {str(k): sorted(v.unique()) for k, v in df.groupby(code)["kernel_source"]}
 
 
+DSA_MODULE_NOTE = ("latency_s is what remains of SGLang's DSA attention module (aiconfigurator collector "
+                   "collect_mla_module.py: the whole self_attn forward, eager in prefill) after the projection GEMMs "
+                   "(q_a, kv_a, the indexer's wk and weights_proj, q_b, kv_b, the indexer's wq_b, o: perf.ops."
+                   "attention_gemms at the row's TP, timed from this GPU's gemm table) and the indexer's fp8_mqa_logits "
+                   "scores (the dsa_indexer_context rows at the same batch and length): the top-k selection, the "
+                   "attention (dense MHA up to 2,048 tokens, FlashMLA sparse beyond), norms, RoPE, cache writes and "
+                   "the launches of an eager module. GLM-5-FP8's rows.")
 MODULE_NOTE = ("latency_s is the attention part of SGLang's WideEP MLA module: the module rows time q_b/kv_b/o "
                "projections + attention (aiconfigurator sdk/models/deepseek.py: 'q_b/kv_b/o projections live inside "
                "the WideEP MLA module rows'); those GEMMs (decode: q_b and o; the absorbed w_kc/w_vc BMMs stay in), "
@@ -558,8 +624,8 @@ def import_family(root: Path, gpu: GPU, family: str, engine: str, version: str, 
                 "kernel_source": _kernels_by_dtype(df), "rows": int(arrays[f"{table}.latency_s"].size),
                 "collection_meta": {str(p.relative_to(root.parent)): _meta(p) for p in paths if p is not None},
             }
-            if kt is not None:
-                provenance[table].update(measures="module minus projection GEMMs", note=MODULE_NOTE, **attrs)
+            if "gemm_sources" in attrs:  # a module table: what was subtracted, and why
+                provenance[table].update({"measures": "module minus projection GEMMs", "note": MODULE_NOTE, **attrs})
             else:
                 provenance[table].update(attrs)  # MoE: the wheel distributions kept
     if provenance:

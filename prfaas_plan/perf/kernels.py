@@ -257,6 +257,7 @@ TABLES: dict[str, TableSpec] = {
     "mla_context": TableSpec("mla", ("kv_dtype",), ("heads",), ("batch", "isl"), "isl"),
     "mla_generation": TableSpec("mla", ("kv_dtype",), ("heads",), ("batch", "context"), "context"),
     "dsa_indexer_context": TableSpec("dsa", (), ("index_heads", "index_head_dim"), ("batch", "isl"), "isl"),
+    "dsa_context": TableSpec("dsa", ("kv_dtype",), ("heads", "qk_nope_dim", "v_dim"), ("batch", "isl"), "isl"),
     "gdn_context": TableSpec("linear_attention", (), _LIN, ("batch", "tokens")),
     "gdn_generation": TableSpec("linear_attention", (), _LIN, ("batch",)),
     "kda_context": TableSpec("linear_attention", (), _LIN, ("batch", "tokens")),
@@ -751,6 +752,18 @@ class KernelTables:
                         lambda batch, isl, kv_dtype=kv_dtype: mla_context_cost(batch, isl, heads, qk_nope_dim,
                                                                                 qk_rope_dim, v_dim, kv_dtype, topk),
                         extra=(qk_nope_dim, qk_rope_dim, v_dim, topk))
+
+    def dsa_context(self, batch, isl_tokens, heads: int, qk_rope_dim: int, qk_nope_dim: int, v_dim: int, topk: int,
+                    kv_dtype: str = "bf16") -> OpTime:
+        """The attention core of a DSA prefill, ``heads`` per rank, each query over at most ``topk``
+        keys: the measured module remainder (``dsa_context``: top-k selection, attention, the eager
+        module's launches) at its efficiency against MLA's prefill work over those pairs."""
+        check_choice(kv_dtype, KV_DTYPES, "kv_dtype")
+        return self._op("dsa_context", {"kv_dtype": kv_dtype}, {"heads": heads, "qk_nope_dim": qk_nope_dim, "v_dim": v_dim},
+                        {"batch": batch, "isl": isl_tokens},
+                        lambda batch, isl, kv_dtype=kv_dtype: mla_context_cost(batch, isl, heads, qk_nope_dim,
+                                                                                qk_rope_dim, v_dim, kv_dtype, topk),
+                        extra=(qk_rope_dim, topk))
 
     def dsa_indexer(self, phase: str, batch, tokens, index_heads: int, index_head_dim: int,
                     index_bytes_per_token: int) -> OpTime:

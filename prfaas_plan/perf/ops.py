@@ -139,9 +139,11 @@ class LatentAttention:
     family: str = "mla"
 
     def time(self, t: KernelTables, w: Work) -> OpTime:
+        if w.phase == "prefill" and self.topk is not None:
+            return t.dsa_context(1, w.tokens, self.heads, self.qk_rope_dim, self.qk_nope_dim, self.v_dim, self.topk)
         if w.phase == "prefill":
             return t.mla_context(1, w.tokens, self.heads, self.kv_lora_rank, self.qk_rope_dim, self.qk_nope_dim,
-                                 self.v_dim, topk=self.topk)
+                                 self.v_dim)
         context = w.context_tokens if self.topk is None else np.minimum(w.context_tokens, self.topk)
         return t.mla_generation(w.rank_batch, context, self.heads, self.kv_lora_rank, self.qk_rope_dim)
 
