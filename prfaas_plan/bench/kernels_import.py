@@ -24,9 +24,9 @@ attention part is stored (:func:`reduce_mla_module`). Column meanings (from the 
   nope 128, v 128).
 * dsa: DeepGEMM's ``fp8_mqa_logits`` (a DSA indexer's prefill scores), kernel-level rows beside
   SGLang 0.5.14's sparse-attention tables: ``batch_size``, ``isl``, ``step`` (cached prefix, 0
-  kept), at GLM-5's indexer shape; and SGLang's DSA attention module in prefill (the whole layer's
-  ``self_attn``, per-rank ``num_heads`` at ``tp_size``), of which the core is kept
-  (:func:`reduce_dsa`).
+  kept), at GLM-5's indexer shape; and SGLang's DSA attention module in prefill and in a decode
+  step (the whole layer's ``self_attn``, per-rank ``num_heads`` at ``tp_size``; decode rows at
+  ``isl`` 1 and ``step`` cached tokens), of which the core is kept (:func:`reduce_dsa`).
 * linear attention (GDN, KDA): per kernel rows (conv + recurrence) summed per shape; ``seq_len``
   tokens per sequence; per-rank ``num_k_heads`` / ``num_v_heads``.
 * comm: custom all-reduce ``message_size`` in **elements** of bf16 (the SDK factors it as an element
@@ -63,6 +63,10 @@ VLLM_GPUS: dict[str, tuple[str, ...] | None] = {"h200": None, "h100": ("moe",)}
 tables holds one whole vLLM set (H200's); H100 keeps vLLM's fused-MoE table, as the only SGLang
 table of gpt-oss's MXFP4 experts times a Triton kernel vLLM does not run for them, 2-3x slower at
 decode sizes (H100, 8 tokens, one GPU: 0.58 ms against vLLM's triton_kernels 0.20 ms)."""
+DSA_GPUS = ("h200", "b200")
+"""GPUs whose DSA tables are imported: the systems of NVIDIA's GLM-5 runs. H100 reads H200's
+through the transfer method (Hopper to Hopper, 1-8% off per family when left out), which keeps the
+committed tables inside their 7 MB budget."""
 ALL_VERSION_GPUS = ("h200",)
 """GPUs whose tables of every collected engine version are kept (the others: the newest of each
 source), for engine profiles that name an older version (:func:`prfaas_plan.perf.kernels.pick_table`)."""
@@ -236,6 +240,12 @@ def _cost(table: str, df) -> tuple:
         a = load_model(DSA_MODULE_MODEL[1]).attention["dsa"]
         return K.mla_context_cost(c["batch"], c["isl"], c["heads"], c["qk_nope_dim"], a.qk_rope_head_dim, c["v_dim"],
                                   df["kv_dtype"].iloc[0], a.index_topk)
+    if table == "dsa_generation":
+        from prfaas_plan.model import load_model
+
+        a = load_model(DSA_MODULE_MODEL[1]).attention["dsa"]
+        return K.mla_generation_cost(c["batch"], np.minimum(c["context"], a.index_topk), c["heads"], a.kv_lora_rank,
+                                     a.qk_rope_head_dim, df["kv_dtype"].iloc[0])
     if table == "dsa_indexer_context":
         return K.dsa_indexer_cost("context", c["batch"], c["isl"], c["index_heads"], c["index_head_dim"],
                                   index_key_bytes(GLM5_INDEXER["index_head_dim"]))
@@ -387,28 +397,53 @@ GLM-5's FP8 release, the one DSA model whose indexer the ``fp8_mqa_logits`` rows
 own shape."""
 
 
-def reduce_dsa(engine: str, mqa, module, kt: K.KernelTables):
+def reduce_dsa(engine: str, mqa, context, generation, kt: K.KernelTables):
     """The indexer's prefill scores (:func:`reduce_dsa_indexer`) and, from SGLang's DSA attention
-    module rows (the whole ``self_attn`` forward of one layer in prefill, eager, no cached prefix:
-    projections, indexer, top-k, sparse or, up to 2,048 tokens, dense attention), what remains of
-    each row after its projection GEMMs (:func:`prfaas_plan.perf.ops.attention_gemms` at the row's
-    TP, timed by ``kt``, this GPU's GEMM table) and its indexer's measured scores at the same batch
-    and length: the ``dsa_context`` table the attention core reads, floored at
-    :data:`MODULE_FLOOR_FRACTION` of the row. GLM-5-FP8's rows (:data:`DSA_MODULE_MODEL`)."""
+    module rows (the whole ``self_attn`` forward of one layer: projections, indexer, top-k, the
+    attention), what remains of each after its projection GEMMs
+    (:func:`prfaas_plan.perf.ops.attention_gemms` at the row's TP, timed by ``kt``, this GPU's GEMM
+    table) and its indexer: ``dsa_context`` (prefill, eager, no cached prefix; the indexer's
+    measured scores at the same batch and length subtracted; up to 2,048 tokens the module runs
+    dense attention) and ``dsa_generation`` (one decode step of ``batch`` sequences over ``isl +
+    step`` tokens; the indexer as the lookup prices it, the roofline at the named fallback), each
+    floored at :data:`MODULE_FLOOR_FRACTION` of its row. GLM-5-FP8's rows (:data:`DSA_MODULE_MODEL`)."""
     from prfaas_plan.model import load_model
-    from prfaas_plan.perf.ops import attention_gemms
 
     out = reduce_dsa_indexer(engine, mqa) if mqa is not None else {}
-    if module is None or mqa is None:
-        return out
-    indexer = out["dsa_indexer_context"].set_index(["batch", "isl"])["latency_s"]
     model = load_model(DSA_MODULE_MODEL[1])
-    attn = model.attention["dsa"]
-    df = module[(module["model"] == DSA_MODULE_MODEL[0]) & (module["op_name"] == "dsa_context_module")
-                & (module["step"] == 0)].rename(columns={"batch_size": "batch", "num_heads": "heads"})
-    df = df[df.set_index(["batch", "isl"]).index.isin(indexer.index)].copy()
+    a = model.attention["dsa"]
+    index = (a.index_n_heads, a.index_head_dim, a.index_bytes_per_token)
+    if context is not None and "dsa_indexer_context" in out:
+        scores = out["dsa_indexer_context"].set_index(["batch", "isl"])["latency_s"]
+        df = _dsa_rows(context, "dsa_context_module", "isl")
+        df = df[(df["step"] == 0) & df.set_index(["batch", "isl"]).index.isin(scores.index)].copy()
+        index_s = scores.loc[list(zip(df["batch"], df["isl"]))].to_numpy()
+        out["dsa_context"] = _dsa_rest(df, "isl", (df["batch"] * df["isl"]).to_numpy(dtype=float), index_s, model, kt)
+    if generation is not None:
+        df = _dsa_rows(generation, "dsa_generation_module", "context")
+        index_s = np.asarray(kt.dsa_indexer("generation", df["batch"].to_numpy(dtype=float),
+                                            df["context"].to_numpy(dtype=float), *index).latency_s)
+        out["dsa_generation"] = _dsa_rest(df, "context", df["batch"].to_numpy(dtype=float), index_s, model, kt)
+    return out
+
+
+def _dsa_rows(df, op_name: str, length: str):
+    """GLM-5-FP8's rows of one module op, our column names (decode: ``context = isl + step``, at
+    cached lengths that are powers of two: the grid the other tables keep, without the probes
+    beside it)."""
+    df = df[(df["model"] == DSA_MODULE_MODEL[0]) & (df["op_name"] == op_name)]
+    df = df.rename(columns={"batch_size": "batch", "num_heads": "heads"}).copy()
+    if length == "context":
+        df = df[(df["step"] & (df["step"] - 1)) == 0].copy()
+        df["context"] = df["isl"] + df["step"]
     df["kv_dtype"] = df["kv_cache_dtype"].map(DTYPES)
-    tokens = (df["batch"] * df["isl"]).to_numpy(dtype=float)
+    return df
+
+
+def _dsa_rest(df, length: str, tokens: np.ndarray, index_s: np.ndarray, model, kt: K.KernelTables):
+    """Module rows less their projection GEMMs at ``tokens`` per row and the indexer's ``index_s``."""
+    from prfaas_plan.perf.ops import attention_gemms
+
     module_s = df["latency"].to_numpy() * MS
     gemm_s, sources = np.zeros(len(df)), set()
     tps = df["tp_size"].to_numpy()
@@ -418,16 +453,14 @@ def reduce_dsa(engine: str, mqa, module, kt: K.KernelTables):
             t = kt.gemm(tokens[rows], g.n, g.k, g.dtype)
             gemm_s[rows] += t.latency_s
             sources.add(t.source.split(";")[0])
-    index_s = indexer.loc[list(zip(df["batch"], df["isl"]))].to_numpy()
     rest = module_s - gemm_s - index_s
-    df["latency_s"] = np.maximum(rest, MODULE_FLOOR_FRACTION * module_s)
-    df["qk_nope_dim"], df["v_dim"] = attn.qk_nope_head_dim, attn.v_head_dim
-    table = df[["kv_dtype", "heads", "qk_nope_dim", "v_dim", "batch", "isl", "kernel_source", "latency_s"]]
+    df = df.assign(latency_s=np.maximum(rest, MODULE_FLOOR_FRACTION * module_s),
+                   qk_nope_dim=model.attention["dsa"].qk_nope_head_dim, v_dim=model.attention["dsa"].v_head_dim)
+    table = df[["kv_dtype", "heads", "qk_nope_dim", "v_dim", "batch", length, "kernel_source", "latency_s"]]
     table.attrs.update(gemm_sources=sorted(sources), gemm_dtype=model.gemm_dtype("attention"),
                        floored_rows=int((rest < MODULE_FLOOR_FRACTION * module_s).sum()),
-                       measures="module minus projection GEMMs and the indexer's scores",
-                       note=DSA_MODULE_NOTE)
-    return {**out, "dsa_context": table}
+                       measures="module minus projection GEMMs and the indexer", note=DSA_MODULE_NOTE)
+    return table
 
 
 def reduce_all_reduce(engine: str, df):
@@ -481,8 +514,8 @@ MODULE_SOURCES = {
     "mla": [("mla", ("wideep_context_mla_perf.parquet",), lambda e, d, kt: reduce_mla_module(e, d, kt, "mla_context")),
             ("mla", ("wideep_generation_mla_perf.parquet",),
              lambda e, d, kt: reduce_mla_module(e, d, kt, "mla_generation"))],
-    "dsa": [("sparse_attention", ("glm5_mqa_logits_module_perf.parquet", "dsa_context_module_perf.parquet"),
-             lambda e, mqa, module, kt: reduce_dsa(e, mqa, module, kt))],
+    "dsa": [("sparse_attention", ("glm5_mqa_logits_module_perf.parquet", "dsa_context_module_perf.parquet",
+                                  "dsa_generation_module_perf.parquet"), reduce_dsa)],
 }
 """Module-level tables read for a family only where a version has none of its :data:`SOURCES`
 files (SGLang's WideEP MLA at 0.5.6.post2 and 0.5.10 on H200, where 0.5.14 has the plain kernel
@@ -588,10 +621,11 @@ def _kernels_by_dtype(df) -> dict:
 DSA_MODULE_NOTE = ("latency_s is what remains of SGLang's DSA attention module (aiconfigurator collector "
                    "collect_mla_module.py: the whole self_attn forward, eager in prefill) after the projection GEMMs "
                    "(q_a, kv_a, the indexer's wk and weights_proj, q_b, kv_b, the indexer's wq_b, o: perf.ops."
-                   "attention_gemms at the row's TP, timed from this GPU's gemm table) and the indexer's fp8_mqa_logits "
-                   "scores (the dsa_indexer_context rows at the same batch and length): the top-k selection, the "
-                   "attention (dense MHA up to 2,048 tokens, FlashMLA sparse beyond), norms, RoPE, cache writes and "
-                   "the launches of an eager module. GLM-5-FP8's rows.")
+                   "attention_gemms at the row's TP, timed from this GPU's gemm table) and the indexer (prefill: its "
+                   "fp8_mqa_logits scores, the dsa_indexer_context rows at the same batch and length; decode: the "
+                   "roofline at the named fallback efficiency, as the lookup prices it): the top-k selection, the "
+                   "attention (dense MHA up to 2,048 tokens, FlashMLA sparse beyond), norms, RoPE, cache writes and, "
+                   "in prefill, the launches of an eager module. GLM-5-FP8's rows.")
 MODULE_NOTE = ("latency_s is the attention part of SGLang's WideEP MLA module: the module rows time q_b/kv_b/o "
                "projections + attention (aiconfigurator sdk/models/deepseek.py: 'q_b/kv_b/o projections live inside "
                "the WideEP MLA module rows'); those GEMMs (decode: q_b and o; the absorbed w_kc/w_vc BMMs stay in), "
@@ -664,8 +698,8 @@ def import_gpu(root: Path, gpu_id: str, engine: str, out: Path, echo) -> dict[st
     engine version, each folder all or none; returns the bytes of each file per folder name."""
     gpu = load_gpu(gpu_id)
     kept = VLLM_GPUS.get(gpu_id) if engine == "vllm" else None
-    sources, module_sources = ({k: v for k, v in src.items() if kept is None or k in kept}
-                               for src in (SOURCES, MODULE_SOURCES))
+    sources, module_sources = ({k: v for k, v in src.items() if (kept is None or k in kept)
+                                and (k != "dsa" or gpu_id in DSA_GPUS)} for src in (SOURCES, MODULE_SOURCES))
     plan, modules = _plan(root, gpu_id, engine, sources), _plan(root, gpu_id, engine, module_sources)
     sizes: dict[str, dict[str, int]] = {}
     for version in sorted(plan, key=K.version_key, reverse=True):

@@ -258,6 +258,7 @@ TABLES: dict[str, TableSpec] = {
     "mla_generation": TableSpec("mla", ("kv_dtype",), ("heads",), ("batch", "context"), "context"),
     "dsa_indexer_context": TableSpec("dsa", (), ("index_heads", "index_head_dim"), ("batch", "isl"), "isl"),
     "dsa_context": TableSpec("dsa", ("kv_dtype",), ("heads", "qk_nope_dim", "v_dim"), ("batch", "isl"), "isl"),
+    "dsa_generation": TableSpec("dsa", ("kv_dtype",), ("heads", "qk_nope_dim", "v_dim"), ("batch", "context"), "context"),
     "gdn_context": TableSpec("linear_attention", (), _LIN, ("batch", "tokens")),
     "gdn_generation": TableSpec("linear_attention", (), _LIN, ("batch",)),
     "kda_context": TableSpec("linear_attention", (), _LIN, ("batch", "tokens")),
@@ -764,6 +765,19 @@ class KernelTables:
                         lambda batch, isl, kv_dtype=kv_dtype: mla_context_cost(batch, isl, heads, qk_nope_dim,
                                                                                 qk_rope_dim, v_dim, kv_dtype, topk),
                         extra=(qk_rope_dim, topk))
+
+    def dsa_generation(self, batch, context_tokens, heads: int, kv_lora_rank: int, qk_rope_dim: int, qk_nope_dim: int,
+                       v_dim: int, topk: int, kv_dtype: str = "bf16") -> OpTime:
+        """The attention core of one DSA decode step of ``batch`` sequences holding ``context_tokens``
+        each: the measured module remainder (``dsa_generation``: top-k selection over every key, the
+        sparse attention) at its efficiency against MLA's decode work over ``min(context, topk)``."""
+        check_choice(kv_dtype, KV_DTYPES, "kv_dtype")
+        return self._op("dsa_generation", {"kv_dtype": kv_dtype}, {"heads": heads, "qk_nope_dim": qk_nope_dim,
+                                                                    "v_dim": v_dim},
+                        {"batch": batch, "context": context_tokens},
+                        lambda batch, context, kv_dtype=kv_dtype: mla_generation_cost(
+                            batch, np.minimum(context, topk), heads, kv_lora_rank, qk_rope_dim, kv_dtype),
+                        extra=(kv_lora_rank, qk_rope_dim, topk))
 
     def dsa_indexer(self, phase: str, batch, tokens, index_heads: int, index_head_dim: int,
                     index_bytes_per_token: int) -> OpTime:

@@ -144,8 +144,10 @@ class LatentAttention:
         if w.phase == "prefill":
             return t.mla_context(1, w.tokens, self.heads, self.kv_lora_rank, self.qk_rope_dim, self.qk_nope_dim,
                                  self.v_dim)
-        context = w.context_tokens if self.topk is None else np.minimum(w.context_tokens, self.topk)
-        return t.mla_generation(w.rank_batch, context, self.heads, self.kv_lora_rank, self.qk_rope_dim)
+        if self.topk is not None:
+            return t.dsa_generation(w.rank_batch, w.context_tokens, self.heads, self.kv_lora_rank, self.qk_rope_dim,
+                                    self.qk_nope_dim, self.v_dim, self.topk)
+        return t.mla_generation(w.rank_batch, w.context_tokens, self.heads, self.kv_lora_rank, self.qk_rope_dim)
 
 
 @dataclass(frozen=True)
