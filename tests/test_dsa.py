@@ -164,7 +164,7 @@ def test_dsa_costs_short_prefills_and_halves_long_ones():
 def test_roofline_counts_the_indexer_on_every_pair_and_the_core_on_the_selected():
     c = layer_costs(GLM5)
     assert c.attn_flops_per_pair == 78 * 2 * 32 * (128 + 1)
-    assert c.swa == ((2.0 * 64 * (192 + 64 + 256), 2048),) * 78
+    assert c.swa == ((78 * 2.0 * 64 * (192 + 64 + 256), 2048),)
 
 
 def test_index_cache_bytes_stay_when_the_kv_is_fp8():

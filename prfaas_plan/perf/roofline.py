@@ -43,8 +43,8 @@ class LayerCosts:
     gemm_flops_per_token: FLOPs per token of projections and active FFNs.
     attn_flops_per_pair: FLOPs per (query, key) pair of attention that sees every earlier key
         (full/MLA layers, DSA's indexer).
-    swa: tuples (flops_per_pair, keys per query) of attention that sees at most that many keys
-        (sliding windows, DSA's top-k selection).
+    swa: tuples (flops_per_pair over all such layers, keys per query) of attention that sees at
+        most that many keys (sliding windows, DSA's top-k selection), one per distinct cap.
     linear_flops_per_token: FLOPs per token of chunked linear attention.
     weight_bytes: bytes of all weights (each GEMM class in its checkpoint dtype, scales included).
     """
@@ -59,6 +59,17 @@ class LayerCosts:
     dense_ffn_layers: int
 
 
+def _capped_pair_flops(kinds) -> tuple[tuple[float, int], ...]:
+    """(FLOPs per pair summed over the layers, keys per query) for each distinct cap of the layers
+    whose queries see a fixed number of keys: one term per cap, not per layer."""
+    caps: dict[int, float] = {}
+    for a in kinds:
+        if a.capped_pairs is not None:
+            flops, keys = a.capped_pairs
+            caps[keys] = caps.get(keys, 0.0) + flops
+    return tuple((flops, keys) for keys, flops in caps.items())
+
+
 def layer_costs(model: ModelSpec) -> LayerCosts:
     """Sum the per-layer FLOP and byte constants of ``model`` (its layer kinds' FLOPs, its
     :meth:`~prfaas_plan.model.arch.ModelSpec.weight_bytes`)."""
@@ -69,7 +80,7 @@ def layer_costs(model: ModelSpec) -> LayerCosts:
     return LayerCosts(
         gemm_flops_per_token=2.0 * params.gemm_per_token,
         attn_flops_per_pair=float(sum(a.full_pair_flops for a in kinds)),
-        swa=tuple((float(a.capped_pairs[0]), a.capped_pairs[1]) for a in kinds if a.capped_pairs is not None),
+        swa=_capped_pair_flops(kinds),
         linear_flops_per_token=float(sum(a.linear_flops_per_token for a in kinds)),
         weight_bytes=w.total_bytes,
         moe_layers=params.moe_layers,
