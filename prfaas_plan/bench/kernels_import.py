@@ -47,7 +47,6 @@ import yaml
 from prfaas_plan.data import staged_files
 from prfaas_plan.errors import InvalidInput
 from prfaas_plan.hardware import GPU, load_gpu
-from prfaas_plan.model.kinds import index_key_bytes
 from prfaas_plan.perf import kernels as K
 from prfaas_plan.vocab import MOE_ROUTINGS
 
@@ -234,21 +233,16 @@ def _cost(table: str, df) -> tuple:
     if table == "mla_generation":
         return K.mla_generation_cost(c["batch"], c["context"], c["heads"], MLA_DIMS["kv_lora_rank"],
                                      MLA_DIMS["qk_rope_dim"], df["kv_dtype"].iloc[0])
-    if table == "dsa_context":
-        from prfaas_plan.model import load_model
-
-        a = load_model(DSA_MODULE_MODEL[1]).attention["dsa"]
-        return K.mla_context_cost(c["batch"], c["isl"], c["heads"], c["qk_nope_dim"], a.qk_rope_head_dim, c["v_dim"],
-                                  df["kv_dtype"].iloc[0], a.index_topk)
-    if table == "dsa_generation":
-        from prfaas_plan.model import load_model
-
-        a = load_model(DSA_MODULE_MODEL[1]).attention["dsa"]
-        return K.mla_generation_cost(c["batch"], np.minimum(c["context"], a.index_topk), c["heads"], a.kv_lora_rank,
-                                     a.qk_rope_head_dim, df["kv_dtype"].iloc[0])
-    if table == "dsa_indexer_context":
+    if table.startswith("dsa_"):
+        a = _dsa_attention()
+        if table == "dsa_context":
+            return K.mla_context_cost(c["batch"], c["isl"], c["heads"], c["qk_nope_dim"], a.qk_rope_head_dim, c["v_dim"],
+                                      df["kv_dtype"].iloc[0], a.index_topk)
+        if table == "dsa_generation":
+            return K.mla_generation_cost(c["batch"], np.minimum(c["context"], a.index_topk), c["heads"],
+                                         a.kv_lora_rank, a.qk_rope_head_dim, df["kv_dtype"].iloc[0])
         return K.dsa_indexer_cost("context", c["batch"], c["isl"], c["index_heads"], c["index_head_dim"],
-                                  index_key_bytes(GLM5_INDEXER["index_head_dim"]))
+                                  a.index_bytes_per_token)
     if table.startswith(("gdn_", "kda_")):
         phase = table.split("_", 1)[1]
         return K.linear_attention_cost(phase, c["batch"], c.get("tokens", 1.0), c["v_heads"], c["head_dim_k"],
@@ -376,25 +370,28 @@ def reduce_linear(engine: str, df, kind: str):
     return out
 
 
-GLM5_INDEXER = {"index_heads": 32, "index_head_dim": 128}
-"""The indexer shape of the ``glm5_mqa_logits`` rows (their ``model`` column: zai-org/GLM-5, whose
-config has index_n_heads 32, index_head_dim 128; the ``num_heads`` column, 64, is its attention's)."""
+DSA_MODULE_MODEL = ("zai-org/GLM-5-FP8", "glm-5")
+"""The module rows reduced (their ``model`` column) and our model_db entry whose shapes they ran:
+GLM-5's FP8 release, the one DSA model whose indexer the ``fp8_mqa_logits`` rows measured at its
+own shape (the ``glm5_mqa_logits`` rows' ``num_heads`` column, 64, is its attention's)."""
+
+
+def _dsa_attention():
+    """The DSA layer of :data:`DSA_MODULE_MODEL` (its indexer and attention shapes)."""
+    from prfaas_plan.model import load_model
+
+    return load_model(DSA_MODULE_MODEL[1]).attention["dsa"]
 
 
 def reduce_dsa_indexer(engine: str, df):
     """DeepGEMM ``fp8_mqa_logits`` rows (kernel-level, collected beside SGLang 0.5.14): the indexer's
     scores of a prefill of ``isl`` tokens per sequence with no cached prefix (``step`` 0), per
-    ``batch``, at GLM-5's indexer shape (:data:`GLM5_INDEXER`)."""
+    ``batch``, at GLM-5's indexer shape (:func:`_dsa_attention`: 32 heads of 128)."""
+    a = _dsa_attention()
     df = df[(df["step"] == 0) & (df["kernel_source"] == "deep_gemm.fp8_mqa_logits")]
-    df = df.rename(columns={"batch_size": "batch"}).assign(**GLM5_INDEXER)
+    df = df.rename(columns={"batch_size": "batch"}).assign(index_heads=a.index_n_heads, index_head_dim=a.index_head_dim)
     df["latency_s"] = df["latency"] * MS
     return {"dsa_indexer_context": df[["index_heads", "index_head_dim", "batch", "isl", "kernel_source", "latency_s"]]}
-
-
-DSA_MODULE_MODEL = ("zai-org/GLM-5-FP8", "glm-5")
-"""The module rows reduced (their ``model`` column) and our model_db entry whose shapes they ran:
-GLM-5's FP8 release, the one DSA model whose indexer the ``fp8_mqa_logits`` rows measured at its
-own shape."""
 
 
 def reduce_dsa(engine: str, mqa, context, generation, kt: K.KernelTables):
@@ -411,7 +408,7 @@ def reduce_dsa(engine: str, mqa, context, generation, kt: K.KernelTables):
 
     out = reduce_dsa_indexer(engine, mqa) if mqa is not None else {}
     model = load_model(DSA_MODULE_MODEL[1])
-    a = model.attention["dsa"]
+    a = _dsa_attention()
     index = (a.index_n_heads, a.index_head_dim, a.index_bytes_per_token)
     if context is not None and "dsa_indexer_context" in out:
         scores = out["dsa_indexer_context"].set_index(["batch", "isl"])["latency_s"]

@@ -223,12 +223,14 @@ class MLA(_Kind):
 
 INDEX_SCALE_BLOCK = 128
 """Channels of a DSA indexer key that share one fp32 scale (the quant block of its fp8 keys)."""
+INDEX_SCALE_BYTES = 4
+"""Bytes of one such scale (fp32)."""
 
 
 def index_key_bytes(index_head_dim: int) -> int:
     """Bytes of one token's DSA indexer key as vLLM and SGLang store it: fp8 channels plus one fp32
     scale per :data:`INDEX_SCALE_BLOCK` of them (``index_head_dim + index_head_dim // 128 * 4``)."""
-    return index_head_dim + math.ceil(index_head_dim / INDEX_SCALE_BLOCK) * 4
+    return index_head_dim + math.ceil(index_head_dim / INDEX_SCALE_BLOCK) * INDEX_SCALE_BYTES
 
 
 class DSA(MLA):

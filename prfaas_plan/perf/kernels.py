@@ -70,6 +70,7 @@ ACT_BYTES = {"bf16": 2.0, "fp8": 1.0, "fp8_block": 1.0, "int4_w4a16": 2.0, "mxfp
 quantises them to FP4); outputs are bf16."""
 OUT_BYTES = 2.0
 STATE_BYTES = 4.0  # linear-attention recurrent state is fp32 in the fla / sglang kernels
+SCORE_BYTES = 4.0  # a DSA indexer's scores are fp32 (DeepGEMM fp8_mqa_logits writes float logits)
 DISPATCH_BYTES, COMBINE_BYTES = 1.0, 2.0  # DeepEP dispatches fp8 activations, combines bf16
 
 FALLBACK_COMPUTE_EFFICIENCY = 0.5
@@ -170,7 +171,7 @@ def dsa_indexer_cost(phase: str, batch, tokens, index_heads, index_head_dim, ind
     queries = tokens if phase == "context" else 1.0
     flops = batch * pairs * (2.0 * index_heads * (index_head_dim + 1))
     keys = tokens * index_bytes_per_token
-    return flops, batch * (queries * index_heads * index_head_dim + keys + pairs * 2 * 4.0), "fp8"
+    return flops, batch * (queries * index_heads * index_head_dim + keys + pairs * 2 * SCORE_BYTES), "fp8"
 
 
 def linear_attention_cost(phase: str, batch, tokens, heads, head_dim_k, head_dim_v):
