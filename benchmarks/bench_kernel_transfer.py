@@ -15,6 +15,7 @@ provenance.yaml) and the GPUs' published specs (hardware_db/*.yaml); nothing is 
 from __future__ import annotations
 
 import argparse
+import math
 from dataclasses import dataclass
 
 import numpy as np
@@ -143,15 +144,18 @@ class Point:
     predicted: float
 
 
-def transferred(name: str, src_id: str, dst_id: str, **shape) -> float:
-    """Seconds the ``src_id`` row of table ``name`` at exactly ``shape`` takes on ``dst_id``."""
+def transferred(name: str, src_id: str, dst_id: str, **shape) -> float | None:
+    """Seconds the ``src_id`` row of table ``name`` at exactly ``shape`` takes on ``dst_id``; None
+    where ``src_id`` has no such table or row (A100 has no FP8 GEMM, L40S no MLA table)."""
     src_all = table(src_id, name)
+    if src_all is None or any(c not in src_all for c in shape):
+        return None
     spec = K.TABLES[name]
     hit = np.ones(len(src_all), bool)
     for c, v in shape.items():
         hit &= (src_all[c] == v).to_numpy()
     if not hit.any():
-        raise KeyError(f"{src_id} {name} has no row at {shape}")
+        return None
     same = np.ones(len(src_all), bool)
     for c in spec.exact:
         same &= (src_all[c] == shape[c]).to_numpy()
@@ -160,9 +164,11 @@ def transferred(name: str, src_id: str, dst_id: str, **shape) -> float:
 
 
 def h20_points(src_id: str = "h200") -> list[Point]:
-    """Each public H20 kernel point, predicted from ``src_id``'s table row of the same shape."""
+    """Each public H20 kernel point, predicted from ``src_id``'s table row of the same shape (NaN
+    where ``src_id`` has no row of that shape)."""
     def t(name: str, **shape) -> float:
-        return transferred(name, src_id, "h20", **shape)
+        s = transferred(name, src_id, "h20", **shape)
+        return math.nan if s is None else s
 
     pts = []
     for size, tflops in ((2048, 120.3), (4096, 133.4), (8192, 138.6)):  # 3: torch.matmul bf16, square
@@ -202,11 +208,12 @@ def main(argv: list[str] | None = None) -> int:
     loo = leave_one_out(args.src, args.to.split(","))
     with pd.option_context("display.width", 160, "display.max_rows", 500):
         print(f"Leave one GPU out: each GPU's committed tables predicted from {args.src}'s "
-              "(error = |predicted/measured - 1|; copy = H200's latency unchanged)")
+              f"(error = |predicted/measured - 1|; copy = {args.src}'s latency unchanged)")
         print(loo.to_string(index=False, float_format=lambda x: f"{x:.3f}"))
         pts = pd.DataFrame([vars(p) for p in h20_points(args.src)])
         pts["abs_err"] = (pts["predicted"] / pts["measured"] - 1).abs()
-        print(f"\nH20 from {args.src}'s tables against the public H20 kernel points (hardware_db/MEASUREMENTS.md)")
+        print(f"\nH20 from {args.src}'s tables against the public H20 kernel points (hardware_db/MEASUREMENTS.md; "
+              f"nan: {args.src} has no row of that shape)")
         print(pts.to_string(index=False, float_format=lambda x: f"{x:.3g}"))
     return 0
 

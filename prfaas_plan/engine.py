@@ -186,11 +186,12 @@ class EngineProfile(BaseModel):
         return max(budget // attn_dp, 1) if self.dp_attention_divides_budget else budget
 
     def with_launch(self, max_running_requests: int | None = None, recv_interval_steps: int | None = None,
-                    static_memory_fraction: float | None = None) -> EngineProfile:
+                    static_memory_fraction: float | None = None, mixed_prefill: bool | None = None) -> EngineProfile:
         """This profile with the launch flags a run set (None: the profile's own)."""
         update = {k: v for k, v in (("max_running_requests", max_running_requests),
                                     ("recv_interval_steps", recv_interval_steps),
-                                    ("static_memory_fraction", static_memory_fraction)) if v is not None}
+                                    ("static_memory_fraction", static_memory_fraction),
+                                    ("mixed_prefill", mixed_prefill)) if v is not None}
         return self.model_copy(update=update) if update else self
 
     def with_chunked_prefill(self, tokens: int) -> EngineProfile:

@@ -57,8 +57,10 @@ The benchmark protocol of a row (:func:`_protocol`, counted in the frame's
   measured; they are taken as runs of AIConfigurator's own benchmark, :data:`AIC_RUN`: fixed
   lengths, 10 requests per client from a burst start (after a warm-up of 2 per client, drained
   first, with prompts of its own), predicted by :func:`~prfaas_plan.serving.colocated_benchmark`
-  (on SGLang, a prefill-first engine, every wave of new prompts then repeats the burst: its
-  lockstep regime; on vLLM the first such wave is a burst, the rest at the steady state);
+  (the first wave a burst, the rest at the steady state; SGLang from 0.5.6.post2 on as
+  AIConfigurator's generator launched it, with ``--enable-mixed-chunk`` and ``--max-prefill-tokens``:
+  :func:`_as_generated`, counted in ``attrs["generator_launch"]``; an earlier SGLang, prefill-first,
+  repeats the burst every wave: its lockstep regime);
 * any other source and every disaggregated row keep the steady state
   (:func:`~prfaas_plan.serving.colocated_closed_loop`, :func:`~prfaas_plan.serving.disaggregated_closed_loop`).
 
@@ -81,6 +83,7 @@ from typing import TYPE_CHECKING
 from prfaas_plan.errors import InvalidInput, PlanError
 from prfaas_plan.inferencex import DISAGG_RECIPES, RECIPES, parse_utc
 from prfaas_plan.layout import Layout, check_layout, expert_tp_problem
+from prfaas_plan.perf.kernels import version_key
 from prfaas_plan.serving import BenchmarkRun
 from prfaas_plan.vocab import GEMM_CLASSES, MOE_ROUTINGS, GemmDtype, KvDtype, MoeKernel, check_choice
 
@@ -216,6 +219,35 @@ of 100 entries, the same 100 in every run of a sweep), which would serve most pr
 prefix cache; no row carries a date after it (the three dated H100 vLLM rows, on Dynamo 0.8.0's
 runtime image, are of 2026-01-23 and 25)."""
 
+AIC_MIXED_CHUNK_SGLANG = "0.5.6.post2"
+"""The first SGLang release AIConfigurator's generator launched with ``--enable-mixed-chunk``: the
+gap-analysis runs are taken as its eval pipeline's (:data:`AIC_RUN`), which starts the engine with
+the generator's ``agg/run_0.sh`` (src/aiconfigurator/eval/pipeline.py). Its SGLang rule
+``agg enable_mixed_chunk = true`` (generator/rule_plugin/sglang.rule, fa895ffb1) reached the command
+line on 2026-01-19 (07a377923, 22:33 +08:00: the mapping's key fixed), two minutes after the
+generator's runtime became Dynamo 0.8.0's (dfeb6a0f1), the image whose SGLang is 0.5.6.post2 (its
+template, backend_templates/sglang/cli_args.0.5.6.post2.j2 of c46a56b02, 2026-01-23, emits the flag);
+the flag stays in every later template and rule. Earlier SGLang releases (H100's 0.5.1.post1) keep the
+profile's prefill-first steps: their runs predate the rule."""
+
+AIC_PREFILL_HEADROOM_TOKENS = 1500
+"""The generator's SGLang ``--max-prefill-tokens``: the run's ISL plus this many
+(``agg_prefill_decode max_prefill_tokens = SlaConfig.isl + 1500`` in the same rule file since
+95ddf241a, 2025-12-04; emitted by the 0.5.6.post2 template)."""
+
+
+def _as_generated(case: Case) -> Case:
+    """``case`` on the engine as AIConfigurator's generator launched an aggregated SGLang run of
+    :data:`AIC_MIXED_CHUNK_SGLANG` or later: prompt chunks mixed into the decode steps, and at most
+    ISL + :data:`AIC_PREFILL_HEADROOM_TOKENS` prompt tokens a step. Its other flags depend on the
+    configuration AIConfigurator chose for the row (``--max-running-requests``, the KV dtype), which
+    the row does not give: the profile's stand."""
+    if (case.run != AIC_RUN or case.engine_id != "sglang" or case.decode_layout is not None
+            or case.kernel_version is None or version_key(case.kernel_version) < version_key(AIC_MIXED_CHUNK_SGLANG)):
+        return case
+    return replace(case, mixed_prefill=True, max_prefill_tokens=case.isl_tokens + AIC_PREFILL_HEADROOM_TOKENS)
+
+
 REPEAT_RESOLUTION_MS = 0.01
 """The TTFT / TPOT resolution NVIDIA's gap-analysis files round InferenceX measurements to (two decimals, ms)."""
 
@@ -288,6 +320,8 @@ class Case:
     mem_fraction: float | None = None  # --mem-fraction-static as the run's recipe launched it; None: the profile's
     experts_dtype: GemmDtype | None = None  # the experts' GEMM dtype as the run's recipe launched it; None: the checkpoint's
     mxfp4_moe_kernel: MoeKernel | None = None  # MXFP4 experts' kernel as the run's recipe launched it; None: the profile's
+    mixed_prefill: bool | None = None  # SGLang --enable-mixed-chunk as the run was launched; None: the profile's
+    max_prefill_tokens: int | None = None  # SGLang --max-prefill-tokens as the run was launched; None: unset
 
 
 @dataclass(frozen=True)
@@ -610,14 +644,19 @@ def _instance(case: Case, layout: Layout) -> Instance:
     """The worker: the row's GPU and layout under the backend's profile at the row's version, so
     that the nearest collected kernel tables of that version are used."""
     from prfaas_plan.engine import load_engine
-    from prfaas_plan.hardware import instance
+    from prfaas_plan.hardware import instance, load_gpu
 
     engine = load_engine(case.engine_id)
     if case.kernel_version is not None and case.kernel_version != engine.kernel_version:
         engine = engine.model_copy(update={"kernel_version": case.kernel_version})
     if case.token_budget is not None:
         engine = engine.with_chunked_prefill(case.token_budget)
-    engine = engine.with_launch(case.max_running, case.recv_interval_steps, case.mem_fraction)
+    if case.max_prefill_tokens is not None:
+        # SGLang admits whole prompts to a step while their tokens fit --max-prefill-tokens (the first one
+        # always, up to the chunk size): taken as a budget of the smaller of the two, chunks included
+        engine = engine.with_chunked_prefill(min(engine.chunked_prefill_tokens_on(load_gpu(case.gpu_id)),
+                                                 case.max_prefill_tokens))
+    engine = engine.with_launch(case.max_running, case.recv_interval_steps, case.mem_fraction, case.mixed_prefill)
     if case.mxfp4_moe_kernel is not None:
         engine = engine.model_copy(update={"mxfp4_moe_kernel": case.mxfp4_moe_kernel})
     return instance(case.gpu_id, layout.gpus, layout=layout, engine=engine)
@@ -711,7 +750,7 @@ def _frame(rows: list[dict], strict: bool, moe_routing: str = "balanced") -> pd.
     protocols: Counter = Counter()
     remapped: Counter = Counter()
     runs: dict[tuple, int] = {}  # each measured run, as predicted: the first row that holds it
-    budgets = kv_dtypes = schedulers = memories = experts = kernels = experts_tp = workers = dp_attention = 0
+    budgets = kv_dtypes = schedulers = memories = experts = kernels = experts_tp = workers = dp_attention = generated = 0
     cases = [_map_row(row, models, strict, moe_routing) for row in rows]
     spans = [_measured_span(row) for row in rows]
     measured = [_measurement(row, case) if isinstance(case, Case) else None for row, case in zip(rows, cases)]
@@ -738,6 +777,7 @@ def _frame(rows: list[dict], strict: bool, moe_routing: str = "balanced") -> pd.
             memories += case.mem_fraction is not None
             experts += case.experts_dtype is not None
             kernels += case.mxfp4_moe_kernel is not None
+            generated += case.mixed_prefill is not None
             experts_tp += _experts_tp_by_recipe(row, case)
             took_workers, took_dp = _from_recipe(row, case)
             workers += took_workers
@@ -762,6 +802,7 @@ def _frame(rows: list[dict], strict: bool, moe_routing: str = "balanced") -> pd.
     df.attrs["recipe_experts_dtype"] = experts  # ... and with its experts' GEMM dtype
     df.attrs["recipe_moe_kernel"] = kernels  # ... and with its experts' kernel
     df.attrs["recipe_experts_tp"] = experts_tp  # ... and its experts tensor-parallel where the row names expert ranks
+    df.attrs["generator_launch"] = generated  # AIConfigurator runs as its generator launched SGLang (_as_generated)
     df.attrs["recipe_workers"] = workers  # disaggregated runs at their recipe's workers (DISAGG_RECIPES)
     df.attrs["recipe_dp_attention"] = dp_attention  # ... and at its DP attention, which the row does not give
     return df
@@ -795,9 +836,10 @@ def _as_launched(row: dict, case: Case, span: tuple[datetime, datetime] | None) 
     scheduler's polling interval (:data:`~prfaas_plan.inferencex.RECIPES`, those whose config key ran the row) takes them;
     the status that leaves it out where the recipes that ran it launch the engine differently
     (:data:`AMBIGUOUS_RECIPE`) or the one that ran it decoded speculatively (:data:`SPECULATIVE_RUN`);
+    an AIConfigurator run, as its generator launched the engine (:func:`_as_generated`);
     ``span``: when it was measured (:func:`_measured_span`; a repeat, when the run it repeats was)."""
     if case.run != INFERENCEX_RUN:
-        return case
+        return _as_generated(case)
     ran = [r for r in RECIPES if r.applies(row, case) and r.ran(case, span)]
     if len(ran) > 1:
         names = [r.key or r.source for r in ran]

@@ -28,6 +28,8 @@ from prfaas_plan.model.cache import CacheSettings
 from prfaas_plan.perf.latency import decode_step_s, prefill_latency
 from prfaas_plan.serving import BenchmarkRun, colocated_benchmark, colocated_closed_loop, disaggregated_closed_loop
 from prfaas_plan.validate import (
+    AIC_MIXED_CHUNK_SGLANG,
+    AIC_PREFILL_HEADROOM_TOKENS,
     AIC_RUN,
     COLUMNS,
     INFERENCEX_RUN,
@@ -187,7 +189,10 @@ def test_agg_predictions_are_the_serving_model(frame):
         # kernels) with --kv-cache-dtype fp8 and the default budget (minimaxm2.5_fp4_b200.sh on #996's branch)
         21: _agg(load_model("minimax-m2.5-nvfp4"), 2, _engine("vllm", None), 1024, 1024, 32, gpu="b200", run=ix,
                  settings=FP8_KV),
-        14: _agg(llama8, 1, _engine("sglang", "0.5.6.post2"), 1000, 100, 160, run=aic),  # bf16 checkpoint: online FP8
+        # bf16 checkpoint: online FP8; SGLang as AIConfigurator's generator launched it (validate._as_generated):
+        # --enable-mixed-chunk, --max-prefill-tokens ISL + 1500 (below the default budget of 8192 on H200)
+        14: _agg(llama8, 1, _budget(_engine("sglang", "0.5.6.post2"), 2500).with_launch(mixed_prefill=True), 1000, 100,
+                 160, run=aic),
         # --max-num-batched-tokens $((ISL * 2)) --kv-cache-dtype fp8 in InferenceX's B200 MiniMax vLLM 0.19.0 script;
         # the dump writes its {tp: 2, ep: 2} run as TP 2, attention DP 2, EP 4 (validate._as_named): 2 GPUs
         18: _agg(minimax, 2, _budget(_engine("vllm", "0.19.0"), 2048), 1024, 1024, 512,
@@ -226,6 +231,38 @@ def test_protocol_rule_per_source(frame):
     # mapped rows (status ok): InferenceX 0-6, 13, 18-21; AIConfigurator 9, 10, 11, 14 (disagg 7, 8: ambiguous)
     assert frame.attrs["protocols"] == {"inferencex run": 12, "vllm bench serve run": 0, "aiconfigurator run": 4,
                                         "steady state": 0}
+
+
+def test_aiconfigurator_sglang_runs_take_the_generators_launch(frame, tmp_path):
+    """The gap-analysis SGLang rows from 0.5.6.post2 on ran as AIConfigurator's generator launched
+    them: prompt chunks mixed into the decode steps, at most ISL + 1500 prompt tokens a step (capped
+    by the chunk size); earlier SGLang (H100's 0.5.1.post1), vLLM and InferenceX rows keep theirs."""
+    assert (AIC_MIXED_CHUNK_SGLANG, AIC_PREFILL_HEADROOM_TOKENS) == ("0.5.6.post2", 1500)
+    assert frame.attrs["generator_launch"] == 2  # rows 10 and 14 (H200 SGLang 0.5.6.post2)
+    qwen3 = load_model("qwen3-235b-a22b-fp8")
+    generated = _budget(_engine("sglang", "0.5.6.post2"), 2500).with_launch(mixed_prefill=True)
+    got = frame.iloc[10][["ttft_ms_predicted", "tpot_ms_predicted"]].tolist()
+    assert got == pytest.approx(list(_agg(qwen3, 4, generated, 1000, 100, 8, run=AIC_RUN)), rel=1e-12)
+    # the same run prefill-first at the default budget: another prediction, so the launch is what made it
+    assert got[0] != pytest.approx(_agg(qwen3, 4, _engine("sglang", "0.5.6.post2"), 1000, 100, 8, run=AIC_RUN)[0],
+                                   rel=1e-3)
+    # an 8,000-token prompt: ISL + 1500 = 9,500 is above H200's chunk of 8,192, which then bounds the step
+    rows = pd.read_csv(ROWS, dtype=str, keep_default_na=False).iloc[[14]].copy()
+    rows["isl"] = "8000"
+    rows.to_csv(tmp_path / "long.csv", index=False)
+    long = validate_silicon(tmp_path / "long.csv").iloc[0]
+    llama8 = load_model("llama-3.1-8b").with_gemm_dtypes(attention="fp8_block", dense_ffn="fp8_block")
+    want = _agg(llama8, 1, _engine("sglang", "0.5.6.post2").with_launch(mixed_prefill=True), 8000, 100, 160,
+                run=AIC_RUN)
+    assert [long["ttft_ms_predicted"], long["tpot_ms_predicted"]] == pytest.approx(list(want), rel=1e-12)
+    # a version before the generator's flag, on the same row: the profile's prefill-first engine (lockstep)
+    rows = pd.read_csv(ROWS, dtype=str, keep_default_na=False).iloc[[14]].copy()
+    rows["backend_version"] = "0.5.4.post3"
+    rows.to_csv(tmp_path / "older.csv", index=False)
+    older = validate_silicon(tmp_path / "older.csv")
+    want = _agg(llama8, 1, _engine("sglang", "0.5.4.post3"), 1000, 100, 160, run=AIC_RUN)
+    assert older.iloc[0][["ttft_ms_predicted", "tpot_ms_predicted"]].tolist() == pytest.approx(list(want), rel=1e-12)
+    assert older.attrs["generator_launch"] == 0
 
 
 def test_inferencex_runs_take_their_launch_scripts_token_budget(frame):
@@ -900,7 +937,8 @@ def test_html_page_and_json(tmp_path):
                     ("KV-cache dtype of the launch script", 6), ("experts dtype of the launch script", 1),
                     ("experts kernel of the launch script", 1),
                     ("running-request cap or scheduler polling of the launch script", 3),
-                    ("static memory share of the launch script", 4)):
+                    ("static memory share of the launch script", 4),
+                    ("SGLang as AIConfigurator's generator launched it (mixed chunks, max prefill tokens)", 2)):
         assert re.search(rf"{re.escape(rule)}</td>\s*<td[^>]*>{n}</td>", mapping), rule
     assert [p.name for p in tmp_path.iterdir()] == ["v.html"]  # atomic: no temporary file left
 
@@ -916,6 +954,8 @@ def test_table_says_how_many_rows_each_run_protocol_predicted():
     assert "rows run at their launch script's experts dtype: 1" in lines  # RECIPES: 20
     assert "rows run with their launch script's experts kernel: 1" in lines  # RECIPES: 13 (Marlin)
     assert "rows run at their launch script's static memory share: 4" in lines  # SGLang RECIPES: 2, 3, 6, 19
+    assert ("rows run as AIConfigurator's generator launched SGLang (mixed chunks, --max-prefill-tokens ISL + 1500): 2"
+            in lines)  # 10, 14
     # relabelled (validate.REMAPS): per-tensor "fp8" on the block-128 checkpoints of MiniMax-M2.5
     # (0, 1, 18), DeepSeek-V3/R1 (6; 7 and 8 are left out), Qwen3-235B-FP8 (9, 11) and GLM-5-FP8 (19), "nvfp4" on gpt-oss's
     # MXFP4 checkpoint (13, 20) and on MiniMax's NVFP4 release, whose attention is bf16 (21); experts TP8 refused (0)

@@ -72,6 +72,7 @@ RECIPE_LINES = (
     ("recipe_experts_dtype", "at their launch script's experts dtype"),
     ("recipe_moe_kernel", "with their launch script's experts kernel"),
     ("recipe_experts_tp", "with their launch script's experts tensor-parallel (the row names expert ranks)"),
+    ("generator_launch", "as AIConfigurator's generator launched SGLang (mixed chunks, --max-prefill-tokens ISL + 1500)"),
 )
 """The launch-script settings a validation frame counts (its ``attrs``, validate._frame), as the table's lines say them."""
 

@@ -62,8 +62,8 @@ def _cols(df: pd.DataFrame) -> list[Col]:
 
 def _mapping(df: pd.DataFrame) -> pd.DataFrame:
     """Mapped rows per benchmark protocol, per relabelling rule, run at their launch script's token
-    budget, KV-cache dtype, scheduler settings, static memory share, experts dtype or expert layout, and at their disaggregated
-    recipe's workers and DP attention (the frame's ``attrs``)."""
+    budget, KV-cache dtype, scheduler settings, static memory share, experts dtype or expert layout, as AIConfigurator's
+    generator launched them, and at their disaggregated recipe's workers and DP attention (the frame's ``attrs``)."""
     import pandas as pd
 
     rows = [("run protocol", name, n) for name, n in df.attrs.get("protocols", {}).items()]
@@ -77,6 +77,8 @@ def _mapping(df: pd.DataFrame) -> pd.DataFrame:
              ("engine as launched", "experts kernel of the launch script", df.attrs.get("recipe_moe_kernel", 0)),
              ("engine as launched", "experts tensor-parallel as the launch script ran them (the row names expert ranks)",
               df.attrs.get("recipe_experts_tp", 0)),
+             ("engine as launched", "SGLang as AIConfigurator's generator launched it (mixed chunks, max prefill tokens)",
+              df.attrs.get("generator_launch", 0)),
              ("disaggregated recipe", "worker counts of the recipe in force when measured", df.attrs.get("recipe_workers", 0)),
              ("disaggregated recipe", "DP attention of the recipe (the row reads TP)", df.attrs.get("recipe_dp_attention", 0))]
     return pd.DataFrame(rows, columns=["kind", "rule", "rows"])
