@@ -13,6 +13,7 @@ Profiles are frozen pydantic models; times are seconds, sizes tokens.
 
 from __future__ import annotations
 
+import math
 from functools import lru_cache
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal
@@ -120,6 +121,11 @@ class EngineProfile(BaseModel):
     prompts is prefilled before any of them decodes.
     max_running_requests: the most requests the engine runs at once (SGLang
     ``--max-running-requests``); None: as many as the KV cache holds. More clients wait in its queue.
+    max_prefill_tokens: prompt tokens a step admits whole prompts within (SGLang
+    ``--max-prefill-tokens``, default 16,384): a waiting prompt joins a step that already carries
+    one only while its tokens fit this, less the step's decode tokens and the prompt tokens it
+    took; the first prompt always joins, chunked at the step budget (:meth:`prompt_room_tokens`).
+    None: no such limit, prompts fill the budget and the last is split (vLLM).
     recv_interval_steps: the scheduler takes in newly arrived requests once every this many decode
     steps, and at once after a prompt step or when idle (SGLang ``--scheduler-recv-interval``,
     default 1: every step).
@@ -154,6 +160,7 @@ class EngineProfile(BaseModel):
     dp_attention_divides_budget: bool = False
     mixed_prefill: bool = True
     max_running_requests: PositiveInt | None = None
+    max_prefill_tokens: PositiveInt | None = None
     recv_interval_steps: PositiveInt = 1
     speculative: Speculative | None = None
     static_memory_fraction: float | None = Field(default=None, gt=0, le=1)
@@ -186,17 +193,32 @@ class EngineProfile(BaseModel):
         return max(budget // attn_dp, 1) if self.dp_attention_divides_budget else budget
 
     def with_launch(self, max_running_requests: int | None = None, recv_interval_steps: int | None = None,
-                    static_memory_fraction: float | None = None, mixed_prefill: bool | None = None) -> EngineProfile:
+                    static_memory_fraction: float | None = None, mixed_prefill: bool | None = None,
+                    max_prefill_tokens: int | None = None) -> EngineProfile:
         """This profile with the launch flags a run set (None: the profile's own)."""
         update = {k: v for k, v in (("max_running_requests", max_running_requests),
                                     ("recv_interval_steps", recv_interval_steps),
                                     ("static_memory_fraction", static_memory_fraction),
-                                    ("mixed_prefill", mixed_prefill)) if v is not None}
+                                    ("mixed_prefill", mixed_prefill),
+                                    ("max_prefill_tokens", max_prefill_tokens)) if v is not None}
         return self.model_copy(update=update) if update else self
 
     def with_chunked_prefill(self, tokens: int) -> EngineProfile:
         """This profile with one token budget on every GPU (a launch flag that sets it)."""
         return self.model_copy(update={"chunked_prefill_tokens": tokens, "chunked_prefill_by_gpu": ()})
+
+    def prompt_room_tokens(self, budget_tokens: int, prompt_tokens: int, decode_tokens: float) -> float:
+        """Prompt tokens one step takes while prompts of ``prompt_tokens`` each wait, beside
+        ``decode_tokens`` decode tokens, with a step budget of ``budget_tokens`` (the instance's
+        ``chunked_prefill_tokens``): the budget the decodes leave; under :attr:`max_prefill_tokens`
+        only the whole prompts that fit it less the decode tokens, at least one (chunked at the
+        budget), as SGLang's ``PrefillAdder`` admits them (``rem_input_tokens`` and
+        ``rem_chunk_tokens``, both less the decodes). At least 1."""
+        room = budget_tokens - decode_tokens
+        if self.max_prefill_tokens is not None:
+            whole = max(math.floor((self.max_prefill_tokens - decode_tokens) / prompt_tokens), 1)
+            room = min(room, whole * prompt_tokens)
+        return max(room, 1.0)
 
     def layer_launch_s_for(self, phase: str) -> float:
         """Launch time per layer in ``phase`` (``"prefill"`` eager, ``"decode"`` in graphs if enabled)."""

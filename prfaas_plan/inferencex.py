@@ -89,7 +89,8 @@ class Recipe:
     for an ``(isl, osl)`` it lists) and how often its scheduler polls for new requests
     (``--scheduler-recv-interval``: ``recv_interval``, ``(least concurrency, decode steps)`` pairs,
     the last the row's concurrency reaches applies) and the share of memory weights and KV take
-    (SGLang ``--mem-fraction-static``: ``mem_fraction``) and the experts' GEMM dtype where an
+    (SGLang ``--mem-fraction-static``: ``mem_fraction``) and the prompt tokens a step admits whole
+    prompts within (SGLang ``--max-prefill-tokens``: ``max_prefill``) and the experts' GEMM dtype where an
     environment switch selects another kernel (vLLM ``VLLM_USE_FLASHINFER_MOE_MXFP4_MXFP8=1``:
     ``experts_dtype`` "mxfp4_w4a8") or the experts' kernel (vLLM ``VLLM_MXFP4_USE_MARLIN=1``:
     ``mxfp4_moe_kernel`` "marlin"); None: the engine's defaults. ``experts_tp``: the script starts
@@ -110,6 +111,7 @@ class Recipe:
     max_running_at: tuple[tuple[int, int, int], ...] = ()
     recv_interval: tuple[tuple[int, int], ...] = ()
     mem_fraction: float | None = None
+    max_prefill: int | None = None
     experts_dtype: GemmDtype | None = None
     mxfp4_moe_kernel: MoeKernel | None = None
     experts_tp: bool = False
@@ -197,15 +199,15 @@ RECIPES = (
     Recipe("b200_sxm", "glm-5", "sglang",
            f"{_IX}/13930ca61/benchmarks/single_node/glm5_fp8_b200.sh (--chunked-prefill-size 32768, --kv-cache-dtype "
            "fp8_e4m3, --max-running-requests CONC (the row's concurrency: no cap below it), --mem-fraction-static 0.85, "
-           "--stream-interval 30; the FP8 checkpoint's rows: 2026-03-20)", tokens=32768, kv_dtype="fp8",
-           mem_fraction=0.85, precision="fp8", key="glm5-fp8-b200-sglang",
+           "--stream-interval 30, --max-prefill-tokens 32768; the FP8 checkpoint's rows: 2026-03-20)", tokens=32768,
+           kv_dtype="fp8", mem_fraction=0.85, max_prefill=32768, precision="fp8", key="glm5-fp8-b200-sglang",
            runs=(_run("13930ca61", "2026-03-20T17:45:21Z", _MAR28, (_ALL, 8, 1, 4, 128)),
                  _run("626932a11", _MAR28, "2026-04-14T18:06:37Z", (_NO_1K8K, 8, 1, 4, 128)))),
     Recipe("h200_sxm", "deepseek-v3", "sglang",
            f"{_IX}/64c20b6b5/benchmarks/single_node/dsr1_fp8_h200.sh (--chunked-prefill-size 32768 and "
            "--max-running-requests 512 at 1k/1k, 256 otherwise, in every version from 2025-09-19 to 2026-06; "
-           "--mem-fraction-static 0.82; no --kv-cache-dtype; the rows: 2026-03-25)", tokens=32768, max_running=256,
-           max_running_at=((1024, 1024, 512),), mem_fraction=0.82,
+           "--mem-fraction-static 0.82, --max-prefill-tokens 32768; no --kv-cache-dtype; the rows: 2026-03-25)",
+           tokens=32768, max_running=256, max_running_at=((1024, 1024, 512),), mem_fraction=0.82, max_prefill=32768,
            key="dsr1-fp8-h200-sglang", runs=(_run("17d5e204f", "2025-11-03T18:05:50Z", _MAR28, (_ALL, 8, 1, 4, 64)),
                                              _run("626932a11", _MAR28, _MAY01, (_NO_1K8K, 8, 1, 4, 64)))),
     Recipe("h200_sxm", "qwen3.5-397b-a17b", "sglang",
@@ -217,9 +219,9 @@ RECIPES = (
     Recipe("b200_sxm", "qwen3.5-397b-a17b", "sglang",
            f"{_IX}/c23031b7e/benchmarks/single_node/qwen3.5_fp8_b200.sh (CHUNKED_PREFILL_SIZE=32768, "
            "--kv-cache-dtype fp8_e4m3, MAX_RUNNING_REQUESTS=128, SCHEDULER_RECV_INTERVAL 10, 30 from CONC 16, "
-           "MEM_FRAC_STATIC=0.82, in every version from 2026-03-03 to 04-30; the FP8 checkpoint's rows, 2026-03-20 "
-           "to 04-08)", tokens=32768, kv_dtype="fp8", max_running=128, recv_interval=_RECV_10_30, mem_fraction=0.82,
-           precision="fp8",
+           "MEM_FRAC_STATIC=0.82, MAX_PREFILL_TOKENS=32768, in every version from 2026-03-03 to 04-30; the FP8 "
+           "checkpoint's rows, 2026-03-20 to 04-08)", tokens=32768, kv_dtype="fp8", max_running=128,
+           recv_interval=_RECV_10_30, mem_fraction=0.82, max_prefill=32768, precision="fp8",
            key="qwen3.5-fp8-b200-sglang",  # 515294190 (2026-04-30) changed the script and its search space
            runs=(_run("efd49e50b", "2026-03-03T17:20:50Z", "2026-03-24T00:52:18Z", (_ALL[:1], 4, 4, 4, 16),
                       (_ALL[:1], 4, 4, 64, 64), (_ALL[1:2], 8, 1, 4, 8), (_ALL[2:], 8, 1, 4, 4), (_ALL[1:], 4, 4, 8, 64)),
@@ -229,20 +231,20 @@ RECIPES = (
            f"{_IX}/9dc87a68c/benchmarks/single_node/qwen3.5_bf16_b200.sh (CHUNKED_PREFILL_SIZE=32768, "
            "no --kv-cache-dtype, MAX_RUNNING_REQUESTS=128, SCHEDULER_RECV_INTERVAL 10, 30 from CONC 16, "
            "MEM_FRAC_STATIC=0.82 (0.8 until 9dc87a68c, 2026-02-20T05:32:41Z), in every version from 2026-02-20 to "
-           "05-12; the bf16 checkpoint's rows, 2026-02-20 to 03-09)", tokens=32768,
-           max_running=128, recv_interval=_RECV_10_30, mem_fraction=0.82, precision="bf16",
+           "05-12, MAX_PREFILL_TOKENS=32768; the bf16 checkpoint's rows, 2026-02-20 to 03-09)", tokens=32768,
+           max_running=128, recv_interval=_RECV_10_30, mem_fraction=0.82, max_prefill=32768, precision="bf16",
            key="qwen3.5-bf16-b200-sglang", runs=_QWEN35_B200_BF16_RUNS),
     Recipe("b200_sxm", "deepseek-v3", "sglang",
            f"{_IX}/38b80a859/benchmarks/single_node/dsr1_fp8_b200.sh (TP 8: 32768, --max-running-requests 128, "
            "--scheduler-recv-interval 10, 30 from CONC 16; --kv-cache-dtype fp8_e4m3; --mem-fraction-static 0.82; every "
-           "version from 2025-09-23 to 2026-06, the 2025-12 dsr1_fp8_b200_docker.sh too; the rows: 2025-12-31 and "
-           "2026-03-25)", tokens=32768, kv_dtype="fp8", max_running=128, recv_interval=_RECV_10_30, mem_fraction=0.82,
-           tp=8, key=_DSR1_B200, runs=_DSR1_B200_RUNS),
+           "version from 2025-09-23 to 2026-06, the 2025-12 dsr1_fp8_b200_docker.sh too; MAX_PREFILL_TOKENS=32768 "
+           "at 38b80a859; the rows: 2025-12-31 and 2026-03-25)", tokens=32768, kv_dtype="fp8", max_running=128,
+           recv_interval=_RECV_10_30, mem_fraction=0.82, max_prefill=32768, tp=8, key=_DSR1_B200, runs=_DSR1_B200_RUNS),
     Recipe("b200_sxm", "deepseek-v3", "sglang",
            f"{_IX}/38b80a859/benchmarks/single_node/dsr1_fp8_b200.sh (TP 4: 8192, --max-running-requests 32, "
            "--scheduler-recv-interval 10; --kv-cache-dtype fp8_e4m3; --mem-fraction-static 0.95, since TP 4 came in, "
-           "1d29967c4 of 2026-01-13)", tokens=8192, kv_dtype="fp8", max_running=32, recv_interval=((1, 10),),
-           mem_fraction=0.95, tp=4, key=_DSR1_B200, runs=_DSR1_B200_RUNS),
+           "1d29967c4 of 2026-01-13; MAX_PREFILL_TOKENS=8192 at 38b80a859)", tokens=8192, kv_dtype="fp8", max_running=32,
+           recv_interval=((1, 10),), mem_fraction=0.95, max_prefill=8192, tp=4, key=_DSR1_B200, runs=_DSR1_B200_RUNS),
     # the MTP keys: their rows are left out (validate.SPECULATIVE_RUN), so their launch settings are not held
     Recipe("b200_sxm", "deepseek-v3", "sglang",
            f"{_IX}/12ba0ae07/benchmarks/single_node/dsr1_fp8_b200_mtp.sh (EAGLE MTP, --speculative-num-steps 2 "
@@ -309,8 +311,9 @@ RECIPES = (
            "CHUNKED_PREFILL_SIZE=32768, --kv-cache-dtype fp8_e4m3, MAX_RUNNING_REQUESTS=128, SCHEDULER_RECV_INTERVAL "
            "10, 30 from CONC 16, MEM_FRAC_STATIC=0.85, in every version from e1e8cb214 on #820's branch, 2026-03-29, "
            "to 9189c1884, 2026-05-01; its --mamba-ssm-dtype bfloat16 is not modelled: the state keeps the config's "
-           "fp32; the rows: 2026-04-08, image nightly-dev-20260402)", tokens=32768, kv_dtype="fp8", max_running=128,
-           recv_interval=_RECV_10_30, mem_fraction=0.85, key="qwen3.5-fp4-b200-sglang",
+           "fp32; MAX_PREFILL_TOKENS=32768; the rows: 2026-04-08, image nightly-dev-20260402)", tokens=32768,
+           kv_dtype="fp8", max_running=128, recv_interval=_RECV_10_30, mem_fraction=0.85, max_prefill=32768,
+           key="qwen3.5-fp4-b200-sglang",
            # 85d02c46b took #820's branch to the nightly image the rows name; the search space held until ca9fc7d1b
            runs=(_run("85d02c46b", "2026-04-03T17:54:16Z", "2026-05-01T20:52:49Z", (_NO_1K8K, 4, 1, 4, 128)),)),
     # kimik2.5-fp4-b200-vllm: kimik2.5_fp4_b200.sh runs `vllm serve --tensor-parallel-size=$TP` without

@@ -4,7 +4,9 @@ One engine serves prefill and decode together, as vLLM V1 and SGLang run it: eve
 token budget (``engine.chunked_prefill_tokens_on(gpu)``); each running decode takes one token of it
 (``k + 1`` under speculative decoding), prefill chunks fill the rest first come, first served, so
 a prompt of ``isl`` tokens beside a decode batch ``b`` runs in ``ceil(isl / (budget - b(k+1)))``
-steps. A step's time is the kernel model's mixed step (:func:`prfaas_plan.perf.ops.mixed_step_ops`,
+steps; under SGLang's ``--max-prefill-tokens`` (the profile's ``max_prefill_tokens``) a step takes
+only the whole prompts that fit it less its decode tokens, at least one
+(:meth:`StepTable.room`, :meth:`~prfaas_plan.engine.EngineProfile.prompt_room_tokens`). A step's time is the kernel model's mixed step (:func:`prfaas_plan.perf.ops.mixed_step_ops`,
 its step overhead included); a request pays the engine's request overhead once, on its TTFT.
 
 Steady state, seen by one tagged request among the others (closed loop: ``c - 1`` other clients;
@@ -293,6 +295,12 @@ class StepTable:
         step with prompts waiting prefills them alone (prefill first)."""
         return self.case.inst.engine_profile.mixed_prefill
 
+    def room(self, b: float) -> float:
+        """Prompt tokens a step beside ``b`` decodes takes while prompts wait: the budget they
+        leave, whole prompts only under the profile's ``max_prefill_tokens``
+        (:meth:`~prfaas_plan.engine.EngineProfile.prompt_room_tokens`)."""
+        return self.case.inst.engine_profile.prompt_room_tokens(self.budget, self.isl, b * (self.k + 1))
+
     def times(self, b: int) -> StepTimes:
         """The steps beside an integer decode batch ``b`` (cached per content of the case)."""
         return _point_times(self.case, self.isl, self.osl, int(b))
@@ -363,7 +371,7 @@ def _point_times(case: _Case, isl: int, osl: int, b: int) -> StepTimes:
     ctx = isl + osl / 2.0  # a decode's mean context over its output
     draft = draft_step_s(model, inst, b, ctx, settings)
     dec = float(decode_ops(model, inst, b * (k + 1), ctx, eng, kv).total_s) + draft if b else math.nan
-    avail = max(inst.chunked_prefill_tokens - b * (k + 1), 1)
+    avail = int(eng.prompt_room_tokens(inst.chunked_prefill_tokens, isl, b * (k + 1)))
     n = math.ceil(isl / avail)
     sizes = np.minimum(avail, isl - avail * np.arange(n)).astype(float)
     prefix = avail * np.arange(n, dtype=float)
@@ -412,7 +420,7 @@ def _closed_round(t: StepTable, isl: int, osl: int, clients: float, ttft: float,
     busy = 1.0 if clients > 1 else 0.0  # another client's step is in progress
     beside = others if t.mixed else 0.0  # decodes a prompt's steps carry
     _, sp_pre, n_pre, full_pre = t.at(beside)
-    avail = max(t.budget - beside * (t.k + 1), 1.0)
+    avail = t.room(beside)
     own = isl / avail * full_pre  # a prompt's share of full-budget steps: the prefill server's time
     rho = x_o * own
     s0, sp, n, full = t.at(1.0 + others)
@@ -550,7 +558,7 @@ def _stable(t: StepTable, rate: float, osl: int, tpot: float) -> tuple[bool, flo
     packed into full-budget steps beside ``rate D`` decodes, is below 1), and ``rho``."""
     others = rate * (osl - 1) * tpot
     beside = others if t.mixed else 0.0  # decodes a prompt's steps carry
-    rho = rate * t.isl / max(t.budget - beside * (t.k + 1), 1.0) * t.at(beside).full_s
+    rho = rate * t.isl / t.room(beside) * t.at(beside).full_s
     m, a, s_c = _chain_steps(t, 1.0 + others)
     return bool(rho < 1.0 and m * rate * s_c[a] < a), float(rho)
 
@@ -564,7 +572,7 @@ def _chain_steps(t: StepTable, b: float) -> tuple[int, int, np.ndarray]:
     on a prefill-first engine (its prompt steps carry no decode and have the whole budget)."""
     m = max(1, math.ceil(t.isl / CHAIN_QUANTUM_TOKENS))
     beside = b if t.mixed else 0.0
-    a = max(1, round(max(t.budget - beside * (t.k + 1), 1.0) * m / t.isl))
+    a = max(1, round(t.room(beside) * m / t.isl))
     # no backlog at a poll: the decodes run until the next one (recv_steps decode steps)
     return m, a, np.concatenate([[t.recv_steps * t.at(b).decode_s], _chunk_steps(t, beside, m, a)])
 
@@ -809,7 +817,7 @@ def _first_wave(t: StepTable, wave: int, tail_tpot_s: float) -> tuple[np.ndarray
     pure decode steps at batch ``wave`` run until the first request ends (no prompt arrives before:
     the clients send their next requests as theirs end); the tokens left after that run at the
     steady state's ``tail_tpot_s`` per token. With ``osl = 1`` TPOT is nan (no decode)."""
-    isl, osl, per, mixed = t.isl, t.osl, t.k + 1, t.mixed
+    isl, osl, mixed = t.isl, t.osl, t.mixed
     steps = math.ceil((osl - 1) / t.accepted)  # decode steps a request runs
     ends = [t.request_s]  # ends[m + 1]: when step m ends
     done_at: list[int] = []  # the step that finishes each prompt, in order
@@ -820,7 +828,7 @@ def _first_wave(t: StepTable, wave: int, tail_tpot_s: float) -> tuple[np.ndarray
         # decodes running in step m; a prefill-first engine runs none while prompts wait
         b = len(done_at) - bisect_left(done_at, m - steps) if steps and mixed else 0
         now = t.at(b)
-        avail = max(t.budget - b * per, 1)
+        avail = int(t.room(b))
         take = min(avail, left)
         s = now.full_s if take == avail else t.chunk_s(b, take)
         ends.append(ends[-1] + s)

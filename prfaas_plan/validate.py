@@ -321,7 +321,7 @@ class Case:
     experts_dtype: GemmDtype | None = None  # the experts' GEMM dtype as the run's recipe launched it; None: the checkpoint's
     mxfp4_moe_kernel: MoeKernel | None = None  # MXFP4 experts' kernel as the run's recipe launched it; None: the profile's
     mixed_prefill: bool | None = None  # SGLang --enable-mixed-chunk as the run was launched; None: the profile's
-    max_prefill_tokens: int | None = None  # SGLang --max-prefill-tokens as the run was launched; None: unset
+    max_prefill_tokens: int | None = None  # SGLang --max-prefill-tokens as the run was launched; None: the profile's
 
 
 @dataclass(frozen=True)
@@ -644,19 +644,15 @@ def _instance(case: Case, layout: Layout) -> Instance:
     """The worker: the row's GPU and layout under the backend's profile at the row's version, so
     that the nearest collected kernel tables of that version are used."""
     from prfaas_plan.engine import load_engine
-    from prfaas_plan.hardware import instance, load_gpu
+    from prfaas_plan.hardware import instance
 
     engine = load_engine(case.engine_id)
     if case.kernel_version is not None and case.kernel_version != engine.kernel_version:
         engine = engine.model_copy(update={"kernel_version": case.kernel_version})
     if case.token_budget is not None:
         engine = engine.with_chunked_prefill(case.token_budget)
-    if case.max_prefill_tokens is not None:
-        # SGLang admits whole prompts to a step while their tokens fit --max-prefill-tokens (the first one
-        # always, up to the chunk size): taken as a budget of the smaller of the two, chunks included
-        engine = engine.with_chunked_prefill(min(engine.chunked_prefill_tokens_on(load_gpu(case.gpu_id)),
-                                                 case.max_prefill_tokens))
-    engine = engine.with_launch(case.max_running, case.recv_interval_steps, case.mem_fraction, case.mixed_prefill)
+    engine = engine.with_launch(case.max_running, case.recv_interval_steps, case.mem_fraction, case.mixed_prefill,
+                                case.max_prefill_tokens)
     if case.mxfp4_moe_kernel is not None:
         engine = engine.model_copy(update={"mxfp4_moe_kernel": case.mxfp4_moe_kernel})
     return instance(case.gpu_id, layout.gpus, layout=layout, engine=engine)
@@ -855,6 +851,7 @@ def _as_launched(row: dict, case: Case, span: tuple[datetime, datetime] | None) 
     return replace(case, layout=layout, token_budget=recipe.budget(case.isl_tokens), kv_dtype=recipe.kv_dtype or case.kv_dtype,
                    max_running=recipe.running(case.isl_tokens, case.osl_tokens),
                    recv_interval_steps=recipe.recv_steps(case.concurrency), mem_fraction=recipe.mem_fraction,
+                   max_prefill_tokens=recipe.max_prefill,
                    experts_dtype=recipe.experts_dtype, mxfp4_moe_kernel=recipe.mxfp4_moe_kernel)
 
 

@@ -190,9 +190,9 @@ def test_agg_predictions_are_the_serving_model(frame):
         21: _agg(load_model("minimax-m2.5-nvfp4"), 2, _engine("vllm", None), 1024, 1024, 32, gpu="b200", run=ix,
                  settings=FP8_KV),
         # bf16 checkpoint: online FP8; SGLang as AIConfigurator's generator launched it (validate._as_generated):
-        # --enable-mixed-chunk, --max-prefill-tokens ISL + 1500 (below the default budget of 8192 on H200)
-        14: _agg(llama8, 1, _budget(_engine("sglang", "0.5.6.post2"), 2500).with_launch(mixed_prefill=True), 1000, 100,
-                 160, run=aic),
+        # --enable-mixed-chunk, --max-prefill-tokens ISL + 1500
+        14: _agg(llama8, 1, _engine("sglang", "0.5.6.post2").with_launch(mixed_prefill=True, max_prefill_tokens=2500),
+                 1000, 100, 160, run=aic),
         # --max-num-batched-tokens $((ISL * 2)) --kv-cache-dtype fp8 in InferenceX's B200 MiniMax vLLM 0.19.0 script;
         # the dump writes its {tp: 2, ep: 2} run as TP 2, attention DP 2, EP 4 (validate._as_named): 2 GPUs
         18: _agg(minimax, 2, _budget(_engine("vllm", "0.19.0"), 2048), 1024, 1024, 512,
@@ -235,25 +235,25 @@ def test_protocol_rule_per_source(frame):
 
 def test_aiconfigurator_sglang_runs_take_the_generators_launch(frame, tmp_path):
     """The gap-analysis SGLang rows from 0.5.6.post2 on ran as AIConfigurator's generator launched
-    them: prompt chunks mixed into the decode steps, at most ISL + 1500 prompt tokens a step (capped
-    by the chunk size); earlier SGLang (H100's 0.5.1.post1), vLLM and InferenceX rows keep theirs."""
+    them: prompt chunks mixed into the decode steps, --max-prefill-tokens ISL + 1500 (whole prompts
+    a step within it); earlier SGLang (H100's 0.5.1.post1), vLLM and InferenceX rows keep theirs."""
     assert (AIC_MIXED_CHUNK_SGLANG, AIC_PREFILL_HEADROOM_TOKENS) == ("0.5.6.post2", 1500)
     assert frame.attrs["generator_launch"] == 2  # rows 10 and 14 (H200 SGLang 0.5.6.post2)
     qwen3 = load_model("qwen3-235b-a22b-fp8")
-    generated = _budget(_engine("sglang", "0.5.6.post2"), 2500).with_launch(mixed_prefill=True)
+    generated = _engine("sglang", "0.5.6.post2").with_launch(mixed_prefill=True, max_prefill_tokens=2500)
     got = frame.iloc[10][["ttft_ms_predicted", "tpot_ms_predicted"]].tolist()
     assert got == pytest.approx(list(_agg(qwen3, 4, generated, 1000, 100, 8, run=AIC_RUN)), rel=1e-12)
     # the same run prefill-first at the default budget: another prediction, so the launch is what made it
     assert got[0] != pytest.approx(_agg(qwen3, 4, _engine("sglang", "0.5.6.post2"), 1000, 100, 8, run=AIC_RUN)[0],
                                    rel=1e-3)
-    # an 8,000-token prompt: ISL + 1500 = 9,500 is above H200's chunk of 8,192, which then bounds the step
+    # the cap follows the row's ISL: 2,000-token prompts run at 3,500 (one whole prompt a step, not 1.75)
     rows = pd.read_csv(ROWS, dtype=str, keep_default_na=False).iloc[[14]].copy()
-    rows["isl"] = "8000"
+    rows["isl"] = "2000"
     rows.to_csv(tmp_path / "long.csv", index=False)
     long = validate_silicon(tmp_path / "long.csv").iloc[0]
     llama8 = load_model("llama-3.1-8b").with_gemm_dtypes(attention="fp8_block", dense_ffn="fp8_block")
-    want = _agg(llama8, 1, _engine("sglang", "0.5.6.post2").with_launch(mixed_prefill=True), 8000, 100, 160,
-                run=AIC_RUN)
+    want = _agg(llama8, 1, _engine("sglang", "0.5.6.post2").with_launch(mixed_prefill=True, max_prefill_tokens=3500),
+                2000, 100, 160, run=AIC_RUN)
     assert [long["ttft_ms_predicted"], long["tpot_ms_predicted"]] == pytest.approx(list(want), rel=1e-12)
     # a version before the generator's flag, on the same row: the profile's prefill-first engine (lockstep)
     rows = pd.read_csv(ROWS, dtype=str, keep_default_na=False).iloc[[14]].copy()
@@ -273,7 +273,7 @@ def test_inferencex_runs_take_their_launch_scripts_token_budget(frame):
     ix = INFERENCEX_RUN
     deepseek = load_model("deepseek-v3")
     sglang = _engine("sglang", "0.5.9")
-    at = _agg(deepseek, 8, _budget(sglang, 32768), 1024, 1024, 64, run=ix)
+    at = _agg(deepseek, 8, _budget(sglang, 32768).with_launch(max_prefill_tokens=32768), 1024, 1024, 64, run=ix)
     default = _agg(deepseek, 8, sglang, 1024, 1024, 64, run=ix)
     assert frame.iloc[6][["ttft_ms_predicted", "tpot_ms_predicted"]].tolist() == pytest.approx(list(at), rel=1e-12)
     assert at[0] != pytest.approx(default[0], rel=1e-3)
@@ -368,7 +368,7 @@ def test_an_inferencex_run_takes_its_scripts_static_memory_share(tmp_path):
     assert got.iloc[0]["status"] == "ok"
     assert got.attrs["recipe_memory"] == 1
     deepseek = load_model("deepseek-v3")
-    launched = _budget(_engine("sglang", "0.5.9"), 8192).with_launch(32, 10, 0.95)
+    launched = _budget(_engine("sglang", "0.5.9"), 8192).with_launch(32, 10, 0.95, max_prefill_tokens=8192)
     ttft, tpot = _agg(deepseek, 4, launched, 8192, 1024, 4, gpu="b200", run=INFERENCEX_RUN, settings=FP8_KV)
     assert got.iloc[0][["ttft_ms_predicted", "tpot_ms_predicted"]].tolist() == pytest.approx([ttft, tpot], rel=1e-12)
     with pytest.raises(PlanError, match="after the engine's reserve"):
@@ -379,6 +379,13 @@ def test_an_inferencex_run_takes_its_scripts_static_memory_share(tmp_path):
             ("b200_sxm", "qwen3.5-397b-a17b", None): 0.82, ("b200_sxm", "deepseek-v3", 8): 0.82,
             ("b200_sxm", "deepseek-v3", 4): 0.95, ("b200_sxm", "qwen3.5-397b-a17b-nvfp4", None): 0.85,
             ("h200_sxm", "glm-5", None): 0.85, ("b200_sxm", "glm-5", None): 0.85}
+    # --max-prefill-tokens where a script sets it (every one with a budget above SGLang's default 16384 does)
+    assert {(r.system, r.model_id, r.tp): (r.budget(1024), r.max_prefill) for r in RECIPES
+            if r.spec == "none" and r.engine == "sglang"} \
+        == {("h200_sxm", "deepseek-v3", None): (32768, 32768), ("h200_sxm", "qwen3.5-397b-a17b", None): (16384, None),
+            ("b200_sxm", "qwen3.5-397b-a17b", None): (32768, 32768), ("b200_sxm", "deepseek-v3", 8): (32768, 32768),
+            ("b200_sxm", "deepseek-v3", 4): (8192, 8192), ("b200_sxm", "qwen3.5-397b-a17b-nvfp4", None): (32768, 32768),
+            ("h200_sxm", "glm-5", None): (None, None), ("b200_sxm", "glm-5", None): (32768, 32768)}
 
 
 def test_an_nvfp4_row_of_qwen35_runs_nvidias_release_as_its_script_launched_it(tmp_path):
@@ -393,7 +400,7 @@ def test_an_nvfp4_row_of_qwen35_runs_nvidias_release_as_its_script_launched_it(t
     assert (got.attrs["recipe_budget"], got.attrs["recipe_kv_dtype"], got.attrs["recipe_scheduler"],
             got.attrs["recipe_memory"]) == (1, 1, 1, 1)
     release = load_model("qwen3.5-397b-a17b-nvfp4")
-    launched = _budget(_engine("sglang", None), 32768).with_launch(128, 30, 0.85)
+    launched = _budget(_engine("sglang", None), 32768).with_launch(128, 30, 0.85, max_prefill_tokens=32768)
     ttft, tpot = _agg(release, 4, launched, 8192, 1024, 64, gpu="b200", run=INFERENCEX_RUN, settings=FP8_KV)
     assert got.iloc[0][["ttft_ms_predicted", "tpot_ms_predicted"]].tolist() == pytest.approx([ttft, tpot], rel=1e-12)
     # the release's NVFP4 experts set the decode step: FP8 block ones (the base model's bf16 do not fit 4 GPUs) are slower
@@ -456,7 +463,7 @@ def test_inferencex_runs_take_their_launch_scripts_scheduler_settings(tmp_path):
     got = validate_silicon(tmp_path / "b200.csv")
     assert got.attrs["recipe_scheduler"] == 1
     deepseek = load_model("deepseek-v3")
-    launched = _budget(_engine("sglang", "0.5.6"), 32768)
+    launched = _budget(_engine("sglang", "0.5.6"), 32768).with_launch(max_prefill_tokens=32768)
     ttft, tpot = _agg(deepseek, 8, launched.with_launch(128, 30), 8192, 1024, 64, gpu="b200", run=INFERENCEX_RUN,
                       settings=FP8_KV)
     assert got.iloc[0][["ttft_ms_predicted", "tpot_ms_predicted"]].tolist() == pytest.approx([ttft, tpot], rel=1e-12)
@@ -522,7 +529,8 @@ def test_inferencex_rows_take_the_recipes_their_config_ran(tmp_path):
         "speculative decoding run: qwen3.5-fp8-b200-sglang-mtp (mtp)", "ok", "ok"]
     assert (got.attrs["recipe_budget"], got.attrs["recipe_kv_dtype"], got.attrs["recipe_scheduler"]) == (2, 2, 1)
     qwen35 = load_model("qwen3.5-397b-a17b").with_gemm_dtypes(attention="fp8", dense_ffn="fp8", experts="fp8_block")
-    stp = _agg(qwen35, 4, _budget(_engine("sglang", "0.5.9"), 32768).with_launch(128, 30), 1024, 1024, 32,
+    stp = _agg(qwen35, 4, _budget(_engine("sglang", "0.5.9"), 32768).with_launch(128, 30, max_prefill_tokens=32768),
+               1024, 1024, 32,
                Layout(4, "tp", "ep"), gpu="b200", run=INFERENCEX_RUN, settings=FP8_KV)
     assert got.iloc[4][["ttft_ms_predicted", "tpot_ms_predicted"]].tolist() == pytest.approx(list(stp), rel=1e-12)
     minimax = load_model("minimax-m2.5")

@@ -12,7 +12,9 @@ linear interpolation between batches) can be checked:
 * **Engine step**: at each step boundary the running decodes take one token each of the budget
   ``engine.chunked_prefill_tokens_on(gpu)``; prefill chunks fill the rest first come, first served (a
   started prompt first, then waiting ones, several per step when they fit, a prompt split where
-  the budget ends). A request arriving during a step waits for its end. A prefill-first engine
+  the budget ends; under SGLang's ``--max-prefill-tokens``, ``max_prefill_tokens`` in the profile,
+  a prompt after the step's first joins only while its tokens fit that cap less the decodes and
+  the step's earlier chunks, whole or not at all). A request arriving during a step waits for its end. A prefill-first engine
   (``mixed_prefill`` false: SGLang's default) runs a step of the waiting prompts alone, with the
   whole budget, whenever one can be scheduled, and a decode step only when none can: its decodes
   advance only in decode steps (the decode bookkeeping counts those steps alone). Arrivals enter
@@ -261,14 +263,20 @@ class _Pool:
         return line
 
 
-def _schedule(queue: deque, reqs: _Requests, avail: int, pool: _Pool, step: int, limit: int | None = None) -> list:
+def _schedule(queue: deque, reqs: _Requests, avail: int, pool: _Pool, step: int, limit: int | None = None,
+              whole: float | None = None) -> list:
     """Prefill chunks of one step, FCFS within ``avail`` tokens: [(request, tokens, prefix)]; a
     request not yet holding pages is admitted only if its prompt's pages fit the pool beside the
     decodes' next step and fewer than ``limit`` requests run (else admission stops: head-of-line,
-    as vLLM V1's waiting loop and SGLang's ``--max-running-requests`` check do)."""
+    as vLLM V1's waiting loop and SGLang's ``--max-running-requests`` check do). ``whole``: SGLang's
+    ``--max-prefill-tokens`` less the step's decode tokens; a request after the first joins only if
+    the tokens it has left fit what the step's earlier chunks left of it (``PrefillAdder``'s
+    ``rem_input_tokens``), else the step stops there."""
     chunks = []
     for r in queue:
         if avail <= 0:
+            break
+        if whole is not None and chunks and reqs.target[r] - reqs.done[r] > whole:
             break
         if r not in pool.admitted:
             if limit is not None and len(pool.admitted) >= limit:
@@ -280,6 +288,8 @@ def _schedule(queue: deque, reqs: _Requests, avail: int, pool: _Pool, step: int,
         take = min(avail, reqs.target[r] - reqs.done[r])
         chunks.append((r, take, reqs.done[r]))
         avail -= take
+        if whole is not None:
+            whole -= take
     return chunks
 
 
@@ -348,6 +358,7 @@ def _run(steps: _StepTimes, source: _Source, reqs: _Requests, pool: _Pool, durat
     (``step_no`` counts the steps that advance the decodes)."""
     budget, per_decode = steps.table.budget, steps.k + 1
     eng = steps.inst.engine_profile
+    cap = eng.max_prefill_tokens  # SGLang --max-prefill-tokens: whole prompts after the first (None: vLLM)
     mixed, limit, recv_every = eng.mixed_prefill, eng.max_running_requests, eng.recv_interval_steps
     queue: deque = deque()  # requests waiting for or in prefill, FCFS
     finishing: dict[int, list[int]] = {}  # step index -> requests whose last token it yields
@@ -365,7 +376,7 @@ def _run(steps: _StepTimes, source: _Source, reqs: _Requests, pool: _Pool, durat
             t = nxt
             continue
         # a prefill-first engine: a step of the waiting prompts alone while any can be scheduled
-        chunks = [] if mixed else _schedule(queue, reqs, budget, pool, step_no - 1, limit)
+        chunks = [] if mixed else _schedule(queue, reqs, budget, pool, step_no - 1, limit, cap)
         decoding = batch if mixed or not chunks else 0  # decodes this step advances
         if decoding:
             gone = _preempt(pool, queue, reqs, finishing, step_no)
@@ -373,7 +384,8 @@ def _run(steps: _StepTimes, source: _Source, reqs: _Requests, pool: _Pool, durat
             decoding = batch
             acc["preemptions"] += gone
         if mixed:
-            chunks = _schedule(queue, reqs, budget - batch * per_decode, pool, step_no, limit)
+            chunks = _schedule(queue, reqs, budget - batch * per_decode, pool, step_no, limit,
+                               None if cap is None else cap - batch * per_decode)
         s = steps(decoding, tuple((c[1], c[2]) for c in chunks))
         if warmup_s <= t < duration_s:
             acc["time_s"] += s
