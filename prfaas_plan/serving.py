@@ -949,7 +949,9 @@ def disaggregated_closed_loop(model: ModelSpec, prefill_inst: Instance, n_prefil
       schedule their own prompts (SGLang and vLLM run a scheduler per DP rank): ``S = P n`` servers.
       A prompt alone on a rank takes ``T_p = prefill_time_s(isl)``. A rank batches waiting prompts
       up to ``B`` tokens a forward (the engine's budget, divided among the ranks where the engine
-      does so: :meth:`~prfaas_plan.engine.EngineProfile.rank_prefill_tokens_on`): for ``isl < B`` a
+      does so: :meth:`~prfaas_plan.engine.EngineProfile.rank_prefill_tokens_on`; whole prompts
+      within SGLang's ``--max-prefill-tokens`` where it is below:
+      :meth:`~prfaas_plan.engine.EngineProfile.prompt_room_tokens`): for ``isl < B`` a
       forward carries ``k = floor(B / isl)`` prompts and is timed as the prefill of ``B`` tokens
       (one sequence: its attention is an upper bound) with every rank doing the same (the shared
       MoE over all ranks' tokens: ``every_rank``), so a server's capacity is one prompt per
@@ -1038,9 +1040,10 @@ class _DisaggLoop:
         if budget != prefill_inst.chunked_prefill_tokens:  # each rank chunks at its share
             prefill_inst = replace(prefill_inst, engine=engine.with_chunked_prefill(budget))
         t_p = float(prefill_time_s(model, prefill_inst, isl, settings=settings))
-        k = max(budget // isl, 1)
+        room = int(engine.prompt_room_tokens(budget, isl, 0))  # a forward's prompt tokens (whole prompts under a cap)
+        k = max(room // isl, 1)
         t_full = t_p if n == 1 and k == 1 else \
-            float(prefill_latency(model, prefill_inst, budget if k > 1 else isl, settings, every_rank=True).total_s)
+            float(prefill_latency(model, prefill_inst, room if k > 1 else isl, settings, every_rank=True).total_s)
         nic = min(prefill_inst.gpu.nic_bytes_per_s, decode_inst.gpu.nic_bytes_per_s)
         transfer = per_gpu_kv_bytes(model, isl, instance_layout(model, prefill_inst), settings) / nic
         free = free_cache_bytes_per_gpu(model, decode_inst)
