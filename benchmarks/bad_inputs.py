@@ -182,6 +182,7 @@ def _cases() -> list[Case]:
         c("plan: GPUs not a multiple of the instance", "plan {t}/sc-ragged-gpus.yaml"),
         c("plan: absurd GPUs in scenario", "plan {t}/sc-huge-gpus.yaml"),
         c("plan: unknown model in scenario", "plan {t}/sc-unknown-model.yaml"),
+        c("plan: engine profile with --max-prefill-tokens 0", "plan {t}/sc-engine-prefill-cap-0.yaml"),
         c("plan: unknown GPU in scenario", "plan {t}/sc-unknown-gpu.yaml"),
         c("plan: binary model in scenario", "plan {t}/sc-binary-model.yaml"),
         c("plan: MXFP8 activations on Hopper", "plan {t}/sc-mx-on-hopper.yaml -o out.json"),
@@ -383,7 +384,11 @@ def _write_fixtures(t: Path) -> None:
         "sc-unknown-gpu": scenario.replace("  gpu: h200", "  gpu: h2000"),
         "sc-binary-model": scenario.replace("model: kimi-linear-1t", f"model: {t / 'binary.yaml'}"),
         "sc-mx-on-hopper": scenario.replace("model: kimi-linear-1t", "model: gpt-oss-120b\ngemm_dtypes: {experts: mxfp4_w4a8}"),
+        "sc-engine-prefill-cap-0": scenario.replace("engine_profile: paper-sglang-0.5.9",
+                                                    f"engine_profile: {t / 'engine-prefill-cap-0.yaml'}"),
     }
+    engine = (ROOT / "prfaas_plan" / "data" / "engine_db" / "paper-sglang-0.5.9.yaml").read_text()
+    (t / "engine-prefill-cap-0.yaml").write_text(engine.replace("max_prefill_tokens: 16384", "max_prefill_tokens: 0"))
     for name, text in variants.items():
         assert text != scenario, name
         (t / f"{name}.yaml").write_text(text)
