@@ -5,9 +5,10 @@ token budget (``engine.chunked_prefill_tokens_on(gpu)``); each running decode ta
 (``k + 1`` under speculative decoding), prefill chunks fill the rest first come, first served, so
 a prompt of ``isl`` tokens beside a decode batch ``b`` runs in ``ceil(isl / (budget - b(k+1)))``
 steps; under SGLang's ``--max-prefill-tokens`` (the profile's ``max_prefill_tokens``) a step takes
-only the whole prompts that fit it less its decode tokens, at least one
-(:meth:`StepTable.room`, :meth:`~prfaas_plan.engine.EngineProfile.prompt_room_tokens`). A step's time is the kernel model's mixed step (:func:`prfaas_plan.perf.ops.mixed_step_ops`,
-its step overhead included); a request pays the engine's request overhead once, on its TTFT.
+only the whole prompts that fit it less its decode tokens, at least one (:meth:`StepTable.room`,
+:meth:`~prfaas_plan.engine.EngineProfile.prompt_room_tokens`). A step's time is the kernel model's
+mixed step (:func:`prfaas_plan.perf.ops.mixed_step_ops`, its step overhead included); a request
+pays the engine's request overhead once, on its TTFT.
 
 Steady state, seen by one tagged request among the others (closed loop: ``c - 1`` other clients;
 open loop: Poisson arrivals at ``rate``, which by PASTA see time averages):

@@ -14,7 +14,8 @@ linear interpolation between batches) can be checked:
   started prompt first, then waiting ones, several per step when they fit, a prompt split where
   the budget ends; under SGLang's ``--max-prefill-tokens``, ``max_prefill_tokens`` in the profile,
   a prompt after the step's first joins only while its tokens fit that cap less the decodes and
-  the step's earlier chunks, whole or not at all). A request arriving during a step waits for its end. A prefill-first engine
+  the step's earlier chunks, whole or not at all). A request arriving during a step waits for its
+  end. A prefill-first engine
   (``mixed_prefill`` false: SGLang's default) runs a step of the waiting prompts alone, with the
   whole budget, whenever one can be scheduled, and a decode step only when none can: its decodes
   advance only in decode steps (the decode bookkeeping counts those steps alone). Arrivals enter
