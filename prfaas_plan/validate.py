@@ -1003,20 +1003,26 @@ def off_factor(predicted, measured):
     return np.maximum(r, 1.0 / r)
 
 
-def summary(df: pd.DataFrame) -> pd.DataFrame:
-    """Per system, mode and model (and each system's and mode's ``all``): n, median and max |error|
-    of TTFT and TPOT in percent, their median signed error (``*_median_signed_error_pct``: below
-    0 the model predicts faster than measured, an optimistic plan; above 0 a pessimistic one), and
-    the rows predicted more than 2x off either way (:func:`off_factor` > 2), over the predicted rows."""
+SUMMARY_GROUPS = ("model", "engine")
+"""What :func:`summary` breaks each system and mode down by."""
+
+
+def summary(df: pd.DataFrame, by: str = "model") -> pd.DataFrame:
+    """Per system, mode and ``by`` (a column of :data:`SUMMARY_GROUPS`: the model, or the serving
+    engine; and each system's and mode's ``all``): n, median and max |error| of TTFT and TPOT in
+    percent, their median signed error (``*_median_signed_error_pct``: below 0 the model predicts
+    faster than measured, an optimistic plan; above 0 a pessimistic one), and the rows predicted
+    more than 2x off either way (:func:`off_factor` > 2), over the predicted rows."""
     import pandas as pd
 
+    check_choice(by, SUMMARY_GROUPS, "by")
     ok = errors_pct(df)
     ok["ttft_abs"], ok["tpot_abs"] = ok["ttft_error_pct"].abs(), ok["tpot_error_pct"].abs()
     for m in ("ttft", "tpot"):
         ok[f"{m}_2x"] = off_factor(ok[f"{m}_ms_predicted"], ok[f"{m}_ms_measured"]) > 2.0
-    parts = [ok, ok.assign(model="all")]
+    parts = [ok, ok.assign(**{by: "all"})]
     both = pd.concat(parts, ignore_index=True)
-    g = both.groupby(["system", "mode", "model"], sort=True)
+    g = both.groupby(["system", "mode", by], sort=True)
     out = g.agg(n=("status", "size"), ttft_median_abs_error_pct=("ttft_abs", "median"),
                 ttft_max_abs_error_pct=("ttft_abs", "max"), ttft_median_signed_error_pct=("ttft_error_pct", "median"),
                 ttft_rows_beyond_2x=("ttft_2x", "sum"),
@@ -1045,6 +1051,6 @@ def worst_rows(df: pd.DataFrame, n: int = 20) -> pd.DataFrame:
 
 
 __all__ = ["AIC_RUN", "AIC_SOURCE", "COLUMNS", "Case", "INFERENCEX_COLLECTION", "INFERENCEX_RUN", "INFERENCEX_SOURCE", "MODEL_IDS", "NVFP4_RELEASES", "PROTOCOLS",
-           "REMAPS", "REPEATED_RUN", "REQUIRED_COLUMNS", "SYSTEM_GPUS", "default_csv", "errors_pct", "off_factor",
+           "REMAPS", "REPEATED_RUN", "REQUIRED_COLUMNS", "SUMMARY_GROUPS", "SYSTEM_GPUS", "default_csv", "errors_pct", "off_factor",
            "predict", "protocol_name", "status_counts", "summary", "system_names", "validate_runs",
            "validate_silicon", "worst_rows"]

@@ -840,6 +840,22 @@ def test_summary_counts_and_errors(frame):
     assert s.loc[("b200_sxm", "agg", "all"), "n"] == 3
 
 
+def test_summary_per_engine(frame):
+    """The same figures per serving engine: each engine's rows, and the system's ``all`` equal to the
+    per-model summary's; an unknown grouping is one line naming ``by``."""
+    s = summary(frame, by="engine").set_index(["system", "mode", "engine"])
+    ok = frame[(frame["status"] == "ok") & (frame["system"] == "h200_sxm") & (frame["mode"] == "agg")]
+    for engine, rows in ok.groupby("engine"):
+        err = (rows["ttft_ms_predicted"] / rows["ttft_ms_measured"] - 1).abs() * 100
+        got = s.loc[("h200_sxm", "agg", engine)]
+        assert got["n"] == len(rows) and got["ttft_median_abs_error_pct"] == pytest.approx(err.median())
+    assert set(ok["engine"]) == {"vllm", "sglang"}
+    per_model = summary(frame).set_index(["system", "mode", "model"])
+    assert s.loc[("h200_sxm", "agg", "all")].to_dict() == per_model.loc[("h200_sxm", "agg", "all")].to_dict()
+    with pytest.raises(InvalidInput, match="^by: unknown 'gpu'"):
+        summary(frame, by="gpu")
+
+
 def test_beyond_2x_counts_both_ways():
     """A 3x under-prediction has |error| 67%, less than a 1.8x over-prediction's 80%; the 2x count
     and the worst-row order go by how many times off a row is, either way."""
@@ -935,6 +951,7 @@ def test_html_page_and_json(tmp_path):
     text = page.read_text()
     for name in ("ttft-scatter", "tpot-scatter"):
         assert name in text
+    assert 'data-table="engines"' in text  # the per-engine summary
     assert '"type":"log"' in text.replace(" ", "") and "predicted vs measured" in text
     assert 'data-table="worst"' in text and "Content-Security-Policy" in text
     # the rows per protocol and per relabelling rule, as the frame counts them (test_protocol_rule_per_source)

@@ -28,7 +28,8 @@ def validate(
     fmt: FormatOpt = "table",
 ) -> None:
     """How far the performance model lands from measured serving runs it was never fitted to:
-    per system and model, n and the median and max |error| of TTFT and TPOT, and rows per status."""
+    per system and model (and per serving engine), n and the median and max |error| of TTFT and TPOT,
+    and rows per status."""
     from prfaas_plan.validate import status_counts, summary, system_names, validate_runs, validate_silicon
 
     if source == "runs" and path is None:
@@ -60,6 +61,8 @@ def validate(
     emit(summ.rename(columns=short), fmt, title="|error|, % of the measured value, predicted runs, each once (bias: median signed error, below 0 "
                "predicted faster than measured; >2x: rows more than 2x off, either way)",
          floats="{:,.1f}")
+    engines = summary(df, by="engine")
+    emit(engines.rename(columns=short), fmt, title="the same per serving engine", floats="{:,.1f}")
     emit(status_counts(df), fmt, title="rows per status")
     _echo_mapping(df)
 

@@ -90,7 +90,7 @@ def validate_report(df: pd.DataFrame, path: str | Path, title: str = "Validation
     from prfaas_plan.validate import errors_pct, status_counts, summary, worst_rows
 
     ok = errors_pct(df)
-    summ, counts, worst = summary(df), status_counts(df), worst_rows(df)
+    summ, engines, counts, worst = summary(df), summary(df, by="engine"), status_counts(df), worst_rows(df)
     mapping = _mapping(df)
     blocks: list = []
     if len(ok):
@@ -107,6 +107,8 @@ def validate_report(df: pd.DataFrame, path: str | Path, title: str = "Validation
                                                                      "the median of predicted / measured - 1 (below 0: "
                                                                      "predicted faster than measured, an optimistic plan); "
                                                                      "rows beyond 2x: predicted more than 2x off, either way")]),
+        Section("engines", "Errors per system and serving engine",
+                [Table("engines", engines, _cols(engines), caption="as above, per serving engine")]),
         Section("status", "Rows per status", [Table("status", counts, _cols(counts),
                                                     caption="ok: predicted and counted; repeats an earlier row: the same measured run "
                                                             "filed again, predicted as that row and counted once; "
