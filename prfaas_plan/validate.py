@@ -238,8 +238,9 @@ AIC_PREFILL_HEADROOM_TOKENS = 1500
 
 def _as_generated(case: Case) -> Case:
     """``case`` on the engine as AIConfigurator's generator launched an aggregated SGLang run of
-    :data:`AIC_MIXED_CHUNK_SGLANG` or later: prompt chunks mixed into the decode steps, and at most
-    ISL + :data:`AIC_PREFILL_HEADROOM_TOKENS` prompt tokens a step. Its other flags depend on the
+    :data:`AIC_MIXED_CHUNK_SGLANG` or later: prompt chunks mixed into the decode steps, and
+    ``--max-prefill-tokens`` ISL + :data:`AIC_PREFILL_HEADROOM_TOKENS` (whole prompts a step within it,
+    :meth:`~prfaas_plan.engine.EngineProfile.prompt_room_tokens`). Its other flags depend on the
     configuration AIConfigurator chose for the row (``--max-running-requests``, the KV dtype), which
     the row does not give: the profile's stand."""
     if (case.run != AIC_RUN or case.engine_id != "sglang" or case.decode_layout is not None
