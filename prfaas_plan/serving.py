@@ -5,7 +5,7 @@ token budget (``engine.chunked_prefill_tokens_on(gpu)``); each running decode ta
 (``k + 1`` under speculative decoding), prefill chunks fill the rest first come, first served, so
 a prompt of ``isl`` tokens beside a decode batch ``b`` runs in ``ceil(isl / (budget - b(k+1)))``
 steps; under SGLang's ``--max-prefill-tokens`` (the profile's ``max_prefill_tokens``) a step takes
-only the whole prompts that fit it less its decode tokens, at least one (:meth:`StepTable.room`,
+only the whole prompts that fit it less its decode tokens, at least one (:meth:`StepTable.prompt_room_tokens`,
 :meth:`~prfaas_plan.engine.EngineProfile.prompt_room_tokens`). A step's time is the kernel model's
 mixed step (:func:`prfaas_plan.perf.ops.mixed_step_ops`, its step overhead included); a request
 pays the engine's request overhead once, on its TTFT.
@@ -296,7 +296,7 @@ class StepTable:
         step with prompts waiting prefills them alone (prefill first)."""
         return self.case.inst.engine_profile.mixed_prefill
 
-    def room(self, b: float) -> float:
+    def prompt_room_tokens(self, b: float) -> float:
         """Prompt tokens a step beside ``b`` decodes takes while prompts wait: the budget they
         leave, whole prompts only under the profile's ``max_prefill_tokens``
         (:meth:`~prfaas_plan.engine.EngineProfile.prompt_room_tokens`)."""
@@ -421,7 +421,7 @@ def _closed_round(t: StepTable, isl: int, osl: int, clients: float, ttft: float,
     busy = 1.0 if clients > 1 else 0.0  # another client's step is in progress
     beside = others if t.mixed else 0.0  # decodes a prompt's steps carry
     _, sp_pre, n_pre, full_pre = t.at(beside)
-    avail = t.room(beside)
+    avail = t.prompt_room_tokens(beside)
     own = isl / avail * full_pre  # a prompt's share of full-budget steps: the prefill server's time
     rho = x_o * own
     s0, sp, n, full = t.at(1.0 + others)
@@ -559,7 +559,7 @@ def _stable(t: StepTable, rate: float, osl: int, tpot: float) -> tuple[bool, flo
     packed into full-budget steps beside ``rate D`` decodes, is below 1), and ``rho``."""
     others = rate * (osl - 1) * tpot
     beside = others if t.mixed else 0.0  # decodes a prompt's steps carry
-    rho = rate * t.isl / t.room(beside) * t.at(beside).full_s
+    rho = rate * t.isl / t.prompt_room_tokens(beside) * t.at(beside).full_s
     m, a, s_c = _chain_steps(t, 1.0 + others)
     return bool(rho < 1.0 and m * rate * s_c[a] < a), float(rho)
 
@@ -573,7 +573,7 @@ def _chain_steps(t: StepTable, b: float) -> tuple[int, int, np.ndarray]:
     on a prefill-first engine (its prompt steps carry no decode and have the whole budget)."""
     m = max(1, math.ceil(t.isl / CHAIN_QUANTUM_TOKENS))
     beside = b if t.mixed else 0.0
-    a = max(1, round(t.room(beside) * m / t.isl))
+    a = max(1, round(t.prompt_room_tokens(beside) * m / t.isl))
     # no backlog at a poll: the decodes run until the next one (recv_steps decode steps)
     return m, a, np.concatenate([[t.recv_steps * t.at(b).decode_s], _chunk_steps(t, beside, m, a)])
 
@@ -829,7 +829,7 @@ def _first_wave(t: StepTable, wave: int, tail_tpot_s: float) -> tuple[np.ndarray
         # decodes running in step m; a prefill-first engine runs none while prompts wait
         b = len(done_at) - bisect_left(done_at, m - steps) if steps and mixed else 0
         now = t.at(b)
-        avail = int(t.room(b))
+        avail = int(t.prompt_room_tokens(b))
         take = min(avail, left)
         s = now.full_s if take == avail else t.chunk_s(b, take)
         ends.append(ends[-1] + s)

@@ -566,7 +566,7 @@ def test_sglangs_max_prefill_tokens_admits_whole_prompts():
         reqs.add(0.0, 0.0, 5000, 10, 0)
     pool = _Pool(1e18, 0.0, 1.0)
     queue = deque(range(4))
-    assert [c[1] for c in _schedule(queue, reqs, 16384, pool, 0, whole=16384.0)] == [5000, 5000, 5000]
+    assert [c[1] for c in _schedule(queue, reqs, 16384, pool, 0, input_room_tokens=16384.0)] == [5000, 5000, 5000]
     assert [c[1] for c in _schedule(queue, reqs, 16384, pool, 0)] == [5000, 5000, 5000, 1384]
 
 

@@ -265,11 +265,11 @@ class _Pool:
 
 
 def _schedule(queue: deque, reqs: _Requests, avail: int, pool: _Pool, step: int, limit: int | None = None,
-              whole: float | None = None) -> list:
+              input_room_tokens: float | None = None) -> list:
     """Prefill chunks of one step, FCFS within ``avail`` tokens: [(request, tokens, prefix)]; a
     request not yet holding pages is admitted only if its prompt's pages fit the pool beside the
     decodes' next step and fewer than ``limit`` requests run (else admission stops: head-of-line,
-    as vLLM V1's waiting loop and SGLang's ``--max-running-requests`` check do). ``whole``: SGLang's
+    as vLLM V1's waiting loop and SGLang's ``--max-running-requests`` check do). ``input_room_tokens``: SGLang's
     ``--max-prefill-tokens`` less the step's decode tokens; a request after the first joins only if
     the tokens it has left fit what the step's earlier chunks left of it (``PrefillAdder``'s
     ``rem_input_tokens``), else the step stops there."""
@@ -277,7 +277,7 @@ def _schedule(queue: deque, reqs: _Requests, avail: int, pool: _Pool, step: int,
     for r in queue:
         if avail <= 0:
             break
-        if whole is not None and chunks and reqs.target[r] - reqs.done[r] > whole:
+        if input_room_tokens is not None and chunks and reqs.target[r] - reqs.done[r] > input_room_tokens:
             break
         if r not in pool.admitted:
             if limit is not None and len(pool.admitted) >= limit:
@@ -289,8 +289,8 @@ def _schedule(queue: deque, reqs: _Requests, avail: int, pool: _Pool, step: int,
         take = min(avail, reqs.target[r] - reqs.done[r])
         chunks.append((r, take, reqs.done[r]))
         avail -= take
-        if whole is not None:
-            whole -= take
+        if input_room_tokens is not None:
+            input_room_tokens -= take
     return chunks
 
 
@@ -359,7 +359,7 @@ def _run(steps: _StepTimes, source: _Source, reqs: _Requests, pool: _Pool, durat
     (``step_no`` counts the steps that advance the decodes)."""
     budget, per_decode = steps.table.budget, steps.k + 1
     eng = steps.inst.engine_profile
-    cap = eng.max_prefill_tokens  # SGLang --max-prefill-tokens: whole prompts after the first (None: vLLM)
+    cap_tokens = eng.max_prefill_tokens  # SGLang --max-prefill-tokens: whole prompts after the first (None: vLLM)
     mixed, limit, recv_every = eng.mixed_prefill, eng.max_running_requests, eng.recv_interval_steps
     queue: deque = deque()  # requests waiting for or in prefill, FCFS
     finishing: dict[int, list[int]] = {}  # step index -> requests whose last token it yields
@@ -377,7 +377,7 @@ def _run(steps: _StepTimes, source: _Source, reqs: _Requests, pool: _Pool, durat
             t = nxt
             continue
         # a prefill-first engine: a step of the waiting prompts alone while any can be scheduled
-        chunks = [] if mixed else _schedule(queue, reqs, budget, pool, step_no - 1, limit, cap)
+        chunks = [] if mixed else _schedule(queue, reqs, budget, pool, step_no - 1, limit, cap_tokens)
         decoding = batch if mixed or not chunks else 0  # decodes this step advances
         if decoding:
             gone = _preempt(pool, queue, reqs, finishing, step_no)
@@ -386,7 +386,7 @@ def _run(steps: _StepTimes, source: _Source, reqs: _Requests, pool: _Pool, durat
             acc["preemptions"] += gone
         if mixed:
             chunks = _schedule(queue, reqs, budget - batch * per_decode, pool, step_no, limit,
-                               None if cap is None else cap - batch * per_decode)
+                               None if cap_tokens is None else cap_tokens - batch * per_decode)
         s = steps(decoding, tuple((c[1], c[2]) for c in chunks))
         if warmup_s <= t < duration_s:
             acc["time_s"] += s
