@@ -1040,18 +1040,54 @@ def status_counts(df: pd.DataFrame) -> pd.DataFrame:
     return counts.sort_values(["rule", "system"], ignore_index=True)
 
 
+def prompt_peak_share(df: pd.DataFrame) -> pd.Series:
+    """Per aggregated row, the share of its GPUs' fastest dense tensor-core peak (any dtype) that
+    its prompts alone need at its measured request rate: ``concurrency / (TTFT + (OSL - 1) * TPOT)``
+    requests a second (Little's law over a closed loop of that many clients), each ``isl`` tokens of
+    the model's prefill FLOPs (:func:`~prfaas_plan.perf.roofline.prefill_flops`), over ``tp x
+    attention_dp`` GPUs. A lower bound on the compute the run spent on prompts, as no kernel reaches
+    the peak and decoding comes on top: above 1 the run cannot have prefilled every prompt (a prefix
+    cache served some), which the predictions assume it did. NaN for disaggregated rows and rows
+    whose model or GPU the databases lack."""
+    import numpy as np
+    import pandas as pd
+
+    from prfaas_plan.hardware import load_gpu
+    from prfaas_plan.model import load_model
+    from prfaas_plan.perf.roofline import prefill_flops
+
+    def peak(system: str) -> float:
+        g = load_gpu(SYSTEM_GPUS.get(system, system))
+        return max(t for t in (g.bf16_dense_tflops, g.fp8_dense_tflops, g.fp4_dense_tflops) if t is not None) * 1e12
+
+    out = pd.Series(np.nan, index=df.index, dtype=float)
+    agg = df[(df["mode"] == "agg") & (df["isl"] > 0) & (df["concurrency"] > 0)]
+    for (model_id, system), rows in agg.groupby(["model", "system"]):
+        try:
+            flops = prefill_flops(load_model(model_id), rows["isl"].to_numpy(dtype=float)).total
+            flops_per_s = peak(system)
+        except InvalidInput:  # not in the model or hardware database, or prompts beyond the model's context
+            continue
+        rate = rows["concurrency"] / ((rows["ttft_ms_measured"] + (rows["osl"] - 1) * rows["tpot_ms_measured"]) / 1e3)
+        out[rows.index] = rate * flops / (rows["tp"] * rows["attention_dp"].fillna(1) * flops_per_s)
+    return out
+
+
 def worst_rows(df: pd.DataFrame, n: int = 20) -> pd.DataFrame:
     """The ``n`` predicted rows farthest from their measurement (the larger of TTFT's and TPOT's
-    :func:`off_factor`, so an under-prediction ranks as far as an over-prediction by the same factor)."""
+    :func:`off_factor`, so an under-prediction ranks as far as an over-prediction by the same factor),
+    with the share of their GPUs' peak their prompts needed (``prompt_peak_share``,
+    :func:`prompt_peak_share`)."""
     import pandas as pd
 
     ok = errors_pct(df)
     key = pd.concat([pd.Series(off_factor(ok[f"{m}_ms_predicted"], ok[f"{m}_ms_measured"]), index=ok.index)
                      for m in ("ttft", "tpot")], axis=1).max(axis=1)
-    return ok.loc[key.sort_values(ascending=False).index[:n]].reset_index(drop=True)
+    worst = ok.loc[key.sort_values(ascending=False).index[:n]]
+    return worst.assign(prompt_peak_share=prompt_peak_share(worst)).reset_index(drop=True)
 
 
 __all__ = ["AIC_RUN", "AIC_SOURCE", "COLUMNS", "Case", "INFERENCEX_COLLECTION", "INFERENCEX_RUN", "INFERENCEX_SOURCE", "MODEL_IDS", "NVFP4_RELEASES", "PROTOCOLS",
            "REMAPS", "REPEATED_RUN", "REQUIRED_COLUMNS", "SUMMARY_GROUPS", "SYSTEM_GPUS", "default_csv", "errors_pct", "off_factor",
-           "predict", "protocol_name", "status_counts", "summary", "system_names", "validate_runs",
+           "predict", "prompt_peak_share", "protocol_name", "status_counts", "summary", "system_names", "validate_runs",
            "validate_silicon", "worst_rows"]

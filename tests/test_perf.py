@@ -31,7 +31,7 @@ from prfaas_plan.perf.calibration import fit_request_overhead, load_observations
 from prfaas_plan.perf.kernels import kernel_tables
 from prfaas_plan.perf.latency import decode_capacity, decode_step_s, prefill_latency
 from prfaas_plan.perf.ops import forward_ops
-from prfaas_plan.perf.roofline import MeasuredProfile, layer_costs
+from prfaas_plan.perf.roofline import MeasuredProfile, analytic_prefill, layer_costs, prefill_flops
 
 ROOT = Path(__file__).resolve().parents[1]
 PAPER_POINTS = ROOT / "bench_results" / "prfaas-paper-h200.yaml"
@@ -138,6 +138,23 @@ def test_h20_borrows_a_measured_hoppers_tables_and_says_so():
     # the same request on 8xH200 is faster: more peak FLOP/s, more HBM bandwidth
     assert float(lat.total_s) > float(prefill_latency(pp.load_model("kimi-linear-1t"), pp.instance("h200", 8),
                                                       8192).total_s)
+
+
+def test_prefill_flops_of_llama_8b_from_its_config():
+    """Llama-3.1-8B's config (hidden 4096, 32 layers, 32 Q / 8 KV heads of 128, FFN 14336): per
+    layer q + k + v + o + gate/up/down = 218,103,808 GEMM weights, 2 FLOPs each per token; causal
+    attention 2 x 2 x 32 x 128 FLOPs per (query, key) pair per layer; no linear attention. The
+    roofline's compute terms are those FLOPs over their efficiencies."""
+    model, l = pp.load_model("llama-3.1-8b"), np.array([1.0, 2000.0, 131072.0])
+    per_layer = 4096 * 4096 + 2 * 4096 * 1024 + 4096 * 4096 + 3 * 4096 * 14336
+    f = prefill_flops(model, l)
+    assert f.gemm == pytest.approx(2 * 32 * per_layer * l, rel=1e-12)
+    assert f.attention == pytest.approx(32 * 4 * 32 * 128 * l * (l + 1) / 2, rel=1e-12)
+    assert np.all(f.linear_attention == 0) and f.total == pytest.approx(f.gemm + f.attention, rel=1e-12)
+    inst, eff = pp.instance("h200", 8), pp.load_gpu("h200").efficiency
+    lat = analytic_prefill(model, inst, l)
+    assert lat.parts["gemm_s"] == pytest.approx(f.gemm / (inst.peak_flops * eff.gemm), rel=1e-12)
+    assert lat.parts["attention_s"] == pytest.approx(f.attention / (inst.peak_flops * eff.attention), rel=1e-12)
 
 
 def test_eq2_worked_examples():

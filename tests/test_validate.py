@@ -34,6 +34,8 @@ from prfaas_plan.validate import (
     COLUMNS,
     INFERENCEX_RUN,
     _protocol,
+    errors_pct,
+    prompt_peak_share,
     status_counts,
     summary,
     validate_runs,
@@ -942,6 +944,32 @@ def test_zero_concurrency_is_a_status(tmp_path):
         validate_silicon(tmp_path / "x.csv")
 
 
+def test_prompt_peak_share_is_littles_law_over_the_gpus_fastest_peak():
+    """H200 Llama-3.1-8B-FP8 on vLLM 0.12, TP1, 2000/100 at 64 clients (silicon_sample.csv line 1712:
+    TTFT 121.73 ms, TPOT 9.74 ms): 64 / (0.12173 + 99 x 0.00974) s = 59.1 requests a second of
+    2,000-token prompts at 2 x 6,979,321,856 GEMM FLOPs a token plus 524,288 per causal pair, over
+    H200's FP8 dense peak, 1,978.9 TFLOP/s: 86% of it for prompts alone. B200 divides by its FP4
+    peak (9,000 TFLOP/s) whatever the row's dtype, so the share stays a lower bound; a disaggregated
+    row, an unknown model, an unknown GPU, and a row without prompt tokens or clients get none (and
+    leave the others of their model and GPU theirs)."""
+    base = {c: math.nan for c in COLUMNS} | {"model": "llama-3.1-8b", "system": "h200_sxm", "mode": "agg",
+                                             "status": "ok", "isl": 2000, "osl": 100, "concurrency": 64.0, "tp": 1.0,
+                                             "attention_dp": 1.0, "ttft_ms_measured": 121.73, "tpot_ms_measured": 9.74,
+                                             "ttft_ms_predicted": 207.03, "tpot_ms_predicted": 25.33}
+    df = pd.DataFrame([base, base | {"system": "b200_sxm", "tp": 2.0, "attention_dp": math.nan},
+                       base | {"mode": "disagg"}, base | {"model": "no-such-model"}, base | {"system": "gb200"},
+                       base | {"isl": 0}, base | {"concurrency": 0.0}])  # no prompt, no clients: no rate to speak of
+    rate = 64 / ((121.73 + 99 * 9.74) / 1e3)
+    flops = 2 * 6_979_321_856 * 2000 + 524_288 * 2000 * 2001 / 2
+    share = prompt_peak_share(df)
+    assert share[0] == pytest.approx(rate * flops / 1978.9e12, rel=1e-12) and 0.86 < share[0] < 0.87
+    assert share[1] == pytest.approx(rate * flops / (2 * 9000e12), rel=1e-12)
+    assert share[2:].isna().all()
+    worst = worst_rows(df).set_index(["system", "mode", "model", "isl", "concurrency"])  # with each row's share
+    assert worst.loc[("h200_sxm", "agg", "llama-3.1-8b", 2000, 64.0), "prompt_peak_share"] == pytest.approx(share[0])
+    assert worst.loc[("b200_sxm", "agg", "llama-3.1-8b", 2000, 64.0), "prompt_peak_share"] == pytest.approx(share[1])
+
+
 def test_html_page_and_json(tmp_path):
     page = tmp_path / "v.html"
     r = _cli("--csv", str(ROWS), "--html", str(page), "--format", "json")
@@ -954,6 +982,8 @@ def test_html_page_and_json(tmp_path):
     assert 'data-table="engines"' in text  # the per-engine summary
     assert '"type":"log"' in text.replace(" ", "") and "predicted vs measured" in text
     assert 'data-table="worst"' in text and "Content-Security-Policy" in text
+    worst = html.unescape(re.search(r'data-table="worst".*?</table>', text, re.S).group(0))
+    assert "prompt peak share" in worst and re.search(r">\d+\.\d%</td>", worst)  # a share, in percent
     # the rows per protocol and per relabelling rule, as the frame counts them (test_protocol_rule_per_source)
     mapping = html.unescape(re.search(r'data-table="mapping".*?</table>', text, re.S).group(0))
     for rule, n in (("inferencex run", 12), ("aiconfigurator run", 4), ("steady state", 0),
@@ -984,9 +1014,17 @@ def test_table_says_how_many_rows_each_run_protocol_predicted():
     # relabelled (validate.REMAPS): per-tensor "fp8" on the block-128 checkpoints of MiniMax-M2.5
     # (0, 1, 18), DeepSeek-V3/R1 (6; 7 and 8 are left out), Qwen3-235B-FP8 (9, 11) and GLM-5-FP8 (19), "nvfp4" on gpt-oss's
     # MXFP4 checkpoint (13, 20) and on MiniMax's NVFP4 release, whose attention is bf16 (21); experts TP8 refused (0)
-    assert lines[-1] == ("rows predicted otherwise than labelled: checkpoint dtypes over the label 10, "
+    assert lines[-2] == ("rows predicted otherwise than labelled: checkpoint dtypes over the label 10, "
                          "experts ep: tp split refused 1, layout of the run's id 2")  # 3: TP 64 is its id's TP 8 / EP 8;
     # 18: the database dump's TP 2 / DP 2 / EP 4 is its {tp: 2, ep: 2} run
+    # and the run whose prompts needed the most of its GPUs' peak (validate.prompt_peak_share)
+    ok = errors_pct(validate_silicon(ROWS))
+    share = prompt_peak_share(ok)
+    top = ok.loc[share.idxmax()]
+    assert lines[-1] == (f"prompt compute at the measured request rate: at most {share.max():.1%} of the GPUs' fastest "
+                         f"dense peak ({top['model']} on {top['system']}, {top['engine']} {top['engine_version']}, "
+                         f"{top['isl']:.0f}/{top['osl']:.0f} tokens, {top['concurrency']:.0f} clients); 0 runs above "
+                         "100%, which cannot have prefilled every prompt")
 
 
 def test_html_failure_leaves_no_file(tmp_path, monkeypatch):

@@ -65,6 +65,7 @@ def validate(
     emit(engines.rename(columns=short), fmt, title="the same per serving engine", floats="{:,.1f}")
     emit(status_counts(df), fmt, title="rows per status")
     _echo_mapping(df)
+    _echo_prompt_compute(df)
 
 
 RECIPE_LINES = (
@@ -95,3 +96,19 @@ def _echo_mapping(df: pd.DataFrame) -> None:
     remapped = {name: n for name, n in df.attrs.get("remapped", {}).items() if n}
     if remapped:  # rows predicted otherwise than their labels say (validate.REMAPS)
         typer.echo("rows predicted otherwise than labelled: " + ", ".join(f"{name} {n:,}" for name, n in remapped.items()))
+
+
+def _echo_prompt_compute(df: pd.DataFrame) -> None:
+    """The predicted run whose prompts alone needed the largest share of its GPUs' peak at its
+    measured request rate (validate.prompt_peak_share), and how many needed more than all of it."""
+    from prfaas_plan.validate import errors_pct, prompt_peak_share
+
+    ok = errors_pct(df)
+    share = prompt_peak_share(ok).dropna()
+    if share.empty:
+        return
+    top = ok.loc[share.idxmax()]
+    typer.echo(f"prompt compute at the measured request rate: at most {share.max():.1%} of the GPUs' fastest dense "
+               f"peak ({top['model']} on {top['system']}, {top['engine']} {top['engine_version']}, "
+               f"{top['isl']:.0f}/{top['osl']:.0f} tokens, {top['concurrency']:.0f} clients); "
+               f"{int((share > 1).sum())} runs above 100%, which cannot have prefilled every prompt")

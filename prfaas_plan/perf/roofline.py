@@ -120,6 +120,32 @@ def check_tokens(model: ModelSpec, tokens) -> np.ndarray:
     return l
 
 
+@dataclass(frozen=True)
+class PrefillFlops:
+    """FLOPs of one request's prefill, by the efficiency class that times them (arrays for an
+    array of lengths): GEMMs (projections, dense or active-expert FFN), attention (causal pairs of
+    full, MLA and capped layers), chunked linear attention. The LM head is left out (it runs for
+    the last token only)."""
+
+    gemm: np.ndarray | float
+    attention: np.ndarray | float
+    linear_attention: np.ndarray | float
+
+    @property
+    def total(self) -> np.ndarray | float:
+        return self.gemm + self.attention + self.linear_attention
+
+
+def prefill_flops(model: ModelSpec, tokens, costs: LayerCosts | None = None) -> PrefillFlops:
+    """FLOPs of prefilling one request of ``tokens`` tokens (:class:`PrefillFlops`), from the
+    per-model constants of :func:`layer_costs`."""
+    l = check_tokens(model, tokens)
+    c = costs or layer_costs(model)
+    swa_flops = sum(p * causal_pairs(l, w) for p, w in c.swa)
+    return PrefillFlops(c.gemm_flops_per_token * l, c.attn_flops_per_pair * l * (l + 1) / 2 + swa_flops,
+                        c.linear_flops_per_token * l)
+
+
 def analytic_prefill(model: ModelSpec, inst: Instance, tokens, costs: LayerCosts | None = None,
                      settings: CacheSettings | None = None) -> Latency:
     """Roofline prefill latency of one request of ``tokens`` tokens on one instance (``settings``:
@@ -127,11 +153,10 @@ def analytic_prefill(model: ModelSpec, inst: Instance, tokens, costs: LayerCosts
     l = check_tokens(model, tokens)
     c = costs or layer_costs(model)
     eff = inst.gpu.efficiency
-    pairs = l * (l + 1) / 2
-    swa_flops = sum(p * causal_pairs(l, w) for p, w in c.swa)
-    gemm_s = c.gemm_flops_per_token * l / (inst.peak_flops * eff.gemm)
-    attn_s = (c.attn_flops_per_pair * pairs + swa_flops) / (inst.peak_flops * eff.attention)
-    lin_s = c.linear_flops_per_token * l / (inst.peak_flops * eff.linear_attention)
+    f = prefill_flops(model, l, c)
+    gemm_s = f.gemm / (inst.peak_flops * eff.gemm)
+    attn_s = f.attention / (inst.peak_flops * eff.attention)
+    lin_s = f.linear_attention / (inst.peak_flops * eff.linear_attention)
     compute_s = gemm_s + attn_s + lin_s
     memory_s = (c.weight_bytes + kv_bytes(model, l, settings)) / (inst.memory_bytes_per_s * eff.memory)
     comm_s = _collective_s(model, inst, l, c)

@@ -54,10 +54,14 @@ def _scatter(ok: pd.DataFrame, metric: str, label: str):
     return alt.layer(band, diag, dots).properties(title=f"{label}: predicted vs measured (ms, log axes)")
 
 
+SHARES = ("prompt_peak_share",)
+"""Columns that are fractions, shown in percent."""
+
+
 def _cols(df: pd.DataFrame) -> list[Col]:
-    """A column per field: text left-aligned, numbers formatted."""
-    return [Col(c, c.replace("_", " "), fmt="text", text=True) if df[c].dtype == object else Col(c, c.replace("_", " "))
-            for c in df.columns]
+    """A column per field: text left-aligned, fractions in percent, other numbers formatted."""
+    return [Col(c, c.replace("_", " "), fmt="text", text=True) if df[c].dtype == object
+            else Col(c, c.replace("_", " "), fmt="pct" if c in SHARES else "num") for c in df.columns]
 
 
 def _mapping(df: pd.DataFrame) -> pd.DataFrame:
@@ -119,7 +123,10 @@ def validate_report(df: pd.DataFrame, path: str | Path, title: str = "Validation
                         "otherwise than its labels say (what its engine can load), and the InferenceX runs "
                         "predicted at the token budget per step or the KV-cache dtype their launch script set")]),
         Section("worst", "The 20 worst rows", [Table("worst", worst, _cols(worst),
-                                                     caption="by how many times off the farther of TTFT and TPOT is, either way")]),
+                                                     caption="by how many times off the farther of TTFT and TPOT is, either way; prompt peak share: "
+                                                             "the share of its GPUs' fastest dense tensor peak the run's prompts "
+                                                             "alone needed at its measured request rate (above 100% it cannot "
+                                                             "have prefilled every prompt, as the prediction assumes)")]),
     ]
     src = df.attrs.get("source", "")
     subtitle = (f"{len(df):,} rows{' from <code>' + _e(src) + '</code>' if src else ''}; {len(ok):,} distinct runs predicted. "
