@@ -1023,8 +1023,26 @@ def test_table_says_how_many_rows_each_run_protocol_predicted():
     top = ok.loc[share.idxmax()]
     assert lines[-1] == (f"prompt compute at the measured request rate: at most {share.max():.1%} of the GPUs' fastest "
                          f"dense peak ({top['model']} on {top['system']}, {top['engine']} {top['engine_version']}, "
-                         f"{top['isl']:.0f}/{top['osl']:.0f} tokens, {top['concurrency']:.0f} clients); 0 runs above "
-                         "100%, which cannot have prefilled every prompt")
+                         f"{top['isl']:.0f}/{top['osl']:.0f} tokens, {top['concurrency']:.0f} clients); runs above "
+                         "100%, which cannot have prefilled every prompt: 0")
+
+
+def test_a_run_that_cannot_have_prefilled_its_prompts_is_counted(tmp_path):
+    """A `vllm bench serve` result of Llama-3.1-8B on one H200 at 64 clients, 2000/100, TTFT 10 ms and
+    TPOT 1 ms: 64 / (0.010 + 99 x 0.001) s = 587 requests a second of 2,000-token prompts need 8.9x
+    the H200's FP8 dense peak (test_prompt_peak_share_is_littles_law_over_the_gpus_fastest_peak's
+    arithmetic): the table's last line counts it (the run names no engine version)."""
+    run = {"model_id": "meta-llama/Llama-3.1-8B-Instruct", "gpu": "h200", "tp": 1, "max_concurrency": 64,
+           "completed": 640, "total_input_tokens": 640 * 2000, "total_output_tokens": 640 * 100,
+           "mean_ttft_ms": 10.0, "mean_tpot_ms": 1.0}
+    (tmp_path / "run.json").write_text(json.dumps(run))
+    r = _cli("runs", str(tmp_path / "run.json"))
+    assert r.returncode == 0, r.stderr
+    share = 64 / 0.109 * (2 * 6_979_321_856 * 2000 + 524_288 * 2000 * 2001 / 2) / 1978.9e12
+    assert r.stdout.splitlines()[-1] == (
+        f"prompt compute at the measured request rate: at most {share:.1%} of the GPUs' fastest dense peak "
+        "(llama-3.1-8b on h200_sxm, vllm, 2000/100 tokens, 64 clients); runs above 100%, which cannot have "
+        "prefilled every prompt: 1")
 
 
 def test_html_failure_leaves_no_file(tmp_path, monkeypatch):

@@ -108,7 +108,8 @@ def _echo_prompt_compute(df: pd.DataFrame) -> None:
     if share.empty:
         return
     top = ok.loc[share.idxmax()]
+    version = top["engine_version"] if isinstance(top["engine_version"], str) else ""  # a run may not name it
     typer.echo(f"prompt compute at the measured request rate: at most {share.max():.1%} of the GPUs' fastest dense "
-               f"peak ({top['model']} on {top['system']}, {top['engine']} {top['engine_version']}, "
+               f"peak ({top['model']} on {top['system']}, {' '.join(filter(None, (top['engine'], version)))}, "
                f"{top['isl']:.0f}/{top['osl']:.0f} tokens, {top['concurrency']:.0f} clients); "
-               f"{int((share > 1).sum())} runs above 100%, which cannot have prefilled every prompt")
+               f"runs above 100%, which cannot have prefilled every prompt: {int((share > 1).sum())}")
