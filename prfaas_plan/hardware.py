@@ -88,6 +88,12 @@ class GPU(BaseModel):
         """Dense bf16 FLOP/s."""
         return self.bf16_dense_tflops * 1e12
 
+    @property
+    def fastest_dense_flops(self) -> float:
+        """The largest dense tensor-core FLOP/s of any dtype (FP4, else FP8, else bf16): a bound no
+        kernel of this GPU exceeds."""
+        return max(t for t in (self.bf16_dense_tflops, self.fp8_dense_tflops, self.fp4_dense_tflops) if t) * 1e12
+
     def check_gemm_dtype(self, dtype: str) -> None:
         """One-line InvalidInput where GEMM dtype ``dtype`` needs tensor cores this GPU lacks: MX
         operands (:data:`MX_ARCHS`) for mxfp4_w4a8, FP4 (``fp4_dense_tflops``) for nvfp4."""

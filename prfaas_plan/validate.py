@@ -1041,7 +1041,8 @@ def status_counts(df: pd.DataFrame) -> pd.DataFrame:
 
 
 def prompt_peak_share(df: pd.DataFrame) -> pd.Series:
-    """Per aggregated row, the share of its GPUs' fastest dense tensor-core peak (any dtype) that
+    """Per aggregated row, the share of its GPUs' fastest dense tensor-core peak
+    (:attr:`~prfaas_plan.hardware.GPU.fastest_dense_flops`) that
     its prompts alone need at its measured request rate: ``concurrency / (TTFT + (OSL - 1) * TPOT)``
     requests a second (Little's law over a closed loop of that many clients), each ``isl`` tokens of
     the model's prefill FLOPs (:func:`~prfaas_plan.perf.roofline.prefill_flops`), over ``tp x
@@ -1056,16 +1057,12 @@ def prompt_peak_share(df: pd.DataFrame) -> pd.Series:
     from prfaas_plan.model import load_model
     from prfaas_plan.perf.roofline import prefill_flops
 
-    def peak(system: str) -> float:
-        g = load_gpu(SYSTEM_GPUS.get(system, system))
-        return max(t for t in (g.bf16_dense_tflops, g.fp8_dense_tflops, g.fp4_dense_tflops) if t is not None) * 1e12
-
     out = pd.Series(np.nan, index=df.index, dtype=float)
     agg = df[(df["mode"] == "agg") & (df["isl"] > 0) & (df["concurrency"] > 0)]
     for (model_id, system), rows in agg.groupby(["model", "system"]):
         try:
             flops = prefill_flops(load_model(model_id), rows["isl"].to_numpy(dtype=float)).total
-            flops_per_s = peak(system)
+            flops_per_s = load_gpu(SYSTEM_GPUS.get(system, system)).fastest_dense_flops
         except InvalidInput:  # not in the model or hardware database, or prompts beyond the model's context
             continue
         rate = rows["concurrency"] / ((rows["ttft_ms_measured"] + (rows["osl"] - 1) * rows["tpot_ms_measured"]) / 1e3)

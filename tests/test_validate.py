@@ -10,6 +10,7 @@ import html
 import json
 import math
 import re
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -1043,6 +1044,14 @@ def test_a_run_that_cannot_have_prefilled_its_prompts_is_counted(tmp_path):
         f"prompt compute at the measured request rate: at most {share:.1%} of the GPUs' fastest dense peak "
         "(llama-3.1-8b on h200_sxm, vllm, 2000/100 tokens, 64 clients); runs above 100%, which cannot have "
         "prefilled every prompt: 1")
+
+
+def test_no_prompt_compute_line_without_a_predicted_run(tmp_path):
+    """An open-loop run alone (left out by rule): no run to rate, so no prompt-compute line."""
+    shutil.copy(FIX / "runs" / "vllm-infqps-MiniMax-M2.5-20260310-150011.json", tmp_path)
+    r = _cli("runs", str(tmp_path))
+    assert r.returncode == 0, r.stderr
+    assert "no max_concurrency (open-loop run)" in r.stdout and "prompt compute" not in r.stdout
 
 
 def test_html_failure_leaves_no_file(tmp_path, monkeypatch):

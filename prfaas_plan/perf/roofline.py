@@ -139,8 +139,11 @@ class PrefillFlops:
 def prefill_flops(model: ModelSpec, tokens, costs: LayerCosts | None = None) -> PrefillFlops:
     """FLOPs of prefilling one request of ``tokens`` tokens (:class:`PrefillFlops`), from the
     per-model constants of :func:`layer_costs`."""
-    l = check_tokens(model, tokens)
-    c = costs or layer_costs(model)
+    return _prefill_flops(check_tokens(model, tokens), costs or layer_costs(model))
+
+
+def _prefill_flops(l: np.ndarray, c: LayerCosts) -> PrefillFlops:
+    """:func:`prefill_flops` of lengths already checked."""
     swa_flops = sum(p * causal_pairs(l, w) for p, w in c.swa)
     return PrefillFlops(c.gemm_flops_per_token * l, c.attn_flops_per_pair * l * (l + 1) / 2 + swa_flops,
                         c.linear_flops_per_token * l)
@@ -153,7 +156,7 @@ def analytic_prefill(model: ModelSpec, inst: Instance, tokens, costs: LayerCosts
     l = check_tokens(model, tokens)
     c = costs or layer_costs(model)
     eff = inst.gpu.efficiency
-    f = prefill_flops(model, l, c)
+    f = _prefill_flops(l, c)
     gemm_s = f.gemm / (inst.peak_flops * eff.gemm)
     attn_s = f.attention / (inst.peak_flops * eff.attention)
     lin_s = f.linear_attention / (inst.peak_flops * eff.linear_attention)
