@@ -329,3 +329,16 @@ def test_a_mixed_layouts_decode_step_runs_each_replicas_share_on_its_tp_group():
     assert float(d.ops["moe.experts"]) == pytest.approx(94 * float(moe), rel=1e-12)
     a2a = t.all_to_all(np.asarray(8.0), 4096, 8, 128, 8, "generation").latency_s
     assert float(d.ops["comm.all_to_all.moe_dispatch"]) == pytest.approx(94 * float(a2a), rel=1e-12)
+
+
+def test_forward_ops_of_a_dense_model_are_its_config_arithmetic():
+    """Llama-3.1-8B at TP1 (config: hidden 4,096, 32 heads and 8 KV heads of 128, FFN 14,336,
+    vocab 128,256): fused QKV 4,096 -> (32 + 2 x 8) x 128, output 4,096 -> 4,096, gate+up 2 x
+    14,336, down 14,336 -> 4,096, every one in all 32 layers, and the LM head once; no router,
+    no experts, no collective on one GPU."""
+    model = pp.load_model("llama-3.1-8b")
+    got = [(s.op.name, getattr(s.op, "n", None), getattr(s.op, "k", None), s.count)
+           for s in forward_ops(model, Layout(1))]
+    assert got == [("full.column", 6144, 4096, 32), ("full.wo", 4096, 4096, 32), ("full.attention", None, None, 32),
+                   ("dense_ffn.gate_up", 28672, 4096, 32), ("dense_ffn.down", 4096, 14336, 32),
+                   ("lm_head", 128256, 4096, 1)]

@@ -16,7 +16,8 @@ from prfaas_plan.errors import InvalidInput
 from prfaas_plan.hardware import instance
 from prfaas_plan.model import load_model
 from prfaas_plan.perf.latency import decode_step_s, prefill_latency
-from prfaas_plan.perf.ops import decode_ops, mixed_step_ops
+from prfaas_plan.layout import instance_layout
+from prfaas_plan.perf.ops import decode_ops, forward_ops, mixed_step_ops, prefill_ops
 from prfaas_plan.serving import (
     BenchmarkRun,
     SpecDecode,
@@ -87,6 +88,27 @@ def test_mixed_step_without_decodes_is_a_prefill_chunk(deepseek):
     both = float(mixed_step_ops(model, inst, 32, 1500.0, 2048, 0, eng).total_s)
     alone = float(decode_ops(model, inst, 32, 1500.0, eng).total_s)
     assert chunk < both < chunk + alone
+
+
+def test_mixed_step_is_its_token_linear_ops_over_every_token_plus_each_attention(deepseek):
+    """Op by op: the GEMMs, experts and collectives of a step run once over its decode and prompt
+    tokens together (a prefill of b + p tokens); the chunk's attention is that of prefix + chunk
+    less that of the prefix (its queries over every earlier key); the decodes' attention is a
+    decode step's. DeepSeek-V3 at TP8 (no attention DP, so one rank holds every token)."""
+    model, inst = deepseek
+    eng = inst.engine_profile
+    b, ctx, p, prefix = 32, 1500.0, 2048, 512
+    mixed = mixed_step_ops(model, inst, b, ctx, p, prefix, eng).ops
+    linear = prefill_ops(model, inst, b + p, eng).ops
+    whole, before = prefill_ops(model, inst, prefix + p, eng).ops, prefill_ops(model, inst, prefix, eng).ops
+    decode = decode_ops(model, inst, b, ctx, eng).ops
+    family = {s.op.name: s.op.family for s in forward_ops(model, instance_layout(model, inst))}
+    assert {"gemm", "moe", "comm", "mla"} <= set(family.values())
+    for name, fam in family.items():
+        if fam in ("gemm", "moe", "comm"):
+            assert mixed[name] == pytest.approx(linear[name], rel=1e-12), name
+        else:
+            assert mixed[name] == pytest.approx(whole[name] - before[name] + decode[name], rel=1e-12), name
 
 
 def test_open_loop_matches_closed_loop_at_same_throughput(minimax):
