@@ -150,6 +150,9 @@ def test_token_arrays_broadcast_and_sources_name_the_table(h200):
     assert h200.gemm(np.array([0, 1]), 8192, 8192, "fp8").latency_s[0] == 0.0  # no tokens, no kernel
     assert t.source.startswith("table h200 sglang-0.5.14 sglang_sgl_kernel_fp8_scaled_mm")
     assert "roofline" in h200.gemm(4096, 8192, 8192, "int4_w4a16").source  # no W4A16 dense GEMM table
+    assert "outside the measured range" not in t.source
+    beyond = h200.gemm(4 * 1024 * 1024, 8192, 8192, "fp8")  # more rows than any measured GEMM
+    assert beyond.source.endswith("; outside the measured range: efficiency held at the grid edge")
 
 
 def test_a_table_with_a_missing_column_is_one_line_of_bad_input(tmp_path):
@@ -685,3 +688,96 @@ def test_an_instance_on_marlin_says_so_and_decodes_gpt_oss_on_it():
     assert "Marlin" not in latency_source(on["default"])
     model = load_model("gpt-oss-120b")
     assert decode_step_s(model, on["marlin"], 8, 2048) < decode_step_s(model, on["default"], 8, 2048)
+
+
+def test_a_kv_dtype_a_table_lacks_is_timed_as_the_measured_one_and_says_so():
+    """A100's decode-attention table holds bf16-KV rows only: an fp8-KV query reads them, costed as
+    they were measured (the same latency as the bf16 query), and its source says which rows stood in."""
+    a100 = kernel_tables(load_gpu("a100-80g"), "sglang")
+    fp8 = a100.generation_attention(8, 4096, 32, 8, 128, None, "fp8")
+    bf16 = a100.generation_attention(8, 4096, 32, 8, 128, None, "bf16")
+    assert fp8.latency_s == bf16.latency_s
+    assert fp8.source.endswith("; kv bf16 rows stand in for fp8")
+    assert "stand in" not in bf16.source
+
+
+def test_only_engine_version_folders_with_provenance_hold_tables(tmp_path):
+    """``<gpu>/<engine>-<version>/provenance.yaml`` marks a table folder; a folder of an unknown
+    engine, one without a version and one without provenance are not read."""
+    src = kernels_dir() / "h200" / "sglang-0.5.14" / "gemm.npz"
+    for folder, provenance in (("h200/sglang-0.5.14", True), ("h200/notes", True), ("b200/tensorrt-1.0", True),
+                               ("l40s/sglang-0.5.14", False)):
+        (tmp_path / folder).mkdir(parents=True)
+        (tmp_path / folder / "gemm.npz").write_bytes(src.read_bytes())
+        if provenance:
+            (tmp_path / folder / "provenance.yaml").write_text("gpu: h200\n")
+    assert K.measured_gpus(tmp_path) == ("h200",)
+    assert K.engine_versions("h200", "sglang", tmp_path) == {"0.5.14": str(tmp_path / "h200" / "sglang-0.5.14")}
+
+
+@pytest.mark.parametrize("family", ["gemm", "moe"])
+def test_a_table_file_holding_a_table_of_another_family_is_one_line_of_bad_input(tmp_path, family):
+    """``gemm.npz`` must hold the gemm table only: an unknown table, or the gemm table filed as
+    ``moe.npz``, is refused naming the file, not read as something else."""
+    folder = tmp_path / "h200" / "sglang-0.5.14"
+    folder.mkdir(parents=True)
+    with np.load(kernels_dir() / "h200" / "sglang-0.5.14" / "gemm.npz") as npz:
+        arrays = {(name.replace("gemm.", "gemv.") if family == "gemm" else name): npz[name] for name in npz.files}
+    np.savez_compressed(folder / f"{family}.npz", **arrays)
+    table = "gemv" if family == "gemm" else "gemm"
+    with pytest.raises(InvalidInput, match=rf"{family}\.npz: unknown kernel table '{table}'") as exc:
+        K.load_family(str(folder), family)
+    assert "\n" not in str(exc.value)
+
+
+def test_linear_attention_costs_are_the_chunked_and_recurrent_closed_forms():
+    """GDN at 4 sequences, 32 heads of dk = dv = 128: a decode step reads and writes the fp32
+    state (4 x 32 x 128 x 128 x 4 B, twice) and does 4 dk dv FLOPs a head; a 1,000-token context
+    adds 2 x 64 x (dk + dv) a token a head for the chunks (C = 64) and bf16 q, k, v, o a token."""
+    state = 4 * 32 * 128 * 128 * 4 * 2
+    flops, moved, dtype = K.linear_attention_cost("generation", 4, 1, 32, 128, 128)
+    assert (float(flops), float(moved), dtype) == (4 * 32 * 4 * 128 * 128, state + 4 * 32 * 512 * 2, "bf16")
+    flops, moved, _ = K.linear_attention_cost("context", 4, 1000, 32, 128, 128)
+    assert float(flops) == 4 * 1000 * 32 * (4 * 128 * 128 + 2 * 64 * 256)
+    assert float(moved) == state + 4 * 1000 * 32 * 512 * 2
+
+
+def test_an_all_reduce_without_a_table_is_the_ring_over_the_scale_up_link(tmp_path):
+    """Tables without the comm family (a GEMM table only, no other GPU to borrow from): an
+    all-reduce of 1 MiB over 8 GPUs sends 2 x 7/8 of it over each GPU's NVLink (H200: 450 GB/s a
+    direction) at the fallback's memory efficiency, and says it is the roofline."""
+    folder = tmp_path / "h200" / "sglang-0.5.14"
+    folder.mkdir(parents=True)
+    (folder / "provenance.yaml").write_text("gpu: h200\n")
+    (folder / "gemm.npz").write_bytes((kernels_dir() / "h200" / "sglang-0.5.14" / "gemm.npz").read_bytes())
+    t = kernel_tables(H200, "sglang", root=tmp_path).all_reduce(2**20, 8)
+    assert H200.scaleup_bytes_per_s == 450e9
+    assert t.latency_s == pytest.approx(2 * 7 / 8 * 2**20 / (450e9 * K.FALLBACK_MEMORY_EFFICIENCY), rel=1e-12)
+    assert t.source.startswith("roofline of h200 (no table for all_reduce;")
+
+
+def test_one_expert_rank_exchanges_nothing(h200):
+    """EP 1: every expert is local, so dispatch + combine move no bytes and take no time (an array
+    of tokens keeps its shape); at EP 8 the table's DeepEP time is positive."""
+    one = h200.all_to_all(np.array([128.0, 4096.0]), 7168, 8, 256, 1, "context")
+    assert one.latency_s.tolist() == [0.0, 0.0] and one.source == "ep 1: no all-to-all"
+    assert h200.all_to_all(4096, 7168, 8, 256, 8, "context").latency_s > 0
+    alone = h200.all_reduce(np.array([1024.0, 2**20]), 1)  # and one GPU reduces with nobody
+    assert alone.latency_s.tolist() == [0.0, 0.0] and alone.source == "one GPU: no all-reduce"
+
+
+def test_a_tables_folder_with_no_gpu_in_it_is_one_line_of_bad_input(tmp_path):
+    with pytest.raises(InvalidInput, match=r"^kernel tables: none in .*; run prfaas-plan bench import-kernels$"):
+        kernel_tables(H200, "sglang", root=tmp_path)
+
+
+def test_two_token_axes_at_once_interpolate_as_each_point_alone(h200):
+    """Decode attention over arrays of batch sizes and contexts together (multilinear in log space
+    over both axes) gives, point by point, what each (batch, context) asked alone gives (the
+    scalar path collapses one axis after the other), grid points and points between them alike."""
+    batch = np.array([1.0, 3.0, 16.0, 48.0, 200.0])
+    context = np.array([100.0, 2048.0, 5000.0, 16384.0, 70000.0])
+    both = h200.generation_attention(batch, context, 32, 8, 128, None, "bf16").latency_s
+    alone = [h200.generation_attention(float(b), float(c), 32, 8, 128, None, "bf16").latency_s
+             for b, c in zip(batch, context)]
+    assert both == pytest.approx(alone, rel=1e-12)

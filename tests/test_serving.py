@@ -14,9 +14,9 @@ import pytest
 
 from prfaas_plan.errors import InvalidInput
 from prfaas_plan.hardware import instance
+from prfaas_plan.layout import instance_layout
 from prfaas_plan.model import load_model
 from prfaas_plan.perf.latency import decode_step_s, prefill_latency
-from prfaas_plan.layout import instance_layout
 from prfaas_plan.perf.ops import decode_ops, forward_ops, mixed_step_ops, prefill_ops
 from prfaas_plan.serving import (
     BenchmarkRun,
@@ -142,6 +142,42 @@ def test_spec_decode_one_token_per_step_is_the_verify_step(deepseek):
     layer = (float(d.total_s) - float(d.families["overhead"]) - float(d.ops["lm_head"])) / model.layers.count
     verify = decode_step_s(model, inst, 3, ctx) + 2 * (layer + float(d.ops["lm_head"]))
     assert p.tpot_s == pytest.approx(verify, abs=1e-9)
+
+
+def test_position_rates_are_the_given_ones_or_the_one_rate_of_the_mean():
+    """Per-position rates as given (not flattened to their mean); a mean alone gives the one rate
+    ``r`` with 1 + r + r^2 + r^3 = 2.4 for three drafts, the real root of that cubic."""
+    assert SpecDecode(3, acceptance_rates=(0.8, 0.5, 0.5)).position_rates == (0.8, 0.5, 0.5)
+    roots = np.roots([1.0, 1.0, 1.0, 1.0 - 2.4])
+    r = float(next(x.real for x in roots if abs(x.imag) < 1e-12 and 0 < x.real < 1))
+    assert SpecDecode(3, accepted_per_step=2.4).position_rates == pytest.approx((r, r, r), abs=1e-10)
+
+
+def test_a_request_larger_than_the_cache_beside_the_weights_is_one_line_of_bad_input():
+    """Qwen3-32B on 2xL40S: each GPU keeps what the engine leaves beside its half of the weights,
+    and a token's cache is 64 layers x 8 KV heads x 128 x 2 (K, V) x 2 B = 262,144 B, 131,072 B a
+    GPU at TP2. A request a few hundred tokens inside that runs; one a few hundred beyond is refused."""
+    from prfaas_plan.perf.latency import free_cache_bytes_per_gpu
+
+    model, inst = load_model("qwen3-32b"), instance("l40s", 2, engine="vllm")
+    most_tokens = free_cache_bytes_per_gpu(model, inst) / 131_072
+    assert 20_000 < most_tokens < 40_960  # inside the model's context, so the cache is what binds
+    osl = 256
+    assert colocated_closed_loop(model, inst, int(most_tokens) - 300 - osl, osl, 1).ttft_s > 0
+    isl = int(most_tokens) + 300 - osl
+    with pytest.raises(InvalidInput, match=rf"^isl_tokens: one {isl + osl}-token request does not fit beside the "
+                                           r"weights on 2xl40s$"):
+        colocated_closed_loop(model, inst, isl, osl, 1)
+
+
+def test_an_instance_takes_a_spec_decode_or_none():
+    from prfaas_plan.serving import with_spec
+
+    inst = instance("h200", 8, engine="sglang")
+    assert with_spec(inst, None) is inst
+    assert with_spec(inst, SpecDecode(1, acceptance_rates=(0.85,))).engine_profile.speculative.draft_tokens == 1
+    with pytest.raises(InvalidInput, match="^spec: give a SpecDecode or None$"):
+        with_spec(inst, {"draft_tokens": 1})
 
 
 def test_acceptance_rates_give_expected_tokens():
