@@ -251,6 +251,33 @@ def test_max_sustainable_rate_is_the_edge_the_open_loop_accepts(minimax):
     assert 10 < top < 40
 
 
+def test_max_sustainable_rate_passes_on_what_no_rate_can_fix():
+    """A request that does not fit the cache is refused as such, not read as a rate too high."""
+    from prfaas_plan.serving import max_sustainable_rate
+
+    with pytest.raises(InvalidInput, match="^isl_tokens: one 31024-token request does not fit"):
+        max_sustainable_rate(load_model("qwen3-32b"), instance("l40s", 2, engine="vllm"), 30_000, 1024)
+
+
+def test_a_closed_loop_whose_steps_all_carry_prompts_says_it_is_prefill_bound():
+    """Llama-3.1-8B (FP8 projections) on one H200: 2,000 clients of 2,000-token prompts and 2
+    output tokens keep a prompt chunk in every step (and more of them than the cache holds wait);
+    100 clients of 1,000 / 8 leave steps without one."""
+    model = load_model("llama-3.1-8b").with_gemm_dtypes(attention="fp8", dense_ffn="fp8")
+    inst = instance("h200", 1, engine="vllm")
+    bound = colocated_closed_loop(model, inst, 2000, 2, 2000)
+    assert bound.notes[-1] == "prefill-bound: every step carries a prefill chunk"
+    assert bound.notes[0].startswith("memory-bound: ")
+    assert colocated_closed_loop(model, inst, 1000, 8, 100).notes == ()
+
+
+def test_a_benchmark_of_one_output_token_has_no_tpot(minimax):
+    """OSL 1: the first token is the last, so there is no inter-token time to average."""
+    model, inst = minimax
+    p = colocated_benchmark(model, inst, 1000, 1, 4, BenchmarkRun(2))
+    assert math.isnan(p.tpot_s) and p.ttft_s > 0 and p.throughput_rps > 0
+
+
 def test_on_demand_engines_hold_the_mean_context_and_trtllm_the_final_one(minimax):
     """vLLM and SGLang allocate KV pages as tokens are written: a decoding request at step j holds
     isl + j tokens, isl + osl / 2 on average over j = 1 .. osl - 1; TensorRT-LLM's default

@@ -193,6 +193,16 @@ def test_break_even_batch_is_where_it_stops_paying(deepseek):
         assert at[even - 1] > 1.0 >= at[even]
 
 
+def test_break_even_batch_is_0_where_it_never_pays_and_minus_1_where_it_always_does(deepseek):
+    """A draft never accepted gains no token and costs the verify's second token and the drafting:
+    it loses at batch 1 already (break-even 0); 90% acceptance still pays at the largest batch
+    asked about, 4 (break-even -1)."""
+    model, inst = deepseek
+    df = speedup_curve(model, inst, 2048.0, [1, 4], [0.0, 0.9], k=1, max_batch=4).set_index(["acceptance", "batch"])
+    assert df.loc[(0.0, 1), "speedup"] < 1.0 and set(df.loc[0.0, "break_even_batch"]) == {0}
+    assert df.loc[(0.9, 4), "speedup"] > 1.0 and set(df.loc[0.9, "break_even_batch"]) == {-1}
+
+
 # --------------------------------------------------------------------------- the simulator
 
 def test_decode_steps_draw_the_mean_accepted_tokens():
