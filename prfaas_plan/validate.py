@@ -415,10 +415,10 @@ def _layout(model: ModelSpec, row: dict, prefix: str = "") -> Layout | str:
     gpus = tp * dp
     if (moe_tp is None and moe_ep is None) or not moe:  # a dense model's MoE sizes say nothing (the CSV's 1 x 1)
         moe_tp, moe_ep = gpus, 1
-    elif moe_tp is None:
-        moe_tp = gpus // moe_ep
+    elif moe_tp is None:  # at least 1: more expert ranks than GPUs is named as such below
+        moe_tp = max(gpus // moe_ep, 1)
     elif moe_ep is None:
-        moe_ep = gpus // moe_tp
+        moe_ep = max(gpus // moe_tp, 1)
     if pp > 1:
         return f"{UNSUPPORTED_LAYOUT}: pipeline parallel {pp}"
     if moe_tp * moe_ep != gpus or (moe_tp > 1 and moe_ep > 1):

@@ -230,6 +230,24 @@ def test_dcp_collectives_byte_counts():
     assert len(collectives(load_model(K2T), Layout(8, dcp=8), 64, "context")) == 3  # DCP is a decode layout
 
 
+def test_dcp_collectives_of_hybrid_models_run_on_their_full_attention_layers_only():
+    """DCP splits the cache of full attention only (a window's or a linear state's does not grow).
+    MiMo-V2-Flash (config: 9 full + 39 SWA layers, 64 heads, q/k 192, v 128) at TP8 x DCP2: the
+    DCP group holds 64 / 8 x 2 = 16 heads, so 64 decode tokens gather 64 x 16 x 192 x 2 B of queries
+    and 64 x 16 x 4 B of log-sum-exps, and scatter 64 x 16 x 128 x 2 B of outputs, in 9 layers.
+    Qwen3.5-397B (15 full layers of 32 heads of 256 + 45 GDN): 64 x 8 x 256 x 2 both ways, 15 layers."""
+    dcp = [c for c in collectives(load_model("mimo-v2-flash"), Layout(8, dcp=2), 64, "generation")
+           if c.after.startswith("dcp")]
+    assert dcp == [Collective("all_gather", 64 * 16 * 192 * 2, 2, 9, "dcp_query"),
+                   Collective("all_gather", 64 * 16 * 4, 2, 9, "dcp_lse"),
+                   Collective("reduce_scatter", 64 * 16 * 128 * 2, 2, 9, "dcp_output")]
+    dcp = [c for c in collectives(load_model("qwen3.5-397b-a17b"), Layout(8, dcp=2), 64, "generation")
+           if c.after.startswith("dcp")]
+    assert dcp == [Collective("all_gather", 64 * 8 * 256 * 2, 2, 15, "dcp_query"),
+                   Collective("all_gather", 64 * 8 * 4, 2, 15, "dcp_lse"),
+                   Collective("reduce_scatter", 64 * 8 * 256 * 2, 2, 15, "dcp_output")]
+
+
 def test_unknown_phase_is_rejected():
     with pytest.raises(InvalidInput, match="phase"):
         collectives(load_model(K2T), Layout(8), 64, "decode")

@@ -170,6 +170,18 @@ def test_a_request_larger_than_the_cache_beside_the_weights_is_one_line_of_bad_i
         colocated_closed_loop(model, inst, isl, osl, 1)
 
 
+def test_a_decode_worker_that_cannot_hold_one_request_is_one_line_of_bad_input():
+    """Disaggregated: the prefill worker (8xH200) holds the prompt, but the decode worker (2xL40S)
+    is the one that must keep the whole request's cache, and it cannot (as above)."""
+    from prfaas_plan.serving import disaggregated_closed_loop
+
+    model = load_model("qwen3-32b")
+    with pytest.raises(InvalidInput, match=r"^isl_tokens: one 31024-token request does not fit beside the weights "
+                                           r"on 2xl40s$"):
+        disaggregated_closed_loop(model, instance("h200", 8, engine="vllm"), 1, instance("l40s", 2, engine="vllm"), 1,
+                                  30_000, 1024, 4)
+
+
 def test_an_instance_takes_a_spec_decode_or_none():
     from prfaas_plan.serving import with_spec
 

@@ -1096,3 +1096,42 @@ def test_scatter_specs_are_valid_vega_lite(frame):
         assert all(r["lo"] == pytest.approx(r["x"] * (1 - BAND)) and r["hi"] == pytest.approx(r["x"] * (1 + BAND))
                    for r in band)
         assert spec["layer"][2]["encoding"]["x"]["scale"]["type"] == "log"
+
+
+@pytest.mark.parametrize(("sizes", "expected"), [
+    # one MoE size given: the other is what tp x attention_dp leaves (aiconfigurator's invariant)
+    (dict(tp_size=4, moe_tp_size=4), Layout(4)),
+    (dict(tp_size=4, moe_ep_size=4), Layout(4, "tp", "ep")),
+    (dict(tp_size=4, attention_dp_size=2, moe_ep_size=8), Layout(8, "dp", "ep", attention_tp=4)),
+    # what the model cannot express is a status naming it
+    (dict(tp_size=4, pp_size=2, moe_tp_size=4), "unsupported layout: pipeline parallel 2"),
+    (dict(tp_size=4, moe_tp_size=2, moe_ep_size=2), "unsupported layout: experts tp 2 x ep 2 on 4 GPUs"),
+    (dict(tp_size=4, moe_tp_size=2, moe_ep_size=4), "unsupported layout: experts tp 2 x ep 4 on 8 GPUs"),  # DP 2 inferred
+    (dict(tp_size=4, attention_dp_size=1, moe_ep_size=8), "unsupported layout: experts tp 1 x ep 8 on 4 GPUs"),
+])
+def test_a_rows_sizes_make_its_layout_or_say_why_not(sizes, expected):
+    """Qwen3-235B-A22B-FP8 (128 experts of 1,536 channels, FP8 block-128: TP4 leaves 384, three blocks)."""
+    from prfaas_plan.validate import _layout
+
+    assert _layout(load_model("qwen3-235b-a22b-fp8"), sizes) == expected
+
+
+def test_a_pipeline_parallel_run_and_an_empty_decode_batch_are_statuses(tmp_path):
+    """Row 1 of the fixture re-run with pipeline parallel 2 (no layout of ours pipelines), and the
+    disaggregated row 8 with no request per decode rank: each row says why it is not predicted."""
+    rows = pd.read_csv(ROWS, dtype=str, keep_default_na=False)
+    piped = rows.iloc[[0]].assign(pp_size="2")
+    idle = rows.iloc[[7]].assign(decode_batch_size="0")
+    pd.concat([piped, idle]).to_csv(tmp_path / "odd.csv", index=False)
+    assert validate_silicon(tmp_path / "odd.csv")["status"].tolist() == [
+        "unsupported layout: pipeline parallel 2", "invalid concurrency"]
+
+
+def test_a_decode_worker_holds_its_ranks_batches_or_its_share_of_the_clients():
+    """decode_batch_size is per attention-DP rank (x 8 ranks); without it, the clients spread over
+    the decode workers (100 over 3: the busiest holds 34)."""
+    from prfaas_plan.validate import _decode_batch
+
+    assert _decode_batch({"decode_batch_size": "16"}, Layout(8, "dp", "ep"), 512) == 128
+    assert _decode_batch({"decode_num_workers": "3"}, Layout(8), 100) == 34
+    assert _decode_batch({}, Layout(8), 100) == 100
