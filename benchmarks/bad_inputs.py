@@ -330,6 +330,24 @@ def _cases() -> list[Case]:
         c("bench validate: wrong schema", "bench validate {t}/results-wrong.json"),
         c("bench validate: results with only a schema", "bench validate {t}/results-bare.json"),
         c("bench validate: 100k-char path", "bench validate {long}"),
+        c("validate: unknown source", "validate csv"),
+        c("validate: --csv missing", "validate --csv {t}/nofile.csv"),
+        c("validate: 100k-char --csv", "validate --csv {long}"),
+        c("validate: --csv binary", "validate --csv {t}/binary.bin"),
+        c("validate: --csv empty", "validate --csv {t}/empty.csv"),
+        c("validate: --csv lacking columns", "validate --csv {t}/link-bad.csv"),
+        c("validate: --csv with a negative concurrency", "validate --csv {t}/silicon-neg.csv"),
+        c("validate: bad --format", "validate --csv {t}/silicon.csv --format xml"),
+        c("validate: bad --moe-routing", "validate --csv {t}/silicon.csv --moe-routing zipf"),
+        c("validate: --html into a missing folder", "validate --csv {t}/silicon.csv --html /nonexistent/v.html"),
+        c("validate runs: no path", "validate runs"),
+        c("validate runs: missing file", "validate runs {t}/nofile.json"),
+        c("validate runs: binary file", "validate runs {t}/binary.json"),
+        c("validate runs: JSON list", "validate runs {t}/results-list.json"),
+        c("validate runs: another tool's JSON", "validate runs {t}/results-wrong.json"),
+        c("validate runs: negative max_concurrency", "validate runs {t}/run-neg.json"),
+        c("validate runs: no completed request", "validate runs {t}/run-none.json"),
+        c("validate runs: 100k-char path", "validate runs {long}"),
         # documented meanings
         c("simulate: --link-drop until forever", "simulate paper-case-study --duration 20 --link-drop 100:20@5-inf",
           accepted=True),
@@ -410,6 +428,16 @@ def _write_fixtures(t: Path) -> None:
     (t / "results-list.json").write_text("[1]")
     (t / "results-wrong.json").write_text(json.dumps({"schema": 999}))
     (t / "results-bare.json").write_text(json.dumps({"schema": "prfaas-plan-bench/1"}))
+    silicon = (ROOT / "tests" / "fixtures" / "validate" / "silicon_rows.csv").read_text().splitlines()
+    (t / "silicon.csv").write_text("\n".join(silicon[:2]) + "\n")
+    assert "silicon_concurrency=8" in silicon[1]
+    (t / "silicon-neg.csv").write_text(silicon[0] + "\n" + silicon[1].replace("silicon_concurrency=8",
+                                                                             "silicon_concurrency=-4") + "\n")
+    run = {"model_id": "meta-llama/Llama-3.1-8B-Instruct", "gpu": "h200", "tp": 1, "max_concurrency": 64,
+           "completed": 640, "total_input_tokens": 1_280_000, "total_output_tokens": 64_000,
+           "mean_ttft_ms": 100.0, "mean_tpot_ms": 10.0}
+    (t / "run-neg.json").write_text(json.dumps({**run, "max_concurrency": -4}))
+    (t / "run-none.json").write_text(json.dumps({**run, "completed": 0}))
     (t / "obs.yaml").write_text((ROOT / "bench_results" / "prfaas-paper-h200.yaml").read_text())
     (t / "obs-empty.yaml").write_text("source: nowhere\nobservations: []\n")
 

@@ -80,7 +80,8 @@ from datetime import datetime, timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from prfaas_plan.errors import InvalidInput, PlanError
+from prfaas_plan.data import is_dir, is_file
+from prfaas_plan.errors import InvalidInput, PlanError, shown
 from prfaas_plan.inferencex import DISAGG_RECIPES, RECIPES, parse_utc
 from prfaas_plan.layout import Layout, check_layout, expert_tp_problem
 from prfaas_plan.perf.kernels import version_key
@@ -902,8 +903,8 @@ def validate_silicon(csv_path: str | Path | None = None, systems=None, moe_routi
 
     check_choice(moe_routing, MOE_ROUTINGS, "moe_routing")
     path = Path(csv_path) if csv_path is not None else default_csv()
-    if not path.is_file():
-        raise InvalidInput(f"csv: {path} is not a file; give the path of silicon_sample.csv")
+    if not is_file(path):
+        raise InvalidInput(f"csv: {shown(path)} is not a file; give the path of silicon_sample.csv")
     try:
         df = pd.read_csv(path, low_memory=False)
     except (ValueError, UnicodeDecodeError) as exc:
@@ -956,9 +957,9 @@ def validate_runs(path: str | Path) -> pd.DataFrame:
     import pandas as pd
 
     p = Path(path)
-    files = sorted(p.glob("*.json")) if p.is_dir() else [p]
-    if not files or not all(f.is_file() for f in files):
-        raise InvalidInput(f"runs: {p} is neither a result JSON nor a folder of them")
+    files = sorted(p.glob("*.json")) if is_dir(p) else [p]
+    if not files or not all(is_file(f) for f in files):
+        raise InvalidInput(f"runs: {shown(p)} is neither a result JSON nor a folder of them")
     rows, no_gpu = [], []
     for f in files:
         try:

@@ -53,12 +53,23 @@ def test_layout_degrees_follow_the_engines_product_rules():
     (K2T, Layout(8, dcp=3), ["layout.dcp", "must divide", "8", "1, 2, 4, 8"]),
     (K2T, Layout(8, "dp", dcp=2), ["layout.dcp", "degree 1", "use one of 1"]),
     ("llama-3.1-70b", Layout(3), ["layout.attention", "cannot be split over 3 GPUs", "valid degrees: 1, 2, 4, 8"]),
+    # FP8 block-128 experts of 1,536 channels over 8 GPUs: 192 a GPU, not whole blocks
+    ("minimax-m2.5", Layout(8, "tp", "tp"), ["layout.experts", "(SGLang and vLLM refuse to load it)", "use experts: ep"]),
 ])
 def test_a_layout_the_model_cannot_take_is_one_line_naming_the_field(model_id, layout, needles):
     with pytest.raises(InvalidInput) as exc:
         check_layout(load_model(model_id), layout)
     msg = str(exc.value)
     assert "\n" not in msg and all(n in msg for n in needles), msg
+
+
+@pytest.mark.parametrize("tp", [2.5, True, 0, -2])
+def test_a_tensor_parallel_degree_is_a_whole_number_of_at_least_1(tp):
+    from prfaas_plan.layout import check_tp
+
+    with pytest.raises(InvalidInput, match=rf"^tp: tensor-parallel degree must be a whole number >= 1, got {tp!r}$"):
+        check_tp(load_model("llama-3.1-70b"), tp)
+    assert check_tp(load_model("llama-3.1-70b"), 4.0) == 4
 
 
 @pytest.mark.parametrize("kwargs, field", [({"attention": "sp"}, "layout.attention"), ({"experts": "xp"}, "layout.experts"),

@@ -903,11 +903,23 @@ def test_bad_inputs_exit_2_one_line(tmp_path):
     neg = rows.iloc[:1].copy()
     neg["silicon_data_source"] = neg["silicon_data_source"].str.replace("silicon_concurrency=8", "silicon_concurrency=-4")
     neg.to_csv(tmp_path / "neg.csv", index=False)
+    run = {"model_id": "meta-llama/Llama-3.1-8B-Instruct", "gpu": "h200", "tp": 1, "max_concurrency": 64,
+           "completed": 640, "total_input_tokens": 640 * 2000, "total_output_tokens": 640 * 100,
+           "mean_ttft_ms": 10.0, "mean_tpot_ms": 1.0}
+    for name, doc in (("negative.json", {**run, "max_concurrency": -4}), ("none.json", {**run, "completed": 0}),
+                      ("list.json", [run])):
+        (tmp_path / name).write_text(json.dumps(doc))
     cases = {
         ("--csv", str(tmp_path / "cols.csv")): "moe_ep_size, silicon_ttft_ms",
         ("runs", str(FIX / "genai_perf_profile_export.json")): "is not a `vllm bench serve --save-result` JSON",
         ("--csv", str(tmp_path / "neg.csv")): "concurrency",
         ("runs",): "give the result JSON file or folder",
+        ("runs", str(tmp_path / "negative.json")): "max_concurrency=-4; give a count >= 1",
+        ("runs", str(tmp_path / "none.json")): "completed=0; a run needs at least one completed request",
+        ("runs", str(tmp_path / "list.json")): "is not a `vllm bench serve --save-result` JSON (not an object)",
+        ("runs", str(tmp_path / "missing.json")): "is neither a result JSON nor a folder of them",
+        ("--csv", str(tmp_path / "missing.csv")): "is not a file; give the path of silicon_sample.csv",
+        ("runs", "a" * 100_000): "... (100,000 characters) is neither a result JSON nor a folder of them",  # ENAMETOOLONG
     }
     for args, words in cases.items():
         r = _cli(*args)
