@@ -8,6 +8,7 @@ rooflines for a synthetic wheel folder.
 
 from __future__ import annotations
 
+import shutil
 from pathlib import Path
 
 import numpy as np
@@ -205,6 +206,34 @@ def test_the_importer_reduces_a_synthetic_wheel(tmp_path):
     kt = kernel_tables(H200, "sglang", root=out)
     assert kt.all_reduce(2048 * 2, 8).latency_s == pytest.approx(5e-6, rel=1e-6)  # 2048 bf16 elements
     assert "roofline" in kt.moe(1024, 4096, 1024, 8, 64, 1, 1, "bf16").source  # no moe table imported
+
+
+def test_an_import_stopped_half_way_leaves_the_tables_as_they_were(tmp_path, monkeypatch):
+    """Every version folder is built in a scratch tree first and published only when all are: an
+    import of a changed wheel that fails (or is interrupted) in its second folder leaves ``out``
+    byte for byte as it was, its first folder included."""
+    import pandas as pd
+
+    out, wheel = tmp_path / "out", _fake_wheel(tmp_path / "wheel")
+    kernels_import.import_kernels(["h200"], out, folder=wheel, echo=lambda _: None)
+    before = {p.relative_to(out): p.read_bytes() for p in out.rglob("*") if p.is_file()}
+    gemm = wheel / "aiconfigurator_core" / "systems" / "data" / "h200_sxm" / "gemm" / "sglang"
+    df = pd.read_parquet(gemm / "0.5.14" / "gemm_perf.parquet")
+    df.assign(latency=2 * df["latency"]).to_parquet(gemm / "0.5.14" / "gemm_perf.parquet")  # the newer wheel
+    shutil.copytree(gemm / "0.5.14", gemm / "0.5.10")  # and an older version folder, imported second
+    real, calls = kernels_import.import_family, []
+
+    def third_fails(*args, **kwargs):
+        calls.append((args[4], args[2]))  # (version, family)
+        if len(calls) == 3:
+            raise KeyboardInterrupt
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(kernels_import, "import_family", third_fails)
+    with pytest.raises(KeyboardInterrupt):
+        kernels_import.import_kernels(["h200"], out, folder=wheel, echo=lambda _: None)
+    assert calls == [("0.5.14", "gemm"), ("0.5.14", "comm"), ("0.5.10", "gemm")]
+    assert {p.relative_to(out): p.read_bytes() for p in out.rglob("*") if p.is_file()} == before
 
 
 def test_import_kernels_without_the_wheel_is_one_line_exit_2(tmp_path, monkeypatch, capsys):

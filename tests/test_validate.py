@@ -1147,3 +1147,16 @@ def test_a_decode_worker_holds_its_ranks_batches_or_its_share_of_the_clients():
     assert _decode_batch({"decode_batch_size": "16"}, Layout(8, "dp", "ep"), 512) == 128
     assert _decode_batch({"decode_num_workers": "3"}, Layout(8), 100) == 34
     assert _decode_batch({}, Layout(8), 100) == 100
+
+
+def test_only_an_aggregated_inferencex_row_is_read_as_its_id_names_it():
+    """``..._tp8_ep8_N`` in the id of an InferenceX aggregated row written "TP 64, MoE 8 x 8" is TP 8 with
+    experts EP 8; the same id on a disaggregated row, or on a row of another source, is left as written."""
+    from prfaas_plan.validate import _as_named
+
+    row = {"id": "qwen3.5_h200_sglang_agg_1024x1024_c64_tp8_ep8_1339", "mode": "agg", "backend": "sglang",
+           "silicon_data_source": "source_file=2026-03-04.csv; measured=2026-03-04", "tp_size": 64,
+           "attention_dp_size": 1, "moe_tp_size": 8, "moe_ep_size": 8}
+    assert _as_named(row) == {**row, "tp_size": 8, "attention_dp_size": 1, "moe_tp_size": 1, "moe_ep_size": 8}
+    for other in ({**row, "mode": "disagg"}, {**row, "silicon_data_source": "source_file=/Users/x/gap.csv;"}):
+        assert _as_named(other) is other

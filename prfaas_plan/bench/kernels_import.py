@@ -736,9 +736,6 @@ def _write_version(root: Path, gpu: GPU, engine: str, version: str, families: di
             rows = ", ".join(f"{t} {p['rows']:,}" for t, p in prov["tables"].items())
             echo(f"{gpu.id}/{engine}-{version}/{family}: {rows} rows, {buffer.tell():,} bytes")
         stage("provenance.yaml").write_text(yaml.safe_dump(provenance, sort_keys=False, width=120))
-    for stale in folder.glob("*.npz"):  # a family an earlier import wrote and this one leaves out
-        if stale.name not in sizes:
-            stale.unlink()
     return sizes
 
 
@@ -757,7 +754,28 @@ def import_kernels(gpus: list[str], out: Path, wheel: Path | None = None, folder
         tempfile.TemporaryFile(dir=out).close()
     except OSError as exc:
         raise InvalidInput(f"--out: cannot write kernel tables to {out} ({exc.strerror or exc}); choose another folder") from None
-    with tempfile.TemporaryDirectory() as scratch:
+    with tempfile.TemporaryDirectory() as scratch, tempfile.TemporaryDirectory() as fresh:
         root = package_root(wheel, folder, Path(scratch))
-        return {f"{g}/{name}": files for g in gpus for e in ENGINES if e == "sglang" or g in VLLM_GPUS
-                for name, files in import_gpu(root, g, e, out, echo).items()}
+        # into a scratch tree first (a version folder is written in two passes, the module reducers
+        # reading the first's GEMM tables), then each folder into ``out`` all or none: an import
+        # stopped half-way leaves the committed tables as they were
+        sizes = {f"{g}/{name}": files for g in gpus for e in ENGINES if e == "sglang" or g in VLLM_GPUS
+                 for name, files in import_gpu(root, g, e, Path(fresh), echo).items()}
+        for name in sizes:
+            _publish(Path(fresh) / name, out / name)
+    K.clear_caches()
+    return sizes
+
+
+def _publish(src: Path, dst: Path) -> None:
+    """Make folder ``dst`` hold exactly ``src``'s files: copied in all or none
+    (:func:`~prfaas_plan.data.staged_files`), then the ``.npz`` files ``src`` lacks removed."""
+    import shutil
+
+    dst.mkdir(parents=True, exist_ok=True)
+    with staged_files(dst, f"kernel tables {dst}") as stage:
+        for f in sorted(src.iterdir()):
+            shutil.copyfile(f, stage(f.name))
+    for stale in dst.glob("*.npz"):  # a family an earlier import wrote and this one leaves out
+        if not (src / stale.name).is_file():
+            stale.unlink()
