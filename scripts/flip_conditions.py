@@ -3,6 +3,7 @@
 once to ``True`` and once to ``False``, and run the given tests against each flip.
 
     python scripts/flip_conditions.py prfaas_plan/perf/ops.py tests/test_perf.py tests/test_serving.py
+    python scripts/flip_conditions.py prfaas_plan/perf/ops.py --lines 280,451 tests/   # recheck survivors
 
 A flip that every test survives is a line no test decides (DESIGN's rule: a line that could become
 ``if True:`` with every test still green is untested), unless the two branches do the same thing
@@ -51,10 +52,14 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("module", help="the module to flip, relative to the repository root")
     parser.add_argument("tests", nargs="+", help="test files (or pytest node ids) to run against each flip")
+    parser.add_argument("--lines", help="only the conditions starting on these lines, comma-separated")
     args = parser.parse_args(argv)
     module = Path(args.module)
     source = (ROOT / module).read_text()
     tests = conditions(source)
+    if args.lines:
+        wanted = {int(n) for n in args.lines.split(",")}
+        tests = [t for t in tests if t.lineno in wanted]
     survivors = 0
     with tempfile.TemporaryDirectory(prefix="flip-") as scratch:
         copy = Path(scratch) / ROOT.name
