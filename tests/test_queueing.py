@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import heapq
 import math
+import re
 
 import numpy as np
 import pytest
@@ -490,6 +491,70 @@ def test_bad_input_raises_plan_error():
             t.quantile(q)
     with pytest.raises(PlanError):
         _path_goodput(4, 0.9, -1.0)
+
+
+def _two_point_ttft() -> TTFTDist:
+    return ttft_distribution(1.0, 4, TWO_POINT)
+
+
+@pytest.mark.parametrize("build, message", [
+    (lambda: ServiceMix(np.array([]), np.array([])), "service times_s: give a non-empty 1-D array"),
+    (lambda: ServiceMix(np.array([[0.3]]), np.array([[1.0]])), "service times_s: give a non-empty 1-D array"),
+    (lambda: ServiceMix(np.array([0.3, 3.0]), np.array([0.6, np.nan])),
+     "service probs: every probability must be finite and >= 0"),
+    (lambda: ServiceMix(np.array([0.3, 3.0]), np.array([0.6, 0.4]), np.array([0.1, -0.1])),
+     "service exp_means_s: every mean must be a finite number of seconds >= 0"),
+    (lambda: WaitDist(1.0, 4, 0.0), "mean_service_s: 0.0 must be a positive number of seconds"),
+    (lambda: WaitDist(1.0, 4, 1.0, -1.0), "scv: -1.0 must be a finite squared coefficient of variation >= 0"),
+    (lambda: WaitDist(1.0, 4, 1.0, math.inf), "scv: inf must be a finite squared coefficient of variation >= 0"),
+    (lambda: wait_distribution(1.0, 4, [0.3, 3.0]), "service: give a ServiceMix"),
+    (lambda: ttft_distribution(1.0, 4, TWO_POINT, step_s=-0.01),
+     "step_s: -0.01 must be a finite decode step time in seconds >= 0"),
+    (lambda: mixed_ttft([]), "mixed_ttft: give at least one (fraction, TTFTDist) pair"),
+    (lambda: mixed_ttft([(math.nan, _two_point_ttft())]), "mixed_ttft: every fraction of requests must be finite"),
+    (lambda: mixed_ttft([(1.0, TWO_POINT)]), "mixed_ttft: each part must be (fraction, TTFTDist)"),
+    (lambda: max_rate_for_slo(lambda r: _two_point_ttft(), -1.0, 0.9, 1.0),
+     "max_rate_rps: -1.0 must be a finite rate >= 0 requests/s"),
+    (lambda: max_rate_for_slo(lambda r: _two_point_ttft(), math.inf, 0.9, 1.0),
+     "max_rate_rps: inf must be a finite rate >= 0 requests/s"),
+])
+def test_each_bad_input_is_refused_by_its_own_check(build, message):
+    """Each guard of the queueing inputs, met by an input that passes every earlier one."""
+    with pytest.raises(PlanError, match=f"^{re.escape(message)}"):
+        build()
+
+
+def test_brentq_returns_a_root_at_either_end_of_the_bracket():
+    assert brentq(lambda x: x - 1.0, 1.0, 3.0, 1e-12, 1e-12, 100) == 1.0
+    assert brentq(lambda x: x - 3.0, 1.0, 3.0, 1e-12, 1e-12, 100) == 3.0
+
+
+def test_erlang_c_of_no_load_and_of_an_overloaded_pool():
+    """No offered load: nobody waits; offered load at or above the servers: everybody does."""
+    assert erlang_c(4, 0.0) == 0.0
+    assert erlang_c(4, 4.0) == erlang_c(4, 6.5) == 1.0
+
+
+def test_a_service_more_variable_than_exponential_takes_allen_cunneen():
+    """scv 4 on 4 servers at rho 0.5: E[W] = (1 + scv) / 2 x the M/M/c wait C(4, 2) E[S] / (c - a),
+    with Erlang C from its textbook sum (P0 terms a^k / k!), 2/23 here."""
+    a, c = 2.0, 4
+    terms = sum(a**k / math.factorial(k) for k in range(c))
+    tail = a**c / math.factorial(c) * c / (c - a)
+    mmc = tail / (terms + tail) / (c - a)
+    assert tail / (terms + tail) == pytest.approx(4 / 23, rel=1e-12)
+    assert WaitDist(2.0, 4, 1.0, 4.0).mean_s == pytest.approx(2.5 * mmc, rel=1e-12)
+
+
+def test_an_overloaded_path_never_finishes_waiting():
+    """rho 1.25 (5 requests/s on 4 servers of 1 s): every request waits for ever; TWO_POINT's mean
+    service 1.38 s at 3 requests/s on 4 servers, rho 1.035: no TTFT is ever met."""
+    w = WaitDist(5.0, 4, 1.0)
+    assert (w.stable, w.prob_wait, w.mean_s) == (False, 1.0, math.inf)
+    assert w.sf(1e6) == 1.0 and w.cdf(1e6) == 0.0 and w.quantile(0.5) == math.inf
+    t = ttft_distribution(3.0, 4, TWO_POINT)
+    assert not t.stable and t.mean_s == math.inf
+    assert t.cdf(1e6) == 0.0 and t.quantile(0.5) == math.inf
 
 
 def _brent_cases():
