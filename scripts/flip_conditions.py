@@ -10,7 +10,8 @@ A flip that every test survives is a line no test decides (DESIGN's rule: a line
 (a cache, a fast path, a redundant guard: an equivalent mutant, which only reading can tell). Each
 flip runs in a scratch copy of the repository (``.git``, ``.venv`` and caches left out), so the
 checkout is never modified; the run stops a flip's tests at the first failure (``pytest -x``).
-Prints one line per surviving flip and a count; exit 0 either way (it is a report, not a gate).
+The tests run once unflipped first, and must pass there (exit 1 if not). Prints one line per surviving
+flip and a count; exit 0 otherwise (it is a report, not a gate).
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ import tempfile
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-LEFT_OUT = shutil.ignore_patterns(".git", ".venv", "__pycache__", ".pytest_cache", "reports", "bench_results")
+LEFT_OUT = shutil.ignore_patterns(".git", ".venv", "__pycache__", ".pytest_cache")
 
 
 def conditions(source: str) -> list[ast.expr]:
@@ -67,12 +68,18 @@ def main(argv: list[str] | None = None) -> int:
         if (ROOT.parent / "shared").is_dir():  # tests read ../shared/ where a checkout has it
             (Path(scratch) / "shared").symlink_to(ROOT.parent / "shared")
         env = {**os.environ, "PYTHONPATH": str(copy)}
+
+        def passes() -> bool:
+            return subprocess.run([sys.executable, "-m", "pytest", "-q", "-x", "-p", "no:cacheprovider", *args.tests],
+                                  cwd=copy, env=env, capture_output=True, text=True).returncode == 0
+
+        if not passes():  # else every flip would count as decided
+            print("the tests fail without any flip; fix them first", file=sys.stderr)
+            return 1
         for i, test in enumerate(tests, 1):
             for value in (True, False):
                 (copy / module).write_text(flipped(source, test, value))
-                run = subprocess.run([sys.executable, "-m", "pytest", "-q", "-x", "-p", "no:cacheprovider",
-                                      *args.tests], cwd=copy, env=env, capture_output=True, text=True)
-                if run.returncode == 0:
+                if passes():
                     survivors += 1
                     print(f"{module}:{test.lineno} -> {value}: if {ast.unparse(test)}", flush=True)
             print(f"[{i}/{len(tests)}]", file=sys.stderr, flush=True)
