@@ -182,6 +182,21 @@ def test_a_decode_worker_that_cannot_hold_one_request_is_one_line_of_bad_input()
                                   30_000, 1024, 4)
 
 
+def test_a_disaggregated_loop_says_when_its_decode_worker_is_full():
+    """The same decode worker holds 3 requests of 9,024 tokens (about 27,000 tokens of cache beside its
+    weights, as above): 8 clients leave 5 waiting, and the loop says so; 2 fit, and it says nothing."""
+    from prfaas_plan.perf.latency import free_cache_bytes_per_gpu
+    from prfaas_plan.serving import disaggregated_closed_loop
+
+    model, prefill, decode = load_model("qwen3-32b"), instance("h200", 8, engine="vllm"), instance("l40s", 2,
+                                                                                                   engine="vllm")
+    assert free_cache_bytes_per_gpu(model, decode) // (131_072 * 9024) == 3  # 131,072 B a token a GPU at TP2
+    full = disaggregated_closed_loop(model, prefill, 1, decode, 1, 8000, 1024, 8)
+    assert full.notes == ("memory-bound: 1 x 3 requests of 9024 tokens fit; 5 clients wait in the queue "
+                          "(their wait is in TTFT)",)
+    assert disaggregated_closed_loop(model, prefill, 1, decode, 1, 8000, 1024, 2).notes == ()
+
+
 def test_an_instance_takes_a_spec_decode_or_none():
     from prfaas_plan.serving import with_spec
 
