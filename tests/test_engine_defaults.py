@@ -70,3 +70,11 @@ def test_a_tier_with_a_negative_memory_is_bad_input():
 
         base = load_engine("vllm").model_dump()
         validate(EngineProfile, {**base, "chunked_prefill_by_gpu": [{"min_memory_gib": 70}]}, "profile.yaml")
+
+
+def test_only_a_whole_prompt_cap_rounds_a_steps_prompt_tokens_down_to_whole_prompts():
+    """A 16,384-token step and 3,000-token prompts: SGLang (--max-prefill-tokens 16,384) takes the five
+    whole prompts that fit, 15,000 tokens; vLLM (no such cap) fills the budget, splitting the sixth."""
+    assert load_engine("sglang").prompt_room_tokens(16384, 3000, 0) == 15000
+    assert load_engine("vllm").prompt_room_tokens(16384, 3000, 0) == 16384
+    assert load_engine("vllm").prompt_room_tokens(16384, 3000, 384) == 16000  # the decodes take theirs first

@@ -158,3 +158,22 @@ def test_yaml_path_loads_and_instance_accepts_a_path(tmp_path):
 def test_instance_needs_at_least_one_gpu(gpus):
     with pytest.raises(PlanError, match="gpus"):
         instance("h20", gpus=gpus)
+
+
+def test_a_gemms_peak_is_its_dtypes_and_fp32_needs_a_stated_peak():
+    """B200's datasheet: FP4 9,000, FP8 4,500 dense TFLOP/s; a GPU entry without an FP32 peak refuses an
+    fp32 GEMM (a model's router_dtype) naming the field, rather than pricing it at another peak."""
+    b200 = load_gpu("b200")
+    assert b200.gemm_peak_flops("nvfp4") == 9000e12 and b200.gemm_peak_flops("fp8_block") == b200.fp8_dense_tflops * 1e12
+    no_fp32 = b200.model_copy(update={"fp32_tflops": None})
+    with pytest.raises(PlanError, match=r"^hardware\.fp32_tflops: b200 states no FP32 peak"):
+        no_fp32.gemm_peak_flops("fp32")
+
+
+def test_an_instance_of_too_many_gpus_or_of_another_layouts_count_is_one_line():
+    from prfaas_plan.layout import Layout
+
+    with pytest.raises(PlanError, match=r"^gpus: 2,048 GPUs per instance is more than 1,024"):
+        Instance(load_gpu("h200"), 2048)
+    with pytest.raises(PlanError, match=r"^layout\.gpus: the layout spans 4 GPUs but the instance has 8"):
+        Instance(load_gpu("h200"), 8, Layout(4))
