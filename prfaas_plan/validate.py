@@ -1066,8 +1066,9 @@ def prompt_peak_share(df: pd.DataFrame) -> pd.Series:
             flops_per_s = load_gpu(SYSTEM_GPUS.get(system, system)).fastest_dense_flops
         except InvalidInput:  # not in the model or hardware database, or prompts beyond the model's context
             continue
-        rate = rows["concurrency"] / ((rows["ttft_ms_measured"] + (rows["osl"] - 1) * rows["tpot_ms_measured"]) / 1e3)
-        out[rows.index] = rate * flops / (rows["tp"] * rows["attention_dp"].fillna(1) * flops_per_s)
+        requests_per_s = rows["concurrency"] / ((rows["ttft_ms_measured"] + (rows["osl"] - 1) * rows["tpot_ms_measured"])
+                                                / 1e3)
+        out[rows.index] = requests_per_s * flops / (rows["tp"] * rows["attention_dp"].fillna(1) * flops_per_s)
     return out
 
 
