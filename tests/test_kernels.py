@@ -810,3 +810,18 @@ def test_two_token_axes_at_once_interpolate_as_each_point_alone(h200):
     alone = [h200.generation_attention(float(b), float(c), 32, 8, 128, None, "bf16").latency_s
              for b, c in zip(batch, context)]
     assert both == pytest.approx(alone, rel=1e-12)
+
+
+def test_an_axis_measured_at_one_value_is_constant_along_it_beside_an_interpolated_axis():
+    """A shape measured at one context only (axis of one grid value) but queried at many contexts,
+    together with a batch axis of three values: the multilinear path holds the one-value axis
+    constant (clamped) and interpolates the other in log space, which is what each point alone gives
+    through the scalar path, and by hand: log eff at batch 2 is halfway between batch 1's and 4's."""
+    grid = K._Grid(axes=(np.log([1.0, 4.0, 16.0]), np.log([2048.0])),
+                   log_eff=np.log([[0.1], [0.2], [0.4]]), kernel="k", engine="e")
+    batch, context = np.array([2.0, 4.0, 8.0, 16.0]), np.array([100.0, 2048.0, 5000.0, 70000.0])
+    both, over, below = K._interpolate(grid, [batch, context])
+    alone = [float(K._interpolate(grid, [np.array(b), np.array(c)])[0]) for b, c in zip(batch, context)]
+    assert np.exp(both) == pytest.approx([np.sqrt(0.1 * 0.2), 0.2, np.sqrt(0.2 * 0.4), 0.4], rel=1e-12)
+    assert both == pytest.approx(alone, rel=1e-12)
+    assert over == [False, True] and below  # 70,000 lies beyond the one context, 100 below it

@@ -117,3 +117,27 @@ def test_scaled_torch_model_is_built_from_the_kinds_shapes():
     kda = next(layer for layer, _ in model.layers if isinstance(layer, bench.KDALayer))
     assert {n: tuple(w.shape) for n, w in kda.gemm.items()} == small.attention["kda"].gemm_shapes(64)
     assert torch.is_tensor(kda.gemm["w_g_a"])
+
+
+def test_gqa_tensor_parallel_needs_whole_query_heads_and_kv_heads_that_divide_or_replicate():
+    """12 query heads, 4 KV heads: TP 2 and 4 split both; TP 8 replicates KV heads (8 is a multiple
+    of 4) but would split query heads 1.5 a rank; TP 3 neither divides 4 KV heads nor is a multiple."""
+    from prfaas_plan.model.kinds import GQA
+
+    gqa = GQA(kind="gqa", num_heads=12, num_kv_heads=4, head_dim_k=128, head_dim_v=128)
+    assert gqa.tp_problem(2) is None and gqa.tp_problem(4) is None
+    assert gqa.tp_problem(8) == "has 12 query heads, not divisible by 8"
+    assert gqa.tp_problem(3) == "has 4 KV heads: 3 neither divides them nor is a multiple of them"
+
+
+def test_kda_with_separate_key_heads_is_not_scaled_silently():
+    """The bench layers build KDA with key heads and dims equal to the value ones; a KDA whose keys
+    differ is refused by the scaler instead of being scaled as if they were equal."""
+    from prfaas_plan.errors import InvalidInput
+    from prfaas_plan.model.kinds import KDA
+
+    same = KDA(kind="kda", num_heads=32, head_dim=128, conv_kernel=4)
+    assert same.scaled(lambda n: n // 4, lambda d: d // 2).model_dump() == {**same.model_dump(), "num_heads": 8, "head_dim": 64}
+    for keys in ({"num_k_heads": 16}, {"head_dim_k": 64}):
+        with pytest.raises(InvalidInput, match="^scale: KDA with separate key heads or dims is not supported"):
+            KDA(kind="kda", num_heads=32, head_dim=128, conv_kernel=4, **keys).scaled(lambda n: n, lambda d: d)

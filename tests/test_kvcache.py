@@ -15,6 +15,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from prfaas_plan.bandwidth import kv_throughput_gbps
+from prfaas_plan.errors import InvalidInput
 from prfaas_plan.hardware import instance
 from prfaas_plan.kvcache import (
     CacheSettings,
@@ -159,6 +160,13 @@ def test_sympy_expression_matches_kv_bytes(model):
     f = sympy.lambdify(tokens_symbol, expr, modules="math")
     for tokens in LENGTHS_TOKENS:
         assert int(f(tokens)) == kv_bytes(model, tokens)
+
+
+def test_sympy_expression_refuses_paging():
+    """The closed form has no page rounding: a paged cache setting is one line, not a wrong formula."""
+    with pytest.raises(InvalidInput, match="^kv_bytes_expr: block_tokens is not supported; the expression has no paging$"):
+        kv_bytes_expr(ALL_MODELS[0], CacheSettings(block_tokens=16))
+    assert kv_bytes_expr(ALL_MODELS[0], CacheSettings()) == kv_bytes_expr(ALL_MODELS[0])
 
 
 def _window_part_bytes(model, tokens: int) -> int:

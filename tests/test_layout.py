@@ -152,6 +152,14 @@ def test_a_pure_mla_model_gets_8x_from_dcp8_or_dp8():
     assert requests_per_instance_memory(m, Layout(8, "dp", "ep"), 8192, free) == 8 * tp == 592
 
 
+def test_a_request_holding_no_cache_is_one_line_not_a_division_by_zero():
+    """A zero-token request of a pure-MLA model holds no bytes: how many fit is undefined, and the
+    error names the length (a hybrid model's fixed states make even 0 tokens hold bytes)."""
+    with pytest.raises(InvalidInput, match=r"^tokens: a request of 0 tokens holds no cache; give a positive length$"):
+        requests_per_instance_memory(load_model(K2T), Layout(8), 0, 40 * GIB)
+    assert requests_per_instance_memory(load_model(K1T), Layout(8), 0, 5 * GIB) > 0
+
+
 def test_vllm_log_kv_bytes_per_token_and_dcp8_tokens():
     m = load_model(K2T)
     per_token = per_gpu_kv_bytes(m, 1, Layout(8))  # the whole latent on every TP rank

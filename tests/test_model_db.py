@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -147,3 +148,51 @@ def test_mtp_attention_must_name_a_config(tmp_path, base_yaml):
 def test_mtp_needs_a_source(tmp_path, base_yaml):
     _, message = _load_error(tmp_path, base_yaml.replace("covers: [mtp]", "covers: [hidden_size]"))
     assert "mtp" in message and "source" in message
+
+
+MINIMAX_YAML = Path(__file__).resolve().parents[1] / "prfaas_plan" / "data" / "model_db" / "minimax-m2.5.yaml"
+
+
+@pytest.mark.parametrize("edit, message", [
+    ({"ffn": {"num_experts": 0, "experts_per_token": 0, "expert_intermediate": 0}},
+     "ffn: .*a dense model needs dense_intermediate"),
+    ({"ffn": {"experts_per_token": 300}}, "ffn: .*experts_per_token must be between 1 and num_experts"),
+    ({"ffn": {"experts_per_token": 0}}, "ffn: .*experts_per_token must be between 1 and num_experts"),
+    ({"ffn": {"expert_intermediate": 0}}, "ffn: .*expert_intermediate must be positive for an MoE model"),
+    ({"ffn": {"first_dense_layers": 3}}, "ffn: .*first_dense_layers needs dense_intermediate"),
+    ({"layers": {"default": "swa"}}, r"layers.default 'swa' is not one of attention: \['full'\]"),
+    ({"layers": {"at": {"swa": [1]}}}, r"layers.at names 'swa', which is not one of attention: \['full'\]"),
+    ({"active_params": 1e13}, "active_params exceeds total_params"),
+])
+def test_an_inconsistent_model_file_is_one_line_naming_what_to_fix(edit, message, tmp_path):
+    """MiniMax-M2.5's entry with one inconsistency each: the loader's error names the field, once."""
+    import yaml
+
+    data = yaml.safe_load(MINIMAX_YAML.read_text())
+    for key, value in edit.items():
+        data[key] = {**data[key], **value} if isinstance(value, dict) else value
+    path = tmp_path / "m.yaml"
+    path.write_text(yaml.safe_dump(data))
+    with pytest.raises(PlanError, match=f"^{re.escape(str(path))}: field .*{message}") as info:
+        load_model(path)
+    assert "\n" not in str(info.value)
+
+
+def test_a_dump_carries_router_dtype_and_moe_routing_only_when_not_default():
+    """Cache keys, JSON and reports of a model that keeps the defaults (bf16 router, balanced
+    routing) read as before those fields existed; MiniMax-M2.5's fp32 router is dumped, and so is a
+    routing other than balanced."""
+    qwen, minimax = load_model("qwen3-32b"), load_model("minimax-m2.5")
+    assert {"router_dtype", "moe_routing"}.isdisjoint(qwen.model_dump())
+    assert minimax.model_dump()["router_dtype"] == "fp32" and "moe_routing" not in minimax.model_dump()
+    skewed = minimax.model_copy(update={"moe_routing": "power_law_1.01"})
+    assert skewed.model_dump()["moe_routing"] == "power_law_1.01"
+
+
+def test_the_yaml_loader_points_a_hugging_face_config_to_the_loader_that_reads_it():
+    from prfaas_plan.model.arch import load_model_yaml
+
+    hf = Path(__file__).resolve().parent / "fixtures" / "hf" / "qwen3-32b.json"
+    with pytest.raises(PlanError, match="a Hugging Face config.json; load it with prfaas_plan.model.load_model$"):
+        load_model_yaml(hf)
+    assert load_model(hf).hidden_size == 5120

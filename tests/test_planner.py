@@ -206,10 +206,16 @@ def test_ttft_table_percentiles_invert_the_distribution(exact):
             assert dist.cdf(x * (1 - 1e-9)) < q
 
 
-def test_zero_local_gpus_names_decode(sc):
-    bad = sc.with_updates(**{"local.gpus": 0, "baseline_gpus": 0})
-    with pytest.raises(InvalidInput, match="local.gpus"):
-        pp.plan(bad)
+@pytest.mark.parametrize("mode", ["paper", "exact"])
+def test_zero_local_gpus_names_decode(sc, mode):
+    """No GPU anywhere to decode on fails as the planner resolves its inputs; a baseline pool to
+    decode on but no local one fails as PrfaaS-PD is planned, in either mode."""
+    from prfaas_plan.planner.inputs import plan_inputs
+
+    with pytest.raises(InvalidInput, match=r"^local.gpus: the local PD pool has no GPUs, so nothing can decode"):
+        plan_inputs(sc.with_updates(**{"local.gpus": 0, "baseline_gpus": 0}))
+    with pytest.raises(InvalidInput, match=r"^local.gpus: PrfaaS-PD needs at least one local instance to decode$"):
+        pp.plan(sc.with_updates(**{"local.gpus": 0}), mode=mode)
 
 
 def test_bad_mode_and_load_are_invalid_input(sc):
@@ -276,3 +282,107 @@ def test_trace_plan_uses_one_prefix_cache_per_cluster(sc):
     again = P.plan_exact(inp, P.split_cache_buckets(inp, res.threshold_tokens, P.DEFAULT_BUCKETS))
     assert again.offload_fraction == pytest.approx(res.plan.offload_fraction, rel=0.02)
     assert again.lambda_max_rps == pytest.approx(res.lambda_max_rps, rel=0.01)
+
+
+@pytest.mark.parametrize("mode", ["paper", "exact"])
+def test_a_baseline_pool_too_small_or_absent_drops_its_baseline(sc, mode):
+    """One baseline instance cannot split into prefill and decode: no homogeneous-PD baseline
+    (the naive one stays). No PrfaaS GPUs: no naive-heterogeneous baseline, and PrfaaS-PD is
+    homogeneous PD of the 8 local H20 instances, routing nothing remote; in exact mode its split is
+    the homogeneous baseline's (12 instances) scaled by 8/12, so its Lambda_max is 8/12 of it at the
+    same cost per token."""
+    small = pp.plan(sc.with_updates(baseline_gpus=8), mode=mode)
+    assert list(small.baselines) == ["naive-heterogeneous"]
+    alone = pp.plan(sc.with_updates(**{"prfaas.gpus": 0}), mode=mode)
+    assert list(alone.baselines) == ["homogeneous-pd"]
+    p, homog = alone.plan, alone.baselines["homogeneous-pd"]
+    assert p.instances["prfaas"] == 0 and p.offload_fraction == 0 and p.egress_gbps == 0
+    assert p.instances["pd_p"] + p.instances["pd_d"] == 8
+    if mode == "exact":
+        assert p.instances["pd_p"] * 12 == homog.instances["pd_p"] * 8
+        assert p.lambda_max_rps == pytest.approx(homog.lambda_max_rps * 8 / 12, rel=1e-5)
+        per_m_usd = alone.to_frame()["usd_per_million_tokens"]
+        assert per_m_usd.iloc[0] == pytest.approx(per_m_usd.iloc[1], rel=1e-5)
+
+
+def test_a_plan_that_serves_nothing_has_no_ttft_rows(sc):
+    """With no link the naive heterogeneous plan (all prefill remote) serves nothing: Lambda_max 0,
+    bound by the link, no TTFT rows and no P90, and the common rate is the load times the smallest
+    Lambda_max of the plans that serve (homogeneous PD's is 1.5x PrfaaS-PD's: 12 H20 instances vs 8)."""
+    res = pp.plan(sc.with_updates(**{"link.gbps": 0.0}), mode="exact")
+    naive = res.baselines["naive-heterogeneous"]
+    assert naive.lambda_max_rps == 0 and naive.binding == "inter-DC link bandwidth"
+    assert set(res.ttft["plan"]) == {"prfaas-pd", "homogeneous-pd"}
+    assert np.isnan(res.to_frame().set_index("plan").loc["naive-heterogeneous", "p90_ttft_s_common_rate"])
+    assert res.common_rate_rps == pytest.approx(res.scenario.spec.load * res.lambda_max_rps, rel=1e-12)
+
+
+def test_ttft_of_a_plan_routing_locally_without_local_prefill_is_one_line(exact):
+    """A hand-made plan keeping short requests local but with no PD-P instance cannot give a TTFT."""
+    import dataclasses
+
+    p = exact.plan
+    broken = dataclasses.replace(p, instances={**p.instances, "pd_p": 0})
+    with pytest.raises(InvalidInput, match="routed to local prefill but it has no instances"):
+        P.ttft_at(exact.inputs, broken, exact.buckets_for("prfaas-pd"), 1.0)
+
+
+def test_measured_decode_constants_replace_the_performance_model(sc):
+    """decode.batch_max and decode.step_s both given: Eq. 5 uses them as measured, named by their
+    source (or "scenario"); one alone keeps the model's other number and its source."""
+    from prfaas_plan.planner.inputs import plan_inputs
+
+    measured = plan_inputs(sc.with_updates(**{"decode.batch_max": 20, "decode.step_s": 0.02,
+                                              "decode.source": "measured on 8xH20"}))
+    assert (measured.decode_batch_max, measured.decode_step_s, measured.decode_source) == (20, 0.02, "measured on 8xH20")
+    assert measured.decode_rps_per_instance == pytest.approx(20 / (0.02 * 1024), rel=1e-12)
+    unnamed = plan_inputs(sc.with_updates(**{"decode.batch_max": 20, "decode.step_s": 0.02}))
+    assert unnamed.decode_source == "scenario"
+    modelled = plan_inputs(sc)
+    half = plan_inputs(sc.with_updates(**{"decode.batch_max": 20}))
+    assert (half.decode_batch_max, half.decode_step_s) == (20, modelled.decode_step_s)
+    assert half.decode_source == modelled.decode_source and half.decode_source.startswith("performance model")
+
+
+def test_kv_bytes_shipped_are_the_measured_profiles_when_it_has_them(sc):
+    """The case study's PrfaaS profile gives the paper's Table 5 KV sizes: the planner ships those
+    (linear between them: 4,096 tokens is 3/7 of the way from 190.8 to 308.9 MiB); without the
+    profile it ships the model's cache bytes (kimi-linear-1t: 714.7 MiB at 32K, Table 5 701.3)."""
+    from prfaas_plan.kvcache import kv_bytes
+    from prfaas_plan.planner.inputs import plan_inputs
+
+    tokens = np.array([1024.0, 4096.0, 8192.0, 32768.0, 131072.0])
+    shipped_mib = plan_inputs(sc).kv_bytes(tokens) / 2**20
+    assert shipped_mib == pytest.approx([190.8, 190.8 + 3 / 7 * (308.9 - 190.8), 308.9, 701.3, 2316.3], rel=1e-12)
+    modelled = plan_inputs(sc.with_updates(**{"prfaas.profile": None})).kv_bytes(tokens)
+    assert modelled.tolist() == kv_bytes(sc.model, tokens, sc.cache).tolist()
+    assert modelled[3] / 2**20 == pytest.approx(714.68, abs=0.01)
+
+
+def test_each_plan_says_how_it_routes_and_tables_show_the_threshold_people_read(paper, exact):
+    """Paper mode: PrfaaS-PD routes by threshold (its text is t and the offloaded share), homogeneous
+    PD offloads nothing, naive heterogeneous everything (t = 0); paper plans have no buckets, so no
+    routing table or bands. Exact mode: PrfaaS-PD's per-bucket shares have no single t (blank in
+    tables), and naive heterogeneous offloads every bucket, so tables show t = 0 although its
+    threshold field is its shortest bucket."""
+    p = paper.plan
+    assert p.routing_kind == "threshold"
+    assert p.routing_text() == f"t = {p.threshold_tokens:,.0f} tokens (offload {p.offload_fraction:.0%})"
+    assert p.routing is None and p.offload_bands() == []
+    homog, naive = paper.baselines["homogeneous-pd"], paper.baselines["naive-heterogeneous"]
+    assert homog.routing_text() == "no offload: every request is prefilled locally (no threshold applies)"
+    assert naive.routing_text() == "t = 0: every request is prefilled on the PrfaaS cluster"
+    shown = paper.display_frame().set_index("plan")["threshold_tokens"]
+    assert shown["prfaas-pd"] == p.threshold_tokens and np.isnan(shown["homogeneous-pd"]) and shown["naive-heterogeneous"] == 0
+
+    assert exact.plan.routing_kind == "per-bucket" and exact.plan.routing_text().startswith("not a threshold: ")
+    raw, shown = (f.set_index("plan")["threshold_tokens"] for f in (exact.to_frame(), exact.display_frame()))
+    assert raw["prfaas-pd"] > 0 and np.isnan(shown["prfaas-pd"])
+    assert raw["naive-heterogeneous"] == exact.plan.routing["tokens"].min() > 0 and shown["naive-heterogeneous"] == 0
+    assert list(exact.display_frame()["routing"]) == ["per-bucket", "none", "all"]
+
+
+def test_plan_table_carries_the_slo_rate_when_a_ttft_slo_is_set(sc, exact):
+    res = pp.plan(sc.with_updates(**{"slo.ttft_s": 6.0}), mode="exact")
+    assert res.to_frame().set_index("plan")["slo_rps"].to_dict() == res.slo_rps
+    assert "slo_rps" not in exact.to_frame()

@@ -59,6 +59,55 @@ def test_case_study_fixed_point(case):
     assert rec["plans_solved"] <= 1 + int(np.ceil(np.log2(14))) + 1
 
 
+def test_each_baseline_has_its_own_staging_fixed_point(case):
+    """Staging is charged to the baselines too, each at its own Lambda_max: homogeneous PD stages
+    every request's KV while its local prefill runs (measured: BS_max 14 -> 11, 1.65 GiB held per decode
+    GPU), naive heterogeneous while the remote prefill and transfer run (14 -> 13); each BS_max is a
+    fixed point (it fits beside what its plan holds, one more does not), and its decode instances lose
+    capacity in proportion, so its Lambda_max never rises."""
+    _, res, _, res_on = case
+    st = res_on.inputs.staging
+    for name, p_on in res_on.baselines.items():
+        rec, p_off = res_on.staging[name], res.baselines[name]
+        bs = rec["batch_max"]
+        assert rec["batch_max_unstaged"] == 14 and 1 <= bs < 14
+        assert bs <= (st.memory_bytes - rec["held_bytes_per_gpu"]) // st.running_bytes
+        assert bs + 1 > (st.memory_bytes - rec["held_bytes_per_gpu"]) // st.running_bytes
+        per_instance_on = p_on.stage_rps["pd_d"] / p_on.instances["pd_d"]
+        assert per_instance_on == pytest.approx(p_off.stage_rps["pd_d"] / p_off.instances["pd_d"] * bs / 14, rel=1e-9)
+        assert p_on.lambda_max_rps <= p_off.lambda_max_rps * (1 + 1e-9)
+    assert res_on.staging["homogeneous-pd"]["batch_max"] < res_on.staging["naive-heterogeneous"]["batch_max"]
+
+
+@pytest.mark.parametrize("link_gbps", [100.0, 12.0])
+def test_held_decode_bytes_is_littles_law_over_both_paths(case, link_gbps):
+    """SGLang's profile reserves decode memory at prefill start, so a request holds its staged
+    bytes for its prefill, plus, offloaded, the transfer that layer-wise pipelining does not hide
+    (:func:`planner.ttft.unhidden_transfer_s` at the plan's egress): by hand, at Lambda_max per decode
+    instance. At 100 Gbps the unhidden transfer is under 7 ms; at 12 Gbps (10.8 usable against 11.9
+    Gbps of egress) up to 28 s, and the held bytes grow 4.9x (0.68 -> 3.34 GiB per GPU)."""
+    from prfaas_plan.planner.ttft import offload_fractions, unhidden_transfer_s
+    from prfaas_plan.units import BITS_PER_BYTE
+
+    _, _, _, res_on = case
+    p, b = res_on.plan, res_on.buckets
+    inp = dataclasses.replace(res_on.inputs, link_bits_per_s=link_gbps * 1e9 * res_on.scenario.spec.link.efficiency)
+    assert inp.staging.reserve_at == "prefill_start"
+    rate = p.lambda_max_rps
+    f = offload_fractions(p, b)
+    handoff_s = unhidden_transfer_s(inp, b, rate * float(np.dot(b.probs * f, BITS_PER_BYTE * b.kv_bytes)))
+    hold = f * (b.t_remote_s + handoff_s) + (1 - f) * b.t_local_s
+    by_hand = rate * float(np.sum(b.probs * hold * inp.staging.staged_bytes(b.tokens))) / p.instances["pd_d"]
+    held = held_decode_bytes(inp, p, b, rate)
+    assert held == pytest.approx(by_hand, rel=1e-12)
+    without_handoff = rate * float(np.sum(b.probs * (f * b.t_remote_s + (1 - f) * b.t_local_s)
+                                          * inp.staging.staged_bytes(b.tokens))) / p.instances["pd_d"]
+    if link_gbps == 100.0:
+        assert handoff_s.max() < 0.01 and held == pytest.approx(without_handoff, rel=0.01)
+    else:
+        assert handoff_s.max() > 10 and held > 4 * without_handoff
+
+
 def test_simulated_held_memory_is_the_planners_littles_law(case):
     """Load 0.8, 6,000 s of Poisson arrivals: the simulator's time-mean held decode memory is the
     planner's Little's-law estimate within 10% (measured -1.3%; seeds 0-2 within 1.5%)."""
