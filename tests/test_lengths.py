@@ -193,18 +193,23 @@ def test_truncated_lognormal_buckets_and_split_identity(params, n, t_frac):
 
 
 @pytest.mark.parametrize(
-    "kwargs",
+    "kwargs, message",
     [
-        dict(mu=9.9, sigma=0.0, min_tokens=128, max_tokens=1024),
-        dict(mu=9.9, sigma=1.0, min_tokens=0, max_tokens=1024),
-        dict(mu=9.9, sigma=1.0, min_tokens=2048, max_tokens=1024),
-        dict(mu=float("nan"), sigma=1.0, min_tokens=128, max_tokens=1024),
-        dict(mu=9.9, sigma=True, min_tokens=128, max_tokens=1024),
-        dict(mu=500.0, sigma=1.0, min_tokens=128, max_tokens=1024),
+        (dict(mu=9.9, sigma=0.0, min_tokens=128, max_tokens=1024), r"sigma: 0.0 must be > 0"),
+        (dict(mu=9.9, sigma=1.0, min_tokens=0, max_tokens=1024), r"min_tokens: 0 must be at least 1 token"),
+        (dict(mu=9.9, sigma=1.0, min_tokens=2048, max_tokens=1024),
+         r"max_tokens: 1024 must be at least min_tokens \+ 1 = 2049"),
+        (dict(mu=9.9, sigma=1.0, min_tokens=1024, max_tokens=1024),
+         r"max_tokens: 1024 must be at least min_tokens \+ 1 = 1025"),
+        (dict(mu=float("nan"), sigma=1.0, min_tokens=128, max_tokens=1024), r"mu: nan must be a finite number"),
+        (dict(mu=9.9, sigma=True, min_tokens=128, max_tokens=1024), r"sigma: True must be a finite number"),
+        (dict(mu=500.0, sigma=1.0, min_tokens=128, max_tokens=1024),
+         r"mu=500.0, sigma=1.0: the log-normal puts no probability in \[128, 1024\] tokens; move mu inside"),
     ],
 )
-def test_truncated_lognormal_rejects_bad_parameters(kwargs):
-    with pytest.raises(PlanError) as excinfo:
+def test_truncated_lognormal_rejects_bad_parameters(kwargs, message):
+    """Each bad parameter is named by the first check it fails, in one line."""
+    with pytest.raises(PlanError, match=f"^{message}") as excinfo:
         TruncatedLogNormal(**kwargs)
     assert "\n" not in str(excinfo.value)
 

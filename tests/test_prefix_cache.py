@@ -108,10 +108,24 @@ def test_no_caching_needs_no_hash_ids():
         prefix_cache_replay(trace, capacity_blocks=None)
     assert "capacity_blocks=0" in _one_line_error(excinfo)
     for bad in (-1, 2.5, True):
-        with pytest.raises(PlanError):
+        with pytest.raises(PlanError, match=rf"^capacity_blocks: {bad!r} must be a whole number of blocks >= 0"):
             prefix_cache_replay(trace, capacity_blocks=bad)
-    with pytest.raises(PlanError):
+    with pytest.raises(PlanError, match="^block_tokens: 0 must be a positive whole number of tokens$"):
         prefix_cache_replay(trace, capacity_blocks=0, block_tokens=0)
+    with pytest.raises(PlanError, match="^trace: no 'input_tokens' column; load traces with load_trace"):
+        prefix_cache_replay(trace.drop(columns="input_tokens"), capacity_blocks=0)
+    with pytest.raises(PlanError, match="^trace: input_tokens must be at least 1 token per request$"):
+        prefix_cache_replay(trace.assign(input_tokens=[10, 0]), capacity_blocks=0)
+
+
+@pytest.mark.parametrize("capacity_blocks", [None, 4])
+def test_a_frame_without_arrivals_replays_in_row_order_and_blockless_prompts_hit_nothing(capacity_blocks):
+    """Without ``arrival_s`` the rows are the arrival order (row 1 hits row 0's two blocks, not the
+    reverse); prompts shorter than a block carry no hash ids and hit nothing, also when none has any."""
+    rows = make_trace([(1024, [1, 2]), (1100, [1, 2, 3]), (100, [])]).drop(columns="arrival_s")
+    assert prefix_cache_replay(rows, capacity_blocks).hit_tokens.tolist() == [0, 1024, 0]
+    blockless = make_trace([(100, []), (200, [])])
+    assert prefix_cache_replay(blockless, capacity_blocks).hit_tokens.tolist() == [0, 0]
 
 
 def reference_lru_hit_blocks(hash_ids: list[list[int]], capacity_blocks: int | None) -> list[int]:

@@ -90,6 +90,8 @@ def _one_line_error(excinfo) -> str:
         ("bad.csv", "t,prompt,completion\n0.0,10,3\n", {"columns": {"arrival": "t"}}, ["'arrival'", "arrival_s"]),
         ("bad.csv", "a,b\n1,2\n", {}, ["{path}", "cannot tell the trace format", "fmt="]),
         ("bad.csv", "", {"fmt": "csv"}, ["{path}", "empty"]),
+        ("bad.csv", "t,prompt,completion\n", {"columns": GENERIC_COLUMNS}, ["{path}", "no requests in the file"]),
+        ("bad.jsonl", "\n\n", {"fmt": "mooncake"}, ["{path}", "no requests in the file"]),
         ("bad.jsonl", '{"timestamp": 0, "input_length": 10, "output_length": 1}\n', {}, ["{path}", "line 1", "'hash_ids'"]),
         ("bad.jsonl", '{"timestamp": 0, "input_length": -10, "output_length": 1, "hash_ids": [1]}\n', {}, ["{path}", "'input_length'", "line 1", "negative"]),
         ("bad.jsonl", '{"timestamp": 0, "input_length": 10, "output_length": 1, "hash_ids": [1]}\n{oops\n', {}, ["{path}", "line 2", "not valid JSON"]),
@@ -220,3 +222,15 @@ def test_read_trace_sorts_by_arrival_and_reads_mooncake_without_pandas(tmp_path)
     code = (f"import sys; from prfaas_plan.workload.traces import read_trace; t = read_trace({str(MOONCAKE_FIXTURE)!r}); "
             "print(len(t), 'pandas' in sys.modules)")
     assert subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split() == ["30", "False"]
+
+
+def test_a_trace_reads_only_its_own_columns_and_is_itself_when_sorted():
+    """``trace[name]`` is a column or a KeyError (also ``hash_ids`` of a trace without them, not
+    None); a trace already in arrival order is returned as is by ``sorted``."""
+    from prfaas_plan.workload.traces import read_trace
+
+    mooncake, azure = read_trace(MOONCAKE_FIXTURE), read_trace(AZURE_FIXTURE)
+    assert mooncake.sorted() is mooncake and len(mooncake["hash_ids"]) == len(mooncake)
+    for trace, name in ((azure, "hash_ids"), (mooncake, "attrs"), (mooncake, "sorted")):
+        with pytest.raises(KeyError):
+            trace[name]
