@@ -76,3 +76,14 @@ def test_batch_max_with_held_memory():
     assert st.batch_max_with(0.0) == 12  # 14 fit; the TPOT bound 12 binds
     assert st.batch_max_with(20.0) == 11  # floor(80 / 7)
     assert st.batch_max_with(99.0) == 0
+
+
+def test_no_link_means_the_kv_never_arrives_even_for_an_empty_cache():
+    """At rate 0 the unhidden transfer is infinite for every request, one holding no bytes too
+    (0 / 0 would be NaN), in the broadcast shape of bits and prefill times, without a warning."""
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        out = unhidden_transfer_s(np.array([0.0, 8e9]), np.array([[1.0], [2.0]]), 0.0, 61, 0.005)
+    assert out.shape == (2, 2) and np.isposinf(out).all()

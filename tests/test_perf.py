@@ -72,6 +72,33 @@ def test_paper_profile_holds_the_request_overhead_fitted_to_table5():
     assert engine.request_overhead_s == pytest.approx(overhead_s, abs=0.0005)
 
 
+
+def test_calibration_inputs_that_cannot_be_fitted_are_one_line(tmp_path):
+    """No observations, a parameter that is not fittable, an observations file without a list or a
+    row without a field, a measured time that is not positive: each is one line naming the fix."""
+    from dataclasses import replace as swap
+
+    from prfaas_plan.perf.calibration import fit_prefill
+
+    engine, h200 = load_engine("paper-sglang-0.5.9"), pp.load_gpu("h200")
+    table5 = [o for o in load_observations(PAPER_POINTS) if o.label.startswith("Table 5")]
+    with pytest.raises(pp.PlanError, match="^calibration: no observations to fit$"):
+        fit_prefill([], h200.efficiency)
+    with pytest.raises(pp.PlanError, match="^calibration: cannot fit memory, nvlink; fittable: gemm, attention"):
+        fit_prefill(table5, h200.efficiency, ("nvlink", "gemm", "memory"))
+    with pytest.raises(pp.PlanError, match="^calibration: no observations to fit the request overhead to$"):
+        fit_request_overhead([], engine)
+    with pytest.raises(pp.PlanError, match="^calibration: measured prefill times must be positive$"):
+        fit_request_overhead([*table5[:-1], swap(table5[-1], prefill_s=0.0)], engine)
+    for text, field in (("source: x\nobservations: []\n", "observations"), ("source: x\n", "observations"),
+                        ("observations: [{model: minimax-m2.5, gpu: h200, gpus: 8, prefill_s: 1.0}]\n",
+                         "observations.0.tokens")):
+        path = tmp_path / "obs.yaml"
+        path.write_text(text)
+        with pytest.raises(pp.PlanError, match=f"^{re.escape(str(path))}: field {re.escape(field)}: "):
+            load_observations(path)
+
+
 @pytest.mark.parametrize("tokens", sorted(TABLE5_PREFILL_S))
 def test_1t_prefill_vs_table5(paper_h200, tokens):
     t = float(prefill_latency(pp.load_model("kimi-linear-1t"), paper_h200, tokens).total_s)
@@ -155,6 +182,45 @@ def test_prefill_flops_of_llama_8b_from_its_config():
     lat = analytic_prefill(model, inst, l)
     assert lat.parts["gemm_s"] == pytest.approx(f.gemm / (inst.peak_flops * eff.gemm), rel=1e-12)
     assert lat.parts["attention_s"] == pytest.approx(f.attention / (inst.peak_flops * eff.attention), rel=1e-12)
+
+
+def test_prefill_attention_flops_of_mimo_v2_flash_count_the_window():
+    """MiMo-V2-Flash: 9 full GQA layers (64 heads, K 192 / V 128: 2 x 64 x 320 FLOPs per pair) see
+    every earlier key, l (l + 1) / 2 pairs; its 39 sliding-window layers (the same per-pair FLOPs)
+    see at most 128 keys: sum over i of min(i, 128) = 128 x 129 / 2 + (l - 128) x 128 pairs from
+    l = 128 on, i.e. linear in l, so at 128K the window layers are 0.84% of the attention FLOPs."""
+    model, l = pp.load_model("mimo-v2-flash"), np.array([64.0, 128.0, 4096.0, 131072.0])
+    per_pair = 2 * 64 * (192 + 128)
+    window_pairs = np.where(l <= 128, l * (l + 1) / 2, 128 * 129 / 2 + (l - 128) * 128)
+    f = prefill_flops(model, l)
+    assert f.attention == pytest.approx(per_pair * (9 * l * (l + 1) / 2 + 39 * window_pairs), rel=1e-12)
+    assert per_pair * 39 * window_pairs[-1] / f.attention[-1] == pytest.approx(0.0084, abs=0.0001)
+
+
+def test_roofline_communication_is_the_ring_all_reduce_of_every_block():
+    """Llama-3.1-8B on 8xH200 (NVLink 450 GB/s a direction, 70% of it in the hardware file): a ring
+    all-reduce sends 2 x 7/8 of the bf16 activations (l x 4,096 x 2 bytes) per GPU after each of the
+    32 attention blocks and 32 FFNs; a dense model exchanges no experts; one GPU communicates nothing."""
+    model, l = pp.load_model("llama-3.1-8b"), np.array([1024.0, 8192.0])
+    comm_s = analytic_prefill(model, pp.instance("h200", 8), l).comm_s
+    assert comm_s == pytest.approx(2 * 7 / 8 * l * 4096 * 2 * 64 / (450e9 * 0.7), rel=1e-12)
+    assert analytic_prefill(model, pp.instance("h200", 1), l).comm_s.tolist() == [0.0, 0.0]
+    with pytest.raises(pp.PlanError, match="^context: token counts must be positive$"):
+        prefill_flops(model, np.array([1024.0, 0.0]))
+
+
+@pytest.mark.parametrize("fields, message", [
+    ({"tokens": (1024,), "prefill_s": (0.4,)}, "give at least two"),
+    ({"tokens": (1024, 8192), "prefill_s": (0.4,)}, "give at least two"),
+    ({"tokens": (8192, 1024), "prefill_s": (0.4, 0.7)}, "strictly increasing"),
+    ({"tokens": (1024, 1024), "prefill_s": (0.4, 0.7)}, "strictly increasing"),
+    ({"tokens": (1024, 8192), "prefill_s": (0.0, 0.7)}, "times positive"),
+])
+def test_a_measured_profile_needs_two_increasing_points_of_positive_time(fields, message):
+    with pytest.raises(pp.PlanError, match=f"^profile: .*{message}"):
+        MeasuredProfile(**fields)
+    with pytest.raises(pp.PlanError, match="^profile: this profile has no S_kv column$"):
+        MeasuredProfile((1024, 8192), (0.4, 0.7)).kv_bytes_at(4096)
 
 
 def test_eq2_worked_examples():
@@ -276,6 +342,23 @@ def test_max_prefill_gpus_fits_link():
     gpus = max_prefill_gpus(m, h200, 32768, 100, 0.9)
     phi = kv_throughput_gbps(m, h200, 32768)
     assert gpus / 8 * phi <= 90 < (gpus / 8 + 1) * phi
+
+
+@pytest.mark.parametrize("link_gbps, efficiency", [(0.0, 0.9), (-1.0, 0.9), (float("inf"), 0.9), (float("nan"), 0.9),
+                                                   (100.0, 0.0), (100.0, 1.5), (100.0, float("nan"))])
+def test_a_link_without_a_finite_positive_rate_or_an_efficiency_in_0_1_is_one_line(link_gbps, efficiency):
+    h200, m = pp.instance("h200", 8), pp.load_model("minimax-m2.5")
+    with pytest.raises(pp.PlanError, match=r"^--link-gbps must be positive and the link efficiency in \(0, 1\]$"):
+        max_prefill_gpus(m, h200, 32768, link_gbps, efficiency)
+    assert max_prefill_gpus(m, h200, 32768, 100.0, 1.0) >= max_prefill_gpus(m, h200, 32768, 100.0, 0.9)
+
+
+def test_a_cluster_of_no_gpus_has_no_egress_and_says_so():
+    h200, m = pp.instance("h200", 8), pp.load_model("minimax-m2.5")
+    for gpus in (0, -8):
+        with pytest.raises(pp.PlanError, match="^--cluster-gpus: a cluster needs at least 1 GPU$"):
+            cluster_egress_gbps(m, h200, gpus, 32768)
+    assert cluster_egress_gbps(m, h200, 8, 32768) == pytest.approx(kv_throughput_gbps(m, h200, 32768), rel=1e-12)
 
 
 def test_bandwidth_table_columns_against_closed_forms():

@@ -410,3 +410,19 @@ def test_a_milp_answer_a_neighbouring_split_beats_is_not_verified(sc, monkeypatc
     sol = P.solve_exact(inp, b, inp.n_prfaas, inp.n_local)
     exhaustive = P.best_fixed_count_lp(inp, b, inp.n_prfaas, inp.n_local)
     assert sol.solver == "cbc" and (sol.n_p, sol.n_d) == (exhaustive.n_p, exhaustive.n_d) == (0, inp.n_local)
+
+
+@pytest.mark.parametrize("run", [M._highs_run, M._scipy_run], ids=["highs-core", "scipy.optimize"])
+def test_both_solver_paths_solve_a_textbook_lp_and_milp_and_say_none_when_infeasible(run):
+    """max x + y s.t. x + 2y <= 4, 3x + y <= 6, x, y >= 0: the LP optimum is the vertex (1.6, 1.2),
+    x + y = 2.8 (Cramer's rule); in integers no point sums to 3 ((1, 2) and (2, 1) break a row), so
+    the MILP optimum is 2. With x >= 3 no point is feasible: no answer, not a wrong one."""
+    a = M._Csc.dense(np.array([[1.0, 2.0], [3.0, 1.0]]))
+    cost, lo, hi = np.array([-1.0, -1.0]), np.full(2, -np.inf), np.array([4.0, 6.0])
+    x, fun = run(cost, a, lo, hi, np.zeros(2), np.full(2, np.inf), np.zeros(2, dtype=np.int32), M.MILP_OPTIONS)
+    assert x == pytest.approx([1.6, 1.2], abs=1e-9) and fun == pytest.approx(-2.8, abs=1e-9)
+    x, fun = run(cost, a, lo, hi, np.zeros(2), np.full(2, np.inf), np.ones(2, dtype=np.int32), M.MILP_OPTIONS)
+    assert fun == pytest.approx(-2.0, abs=1e-9) and x.sum() == pytest.approx(2.0, abs=1e-9)
+    assert np.allclose(x, np.round(x), atol=1e-9)
+    for integral in (np.zeros(2, dtype=np.int32), np.ones(2, dtype=np.int32)):
+        assert run(cost, a, lo, hi, np.array([3.0, 0.0]), np.full(2, np.inf), integral, M.MILP_OPTIONS) is None

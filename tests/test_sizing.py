@@ -9,6 +9,7 @@ walks it from the cheapest, so the first feasible one is the grid's optimum.
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import math
 from pathlib import Path
@@ -89,11 +90,32 @@ def test_no_cheaper_plan_in_an_exhaustive_search(sc, lines, target_rps, ttft_s):
     r = next(p.gpu for p in pd.pools if p.role == "prfaas_prefill") if n_r else "h200"
     lo = next(p.gpu for p in pd.pools if p.role == "local_decode")
     inp, b = combination_inputs(ctx, profs[r], profs[lo], profs[lo], pd.link)
-    assert fixed_count_lp(inp, b, Pools(n_r, n_p + n_d, allow_remote=n_r > 0), n_p).lambda_rps >= target_rps * (1 - 1e-9)
+    lp_rps = fixed_count_lp(inp, b, Pools(n_r, n_p + n_d, allow_remote=n_r > 0), n_p).lambda_rps
+    assert lp_rps >= target_rps * (1 - 1e-9)
+    # what it can serve under its own routing: every stage it uses counted, so no more than the LP's best routing
+    assert target_rps * (1 - 1e-9) <= pd.lambda_max_rps <= lp_rps * (1 + 1e-9)
     if ttft_s is not None:
         assert check_counts(ctx, profs[r], profs[lo], profs[lo], n_r, n_p, n_d, pd.link)
         assert pd.ttft_quantile_s <= ttft_s
     assert pd.usd_per_hour >= best * (1 - 1e-9)  # the search's optimum is the true one: equal
+
+
+def test_a_plan_bound_by_local_prefill_serves_what_its_local_prefill_sustains(sc, lines):
+    """All-H20 PrfaaS-PD at 2.5 req/s: 8 local prefill instances (the limit) bind, so the plan serves
+    the rate those sustain under its routing: at least the target, at most the fixed-count LP's best
+    routing of the same instances (measured 2.646 req/s)."""
+    from prfaas_plan.energy import default_sites
+
+    slo = SizingSLO(ttft_s=None, tpot_s=sc.spec.slo.tpot_s)
+    res = size(sc, 2.5, slo, gpus=("h20",), link_tiers=lines, max_instances_per_role=MAX_N, n_buckets=N_BUCKETS)
+    pd = next(c for c in res.candidates if c.kind == "prfaas-pd")
+    n_r, n_p, n_d = counts(pd)
+    assert pd.feasible and pd.binding == "local prefill" and n_p == MAX_N
+    ctx = sizing_context(sc, 2.5, slo, lines, default_sites(), MAX_N, N_BUCKETS)
+    h20 = pool_profile(sc, "h20", pool_layout(sc.spec.local, sc.model), ctx.b.tokens)
+    inp, b = combination_inputs(ctx, h20, h20, h20, pd.link)
+    lp_rps = fixed_count_lp(inp, b, Pools(n_r, n_p + n_d), n_p).lambda_rps
+    assert 2.5 <= pd.lambda_max_rps <= lp_rps * (1 + 1e-9)
 
 
 def test_case_study_at_lambda_max_costs_no_more_than_the_fixed_plan(sc):
@@ -381,3 +403,24 @@ def test_cli_pareto_frontier_in_the_json(tmp_path: Path):
     assert code == 0, err
     rate = json.loads(out.read_text())["frontiers"]["rate"]
     assert sorted({r["target_rps"] for r in rate}) == pytest.approx([1.5 * 0.25, 1.5 * 4.0])
+
+
+def test_the_decode_pool_is_the_cheapest_that_covers_the_target_whatever_the_order(sc, lines):
+    """At 1.6 req/s: ceil(target / decode rate) instances of each type at its $/hour (rental and
+    energy); the cheaper total wins in either order, and a type needing more instances than the
+    limit is not a candidate."""
+    from prfaas_plan.energy import default_sites
+    from prfaas_plan.sizing.search import decode_pool
+
+    slo = SizingSLO(ttft_s=None, tpot_s=sc.spec.slo.tpot_s)
+    ctx = sizing_context(sc, 1.6, slo, lines, default_sites(), MAX_N, N_BUCKETS)
+    profs = [pool_profile(sc, g, pool_layout(sc.spec.local, sc.model), ctx.b.tokens) for g in GPUS]
+    need = [math.ceil(1.6 / p.decode_rps) for p in profs]
+    usd = [n * instance_usd_per_hour(p, ctx.sites["local"]) for n, p in zip(need, profs)]
+    cheapest = int(np.argmin(usd))
+    assert usd[0] != usd[1]
+    for order in (profs, profs[::-1]):
+        prof, n = decode_pool(ctx, order)
+        assert (prof.gpu.id, n) == (profs[cheapest].gpu.id, need[cheapest])
+    tight = dataclasses.replace(ctx, max_instances=min(need) - 1)
+    assert decode_pool(tight, profs) is None
