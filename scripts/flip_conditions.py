@@ -10,8 +10,10 @@ A flip that every test survives is a line no test decides (DESIGN's rule: a line
 (a cache, a fast path, a redundant guard: an equivalent mutant, which only reading can tell). Each
 flip runs in a scratch copy of the repository (``.git``, ``.venv`` and caches left out), so the
 checkout is never modified; the run stops a flip's tests at the first failure (``pytest -x``).
-The tests run once unflipped first, and must pass there (exit 1 if not). Prints one line per surviving
-flip and a count; exit 0 otherwise (it is a report, not a gate).
+The tests run once unflipped first, and must pass there (exit 1 if not). A flip whose tests run
+past ``--timeout-s`` (default five times the unflipped run, at least 60 s) hangs or crawls: it is
+killed and counted as decided. Prints one line per surviving flip and a count; exit 0 otherwise
+(it is a report, not a gate).
 """
 
 from __future__ import annotations
@@ -20,9 +22,11 @@ import argparse
 import ast
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -49,11 +53,27 @@ def _char_offset(lines: list[str], lineno: int, byte_col: int) -> int:
     return sum(len(line) for line in lines[:lineno - 1]) + len(lines[lineno - 1].encode()[:byte_col].decode())
 
 
+def tests_pass(tests: list[str], cwd: Path, env: dict[str, str], timeout_s: float | None = None) -> bool:
+    """Whether ``pytest -x tests`` passes in ``cwd``; False when it runs past ``timeout_s`` (it and
+    every process it started are killed: it runs in a session of its own)."""
+    proc = subprocess.Popen([sys.executable, "-m", "pytest", "-q", "-x", "-p", "no:cacheprovider", *tests], cwd=cwd,
+                            env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    try:
+        return proc.wait(timeout=timeout_s) == 0
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+        print(f"  timed out after {timeout_s:.0f} s: counted as decided", file=sys.stderr, flush=True)
+        return False
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("module", help="the module to flip, relative to the repository root")
     parser.add_argument("tests", nargs="+", help="test files (or pytest node ids) to run against each flip")
     parser.add_argument("--lines", help="only the conditions starting on these lines, comma-separated")
+    parser.add_argument("--timeout-s", type=float, help="a flip's tests running longer count as decided "
+                        "(default: 5 x the unflipped run, at least 60 s)")
     args = parser.parse_args(argv)
     module = Path(args.module)
     source = (ROOT / module).read_text()
@@ -69,17 +89,15 @@ def main(argv: list[str] | None = None) -> int:
             (Path(scratch) / "shared").symlink_to(ROOT.parent / "shared")
         env = {**os.environ, "PYTHONPATH": str(copy)}
 
-        def passes() -> bool:
-            return subprocess.run([sys.executable, "-m", "pytest", "-q", "-x", "-p", "no:cacheprovider", *args.tests],
-                                  cwd=copy, env=env, capture_output=True, text=True).returncode == 0
-
-        if not passes():  # else every flip would count as decided
+        start_s = time.monotonic()
+        if not tests_pass(args.tests, copy, env):  # else every flip would count as decided
             print("the tests fail without any flip; fix them first", file=sys.stderr)
             return 1
+        limit_s = args.timeout_s or max(60.0, 5 * (time.monotonic() - start_s))
         for i, test in enumerate(tests, 1):
             for value in (True, False):
                 (copy / module).write_text(flipped(source, test, value))
-                if passes():
+                if tests_pass(args.tests, copy, env, limit_s):
                     survivors += 1
                     print(f"{module}:{test.lineno} -> {value}: if {ast.unparse(test)}", flush=True)
             print(f"[{i}/{len(tests)}]", file=sys.stderr, flush=True)

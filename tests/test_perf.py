@@ -336,6 +336,27 @@ def test_pd_balance_is_rate_ratio():
     assert bal.decode_rps_per_instance == pytest.approx(bal.decode_batch_max / (bal.decode_step_s * 1024))
 
 
+def test_decode_capacity_at_the_edge_of_memory_and_of_the_tpot_slo():
+    """Qwen3-32B on 1xH200 with the reserve set so that 1 GiB is left for caches: a 4,096-token
+    request holds 64 layers x 8 KV heads x (128 + 128) x 2 B = 256 KiB a token, exactly 1 GiB, so one
+    fits (memory-bound batch 1) and a 32,768-token one does not; a TPOT SLO below batch 1's step is
+    one line; a batch of none is refused."""
+    from prfaas_plan.perf.latency import decode_step, free_cache_bytes_per_gpu
+
+    model, inst = pp.load_model("qwen3-32b"), pp.instance("h200", 1)
+    reserve_gib = (free_cache_bytes_per_gpu(model, inst, 0.0) - 2**30) / 2**30
+    cap = decode_capacity(model, inst, 4096, 0.05, reserve_gib_per_gpu=reserve_gib)
+    assert (cap.batch_max, cap.binding, cap.request_bytes_per_gpu) == (1, "memory", 64 * 8 * 256 * 2 * 4096)
+    with pytest.raises(pp.PlanError, match="^memory: one 32768-token request does not fit beside the weights on 1xh200$"):
+        decode_capacity(model, inst, 32768, 0.05, reserve_gib_per_gpu=reserve_gib)
+    step1_ms = decode_step_s(model, inst, 1, 4096) * 1e3
+    with pytest.raises(pp.PlanError, match=rf"^tpot: even batch 1 takes {step1_ms:.1f} ms per token on 1xh200, "
+                                           r"above the 0.1 ms SLO; relax the TPOT SLO"):
+        decode_capacity(model, inst, 4096, 1e-4)
+    with pytest.raises(pp.PlanError, match="^batch: must be at least 1$"):
+        decode_step(model, inst, 0, 4096)
+
+
 def test_max_prefill_gpus_fits_link():
     h200 = pp.instance("h200", 8)
     m = pp.load_model("minimax-m2.5")

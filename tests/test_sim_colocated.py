@@ -225,6 +225,24 @@ def test_seeded_runs_repeat_and_lognormal_lengths_have_the_mean(minimax):
     assert (m["start_s"] >= m["arrive_s"]).all() and (m["arrive_s"] >= m["issue_s"]).all()
 
 
+def test_request_overheads_are_the_profiles_or_exponential_around_it_when_jittered(minimax):
+    """A request reaches the engine its profile's request overhead (vLLM: 15 ms) after it is sent;
+    with ``overhead_jitter`` that delay is exponential with that mean (Kolmogorov-Smirnov over the
+    run's requests; seeded, so the p-value is fixed)."""
+    from scipy import stats
+
+    model, inst = minimax
+    mean_s = inst.engine_profile.request_overhead_s
+    for jitter in (False, True):
+        df, _ = simulate_colocated(model, inst, ISL, OSL, rate_rps=2.0, duration_s=60.0, seed=3, overhead_jitter=jitter)
+        delay_s = (df["arrive_s"] - df["issue_s"]).to_numpy()
+        if jitter:
+            assert stats.kstest(delay_s, "expon", args=(0.0, mean_s)).pvalue > 0.05
+            assert delay_s.std() == pytest.approx(mean_s, rel=0.1)
+        else:
+            assert delay_s == pytest.approx(np.full(len(df), mean_s), abs=1e-12)
+
+
 @pytest.mark.parametrize("kwargs, field", [
     (dict(), "rate_rps"),
     (dict(rate_rps=1.0, concurrency=4), "rate_rps"),
