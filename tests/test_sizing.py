@@ -293,10 +293,22 @@ def test_attention_tp_layouts_keep_their_own_label():
     assert layout_label(tp_dp) != layout_label(dp)
 
 
-@pytest.mark.parametrize("bad", ["tp", "ep8", "tp8-ep4", "tp0", "8", "tp8-atp2", "dp8-atp3"])
-def test_bad_layout_label(bad):
-    with pytest.raises(InvalidInput, match="--layouts"):
+@pytest.mark.parametrize("bad, why", [("tp", "is not a layout"), ("ep8", "is not a layout"), ("tp8-ep4", "is not a layout"),
+                                      ("tp0", "has no GPUs; give at least 1"), ("8", "is not a layout"),
+                                      ("tp8-atp2", "is not a layout"), ("dp8-atp3", "attention_tp")])
+def test_bad_layout_label(bad, why):
+    with pytest.raises(InvalidInput, match=f"^--layouts: '{bad}'.*{why}"):
         parse_layout(bad)
+
+
+def test_a_tp_by_dp_layout_is_sized_as_itself(sc):
+    """The pool of a ``dp8-atp2-ep8`` candidate is four attention replicas of TP 2, not eight of TP 1:
+    the variant scenario the sizing builds for it keeps the TP group (and so its cache per GPU)."""
+    from prfaas_plan.sizing.pools import _pool_update
+
+    layout = parse_layout("dp8-atp2-ep8")
+    variant = sc.with_updates(prfaas=_pool_update(sc, "h200", layout))
+    assert variant.prfaas_instance.layout == layout and variant.prfaas_instance.layout.attention_tp == 2
 
 
 def test_link_tiers_file(tmp_path: Path):
