@@ -323,6 +323,18 @@ def test_an_oversubscribed_pool_preempts_and_every_request_still_finishes(llama_
     assert s["throughput_rps"] * residence == pytest.approx(96, rel=0.05)
 
 
+def test_a_prompt_preempted_before_its_first_token_starts_again_and_finishes(llama_fp8):
+    """Prompts of 20,000 tokens take several steps' budgets, and 12 of them (with their outputs)
+    overflow the pool: the newest admitted request, still mid-prefill, is preempted too (it holds
+    pages but has no decode line yet), frees them and prefills its prompt again from the start;
+    every request still finishes its whole output."""
+    model, inst = llama_fp8
+    df, s = simulate_colocated(model, inst, 20_000, 1_000, concurrency=12, duration_s=300.0)
+    m = df[df["measured"]]
+    assert s["preemptions"] > 0 and m["finish_s"].notna().all() and len(m) > 0
+    assert (df.loc[df["finish_s"].notna(), "first_token_s"] > df.loc[df["finish_s"].notna(), "start_s"]).all()
+
+
 @pytest.mark.xfail(strict=True, reason="c = 64 > 53 fit: the simulated engine preempts; TTFT -43% and TPOT +26% "
                    "against the closed form's queue (see the comment above)")
 def test_an_oversubscribed_pool_agrees_with_the_queue_of_the_closed_form(llama_fp8):
