@@ -638,3 +638,20 @@ def test_a_whole_prompt_cap_steady_state_agrees(minimax_sglang_capped, minimax_s
     _, tpot = _pooled_on(model, inst, concurrency=16, duration_s=CLOSED_DURATION_S, seeds=SEEDS)
     assert tpot == pytest.approx(p.tpot_s, rel=TOLERANCE)
     assert max_sustainable_rate(model, inst, ISL, OSL) < max_sustainable_rate(*minimax_sglang, ISL, OSL)
+
+
+def test_a_step_budget_spent_by_one_prompt_admits_no_other():
+    """A step of 8,192 tokens and two 10,000-token prompts waiting: the first takes the whole
+    budget (its prompt's pages reserved), the second gets no chunk and holds no pages yet; the next
+    step finishes the first (1,808 tokens) and starts the second with the 6,384 left."""
+    from collections import deque
+
+    from prfaas_plan.sim.colocated import _Pool, _Requests, _schedule
+
+    reqs, pool = _Requests(), _Pool(capacity_b=1e12, fixed_b=0.0, per_token_b=1.0)
+    queue = deque(reqs.add(0.0, 0.0, 10_000, 10, c) for c in range(2))
+    assert _schedule(queue, reqs, 8_192, pool, 0) == [(0, 8_192, 0)]
+    assert list(pool.admitted) == [0] and pool.used_b(0) == 10_000
+    reqs.done[0] = 8_192
+    assert _schedule(queue, reqs, 8_192, pool, 1) == [(0, 1_808, 8_192), (1, 6_384, 0)]
+    assert list(pool.admitted) == [0, 1] and pool.used_b(1) == 20_000
