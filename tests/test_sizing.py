@@ -436,3 +436,18 @@ def test_the_decode_pool_is_the_cheapest_that_covers_the_target_whatever_the_ord
         assert (prof.gpu.id, n) == (profs[cheapest].gpu.id, need[cheapest])
     tight = dataclasses.replace(ctx, max_instances=min(need) - 1)
     assert decode_pool(tight, profs) is None
+
+
+def test_a_colocated_pool_that_misses_the_ttft_slo_at_any_rate_says_so(sc, lines):
+    """A P90 TTFT SLO of 0.5 s: the 1T model's colocated instances miss it even at the lowest rate
+    searched (1e-3 req/s), so no rate is sized (not 1,000 instances at that rate) and the reason
+    names the TTFT SLO."""
+    from prfaas_plan.energy import default_sites
+    from prfaas_plan.sizing.colocated import size_colocated
+
+    ctx = sizing_context(sc, 1.0, SizingSLO(ttft_s=0.5, tpot_s=sc.spec.slo.tpot_s), lines, default_sites(), MAX_N,
+                         N_BUCKETS)
+    for gpu in GPUS:
+        colo = size_colocated(ctx, pool_profile(sc, gpu, pool_layout(sc.spec.local, sc.model), ctx.b.tokens))
+        assert not colo.feasible and colo.binding == "ttft_p90"
+        assert colo.reason == f"ttft_p90: no rate meets the SLOs on 8x{gpu} tp8"
