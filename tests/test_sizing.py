@@ -451,3 +451,19 @@ def test_a_colocated_pool_that_misses_the_ttft_slo_at_any_rate_says_so(sc, lines
         colo = size_colocated(ctx, pool_profile(sc, gpu, pool_layout(sc.spec.local, sc.model), ctx.b.tokens))
         assert not colo.feasible and colo.binding == "ttft_p90"
         assert colo.reason == f"ttft_p90: no rate meets the SLOs on 8x{gpu} tp8"
+
+
+def test_the_cost_milp_buys_one_link_not_two_that_add_up(sc, lines):
+    """All-remote prefill of 5.5 req/s on up to 16 H200 instances ships 28.6 Gbps: more than the
+    30 Gbps LAG carries at 90% efficiency (27), less than a 10 Gbps line and the LAG together (36,
+    $9.00/h). A PrfaaS cluster has one link, so the MILP buys the 100 Gbps line ($22.50/h)."""
+    from prfaas_plan.energy import default_sites
+    from prfaas_plan.sizing.milp import Routing, solve_cost
+    from prfaas_plan.sizing.search import problem
+
+    slo = SizingSLO(ttft_s=None, tpot_s=sc.spec.slo.tpot_s)
+    ctx = sizing_context(sc, 5.5, slo, lines, default_sites(), 16, N_BUCKETS)
+    h200 = pool_profile(sc, "h200", pool_layout(sc.spec.prfaas, sc.model), ctx.b.tokens)
+    sol = solve_cost(problem(ctx, h200, None), Routing(remote=True, local=False))
+    assert 27.0 < sol.egress_gbps < 36.0
+    assert sol.tier.id == "line-100g" and sol.link_usd_per_hour == pytest.approx(22.5)
