@@ -655,3 +655,13 @@ def test_a_step_budget_spent_by_one_prompt_admits_no_other():
     reqs.done[0] = 8_192
     assert _schedule(queue, reqs, 8_192, pool, 1) == [(0, 1_808, 8_192), (1, 6_384, 0)]
     assert list(pool.admitted) == [0, 1] and pool.used_b(1) == 20_000
+
+
+def test_a_one_token_output_finishes_with_its_prefill(minimax):
+    """OSL 1: the prefill's step yields the only output token, so the request finishes there (no
+    decode step, no TPOT), and one client's requests each take the kernel model's prefill alone."""
+    model, inst = minimax
+    df, s = simulate_colocated(model, inst, ISL, 1, concurrency=1, duration_s=20.0)
+    m = df[df["measured"]]
+    assert len(m) > 0 and (m["finish_s"] == m["first_token_s"]).all() and m["tpot_s"].isna().all()
+    assert s["mean_ttft_s"] == pytest.approx(float(prefill_latency(model, inst, ISL).total_s), rel=1e-9)
