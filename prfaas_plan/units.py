@@ -23,6 +23,7 @@ TOKENS_PER_K = 1024
 TOKENS_PER_M = 1024 * 1024
 MAX_TOKENS = 2**40  # a token count above this (1T tokens) is a typo, not a context length
 SECONDS_PER_HOUR = 3600.0
+MS_PER_S = 1000.0
 TOKENS_PER_MILLION = 1e6  # prices per "million tokens" are decimal, unlike the K/M of context lengths
 
 

@@ -86,6 +86,7 @@ from prfaas_plan.inferencex import DISAGG_RECIPES, RECIPES, parse_utc
 from prfaas_plan.layout import Layout, check_layout, expert_tp_problem
 from prfaas_plan.perf.kernels import version_key
 from prfaas_plan.serving import BenchmarkRun
+from prfaas_plan.units import MS_PER_S
 from prfaas_plan.vocab import GEMM_CLASSES, MOE_ROUTINGS, GemmDtype, KvDtype, MoeKernel, check_choice
 
 if TYPE_CHECKING:
@@ -674,7 +675,7 @@ def _predict_agg(ctx: RowContext) -> tuple[float, float]:
     else:
         point = colocated_benchmark(ctx.model, ctx.inst, ctx.isl_tokens, ctx.osl_tokens, ctx.concurrency, ctx.run,
                                     ctx.settings)
-    return point.ttft_s * 1e3, point.tpot_s * 1e3
+    return point.ttft_s * MS_PER_S, point.tpot_s * MS_PER_S
 
 
 def _predict_disagg(model: ModelSpec, prefill: Instance, decode: Instance, case: Case,
@@ -690,7 +691,7 @@ def _predict_disagg(model: ModelSpec, prefill: Instance, decode: Instance, case:
     n_prefill = case.prefill_workers or 1
     point = disaggregated_closed_loop(model, prefill, int(n_prefill), decode, int(n_decode), case.isl_tokens,
                                       case.osl_tokens, case.concurrency, settings)
-    return point.ttft_s * 1e3, point.tpot_s * 1e3
+    return point.ttft_s * MS_PER_S, point.tpot_s * MS_PER_S
 
 
 def predict(case: Case, models: dict) -> tuple[float, float] | str:
@@ -1067,7 +1068,7 @@ def prompt_peak_share(df: pd.DataFrame) -> pd.Series:
         except InvalidInput:  # not in the model or hardware database, or prompts beyond the model's context
             continue
         requests_per_s = rows["concurrency"] / ((rows["ttft_ms_measured"] + (rows["osl"] - 1) * rows["tpot_ms_measured"])
-                                                / 1e3)
+                                                / MS_PER_S)
         out[rows.index] = requests_per_s * flops / (rows["tp"] * rows["attention_dp"].fillna(1) * flops_per_s)
     return out
 

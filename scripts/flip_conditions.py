@@ -31,6 +31,10 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 LEFT_OUT = shutil.ignore_patterns(".git", ".venv", "__pycache__", ".pytest_cache")
+TIMEOUT_FACTOR = 5.0
+"""A flip's tests may run this many times as long as the unflipped run before they count as hanging."""
+TIMEOUT_FLOOR_S = 60.0
+"""...but never less than this (seconds): a quick suite's run time varies with the machine's load."""
 
 
 def conditions(source: str) -> list[ast.expr]:
@@ -93,7 +97,7 @@ def main(argv: list[str] | None = None) -> int:
         if not tests_pass(args.tests, copy, env):  # else every flip would count as decided
             print("the tests fail without any flip; fix them first", file=sys.stderr)
             return 1
-        limit_s = args.timeout_s or max(60.0, 5 * (time.monotonic() - start_s))
+        limit_s = args.timeout_s or max(TIMEOUT_FLOOR_S, TIMEOUT_FACTOR * (time.monotonic() - start_s))
         for i, test in enumerate(tests, 1):
             for value in (True, False):
                 (copy / module).write_text(flipped(source, test, value))

@@ -51,7 +51,7 @@ def exhaustive(sc, target_rps, slo, tiers):
     from prfaas_plan.energy import default_sites
 
     ctx = sizing_context(sc, target_rps, slo, tiers, default_sites(), MAX_N, N_BUCKETS)
-    profs = {g: pool_profile(sc, g, pool_layout(sc.spec.local, sc.model), ctx.b.tokens) for g in GPUS}
+    profs = {g: profile(sc, ctx, g) for g in GPUS}
     grid = []
     for r, lo in itertools.product(GPUS, GPUS):
         cr, cl = (instance_usd_per_hour(profs[g], ctx.sites[s]) for g, s in ((r, "prfaas"), (lo, "local")))
@@ -70,6 +70,11 @@ def exhaustive(sc, target_rps, slo, tiers):
         if slo.ttft_s is None or check_counts(ctx, profs[r], profs[lo], profs[lo], n_r, n_p, n_d, tier):
             return cost, (r, lo, n_r, n_p, n_d, tier), (ctx, profs)
     return math.inf, None, (ctx, profs)
+
+
+def profile(sc, ctx, gpu, pool=None):
+    """``gpu``'s pool profile at the context's bucket lengths, laid out as the scenario's ``pool`` (default local)."""
+    return pool_profile(sc, gpu, pool_layout(pool or sc.spec.local, sc.model), ctx.b.tokens)
 
 
 def counts(plan):
@@ -112,7 +117,7 @@ def test_a_plan_bound_by_local_prefill_serves_what_its_local_prefill_sustains(sc
     n_r, n_p, n_d = counts(pd)
     assert pd.feasible and pd.binding == "local prefill" and n_p == MAX_N
     ctx = sizing_context(sc, 2.5, slo, lines, default_sites(), MAX_N, N_BUCKETS)
-    h20 = pool_profile(sc, "h20", pool_layout(sc.spec.local, sc.model), ctx.b.tokens)
+    h20 = profile(sc, ctx, "h20")
     inp, b = combination_inputs(ctx, h20, h20, h20, pd.link)
     lp_rps = fixed_count_lp(inp, b, Pools(n_r, n_p + n_d), n_p).lambda_rps
     assert 2.5 <= pd.lambda_max_rps <= lp_rps * (1 + 1e-9)
@@ -127,8 +132,8 @@ def test_case_study_at_lambda_max_costs_no_more_than_the_fixed_plan(sc):
     tiers = {t.id: t for t in load_link_tiers()}
     sites = default_sites()
     ctx = sizing_context(sc, lam, res.slo, tuple(tiers.values()), sites, 64, 128)
-    h200 = pool_profile(sc, "h200", pool_layout(sc.spec.prfaas, sc.model), ctx.b.tokens)
-    h20 = pool_profile(sc, "h20", pool_layout(sc.spec.local, sc.model), ctx.b.tokens)
+    h200 = profile(sc, ctx, "h200", sc.spec.prfaas)
+    h20 = profile(sc, ctx, "h20")
     # the fixed plan's bill, priced the same way: 4 x 8xH200 + 8 x 8xH20 + the 100 Gbps line
     n = fixed.plan.instances
     fixed_usd = (n["prfaas"] * instance_usd_per_hour(h200, sites["prfaas"])
@@ -426,7 +431,7 @@ def test_the_decode_pool_is_the_cheapest_that_covers_the_target_whatever_the_ord
 
     slo = SizingSLO(ttft_s=None, tpot_s=sc.spec.slo.tpot_s)
     ctx = sizing_context(sc, 1.6, slo, lines, default_sites(), MAX_N, N_BUCKETS)
-    profs = [pool_profile(sc, g, pool_layout(sc.spec.local, sc.model), ctx.b.tokens) for g in GPUS]
+    profs = [profile(sc, ctx, g) for g in GPUS]
     need = [math.ceil(1.6 / p.decode_rps) for p in profs]
     usd = [n * instance_usd_per_hour(p, ctx.sites["local"]) for n, p in zip(need, profs)]
     cheapest = int(np.argmin(usd))
@@ -448,7 +453,7 @@ def test_a_colocated_pool_that_misses_the_ttft_slo_at_any_rate_says_so(sc, lines
     ctx = sizing_context(sc, 1.0, SizingSLO(ttft_s=0.5, tpot_s=sc.spec.slo.tpot_s), lines, default_sites(), MAX_N,
                          N_BUCKETS)
     for gpu in GPUS:
-        colo = size_colocated(ctx, pool_profile(sc, gpu, pool_layout(sc.spec.local, sc.model), ctx.b.tokens))
+        colo = size_colocated(ctx, profile(sc, ctx, gpu))
         assert not colo.feasible and colo.binding == "ttft_p90"
         assert colo.reason == f"ttft_p90: no rate meets the SLOs on 8x{gpu} tp8"
 
@@ -463,7 +468,7 @@ def test_the_cost_milp_buys_one_link_not_two_that_add_up(sc, lines):
 
     slo = SizingSLO(ttft_s=None, tpot_s=sc.spec.slo.tpot_s)
     ctx = sizing_context(sc, 5.5, slo, lines, default_sites(), 16, N_BUCKETS)
-    h200 = pool_profile(sc, "h200", pool_layout(sc.spec.prfaas, sc.model), ctx.b.tokens)
+    h200 = profile(sc, ctx, "h200", sc.spec.prfaas)
     sol = solve_cost(problem(ctx, h200, None), Routing(remote=True, local=False))
     assert 27.0 < sol.egress_gbps < 36.0
     assert sol.tier.id == "line-100g" and sol.link_usd_per_hour == pytest.approx(22.5)

@@ -102,7 +102,6 @@ from prfaas_plan.bench.kernels import (
 from prfaas_plan.bench.micro import (
                     FLOPS_PER_TFLOP,
                     MICRO_LOG_DECAY_MAX,
-                    MS_PER_S,
                     TIMER_WARMUP_CALLS,
                     bench_attention,
                     bench_copy,
@@ -153,6 +152,7 @@ from prfaas_plan.bench.transfer import (
                     loopback_transfer,
                     serialise_cache,
 )
+from prfaas_plan.units import MS_PER_S
 
 __all__ = [
     "RESULTS_SCHEMA", "LOOPBACK_HOST", "DIM_ALIGN", "LINEAR_LOG_DECAY_FLOOR",

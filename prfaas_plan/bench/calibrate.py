@@ -19,13 +19,13 @@ import numpy as np
 import pandas as pd
 import yaml
 
-from prfaas_plan.bench.micro import FLOPS_PER_TFLOP, MS_PER_S
+from prfaas_plan.bench.micro import FLOPS_PER_TFLOP
 from prfaas_plan.errors import InvalidInput
 from prfaas_plan.hardware import GPU, Efficiency, Instance, list_gpus, load_gpu
 from prfaas_plan.model.arch import ModelSpec
 from prfaas_plan.perf.calibration import FITTABLE, PrefillObservation, fit_prefill, load_observations
 from prfaas_plan.perf.roofline import analytic_prefill
-from prfaas_plan.units import GB_BYTES, GIB_BYTES, TB_BYTES
+from prfaas_plan.units import GB_BYTES, GIB_BYTES, MS_PER_S, TB_BYTES
 from prfaas_plan.vocab import BENCH_STATISTICS
 
 MEMORY_STREAM_EFFICIENCY_MEASURED = 1.0

@@ -25,7 +25,6 @@ if TYPE_CHECKING:
     import torch
 
 FLOPS_PER_TFLOP = 1e12
-MS_PER_S = 1e3
 
 MICRO_LOG_DECAY_MAX = 0.1
 """The linear-attention microbenchmark draws per-token log decays uniformly in [-0.1, 0]."""

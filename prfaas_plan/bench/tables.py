@@ -7,8 +7,8 @@ from __future__ import annotations
 
 import pandas as pd
 
-from prfaas_plan.bench.micro import FLOPS_PER_TFLOP, MS_PER_S
-from prfaas_plan.units import GB_BYTES
+from prfaas_plan.bench.micro import FLOPS_PER_TFLOP
+from prfaas_plan.units import GB_BYTES, MS_PER_S
 
 _MICRO_SECTIONS = (("attention", "attention"), ("swa", "swa"), ("linear_attention", "linear"))
 """The attention sections of a results file and their labels in the microbenchmark table."""

@@ -20,12 +20,11 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from prfaas_plan.errors import InvalidInput, did_you_mean
+from prfaas_plan.units import MS_PER_S  # Mooncake timestamps are milliseconds
 from prfaas_plan.vocab import TRACE_FORMATS, TraceFormat
 
 if TYPE_CHECKING:
     import pandas as pd
-
-MS_PER_S = 1000.0  # Mooncake timestamps are milliseconds
 
 TRACE_COLUMNS: tuple[str, ...] = ("arrival_s", "input_tokens", "output_tokens")
 _MOONCAKE_FIELDS: tuple[str, ...] = ("timestamp", "input_length", "output_length", "hash_ids")
