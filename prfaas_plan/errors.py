@@ -23,6 +23,12 @@ class Infeasible(PlanError):
     """Valid input that no deployment can serve: the message names the binding constraint."""
 
 
+class Unsustainable(InvalidInput):
+    """A request rate beyond what an engine sustains (its prefill budget or memory): the message
+    names ``rate_rps`` and says to lower it. Searches over rates catch this kind alone, so any other
+    bad input still stops them."""
+
+
 def did_you_mean(name: str, choices: list[str]) -> str:
     """A ' (did you mean X?)' suffix for an unknown name, or '' when nothing is close."""
     close = difflib.get_close_matches(name, choices, n=1, cutoff=0.5)

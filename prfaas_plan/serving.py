@@ -100,7 +100,7 @@ from typing import TYPE_CHECKING, NamedTuple
 import numpy as np
 
 from prfaas_plan.engine import mean_accepted_tokens
-from prfaas_plan.errors import InvalidInput
+from prfaas_plan.errors import InvalidInput, Unsustainable
 from prfaas_plan.hardware import Instance
 from prfaas_plan.kvcache import CacheSettings, requests_per_instance_memory
 from prfaas_plan.layout import instance_layout
@@ -855,8 +855,8 @@ def _first_wave(t: StepTable, wave: int, tail_tpot_s: float) -> tuple[np.ndarray
 def colocated_open_loop(model: ModelSpec, inst: Instance, isl_tokens: int, osl_tokens: int, rate_rps: float,
                         settings: CacheSettings | None = None, spec: SpecDecode | None = None) -> ServingPoint:
     """Steady state of an aggregated engine fed Poisson arrivals at ``rate_rps``; a rate the
-    engine cannot sustain (prefill budget or memory) is a one-line InvalidInput. ``spec`` as in
-    :func:`colocated_closed_loop`."""
+    engine cannot sustain (prefill budget or memory) is a one-line
+    :class:`~prfaas_plan.errors.Unsustainable` (an InvalidInput). ``spec`` as in :func:`colocated_closed_loop`."""
     _check(isl_tokens, osl_tokens)
     if not isinstance(rate_rps, int | float) or not math.isfinite(rate_rps) or rate_rps <= 0:
         raise InvalidInput(f"rate_rps: must be a positive number of requests per second, got {rate_rps!r}")
@@ -864,7 +864,7 @@ def colocated_open_loop(model: ModelSpec, inst: Instance, isl_tokens: int, osl_t
     s = _solve(t, int(isl_tokens), int(osl_tokens), None, float(rate_rps))
     in_system = rate_rps * (s["ttft"] + (osl_tokens - 1) * s["tpot"])
     if not s["converged"] or s.get("rho", 1.0) >= 1.0 or in_system > t.fit:
-        raise InvalidInput(f"rate_rps: {rate_rps:g} requests/s is more than {inst.name} sustains for "
+        raise Unsustainable(f"rate_rps: {rate_rps:g} requests/s is more than {inst.name} sustains for "
                            f"{isl_tokens}/{osl_tokens}-token requests (prefill budget or memory); lower the rate")
     return _point(s, int(osl_tokens), float(rate_rps), 0.0, [])
 
@@ -924,15 +924,13 @@ def max_sustainable_rate(model: ModelSpec, inst: Instance, isl_tokens: int, osl_
     def sustains(rate: float) -> bool:
         try:
             colocated_open_loop(model, inst, isl_tokens, osl_tokens, rate, settings, spec)
-        except InvalidInput as exc:
-            if not str(exc).startswith("rate_rps:"):
-                raise
+        except Unsustainable:
             return False
         return True
 
     if not sustains(lo):
-        raise InvalidInput(f"rate_rps: {inst.name} cannot sustain even {lo:g} requests/s of "
-                           f"{isl_tokens}/{osl_tokens}-token requests")
+        raise Unsustainable(f"rate_rps: {inst.name} cannot sustain even {lo:g} requests/s of "
+                            f"{isl_tokens}/{osl_tokens}-token requests")
     while hi / lo > 1.0 + rel_tol:
         mid = math.sqrt(lo * hi)
         lo, hi = (mid, hi) if sustains(mid) else (lo, mid)

@@ -12,7 +12,7 @@ import math
 import numpy as np
 import pytest
 
-from prfaas_plan.errors import InvalidInput
+from prfaas_plan.errors import InvalidInput, Unsustainable
 from prfaas_plan.hardware import instance
 from prfaas_plan.layout import instance_layout
 from prfaas_plan.model import load_model
@@ -120,7 +120,7 @@ def test_open_loop_matches_closed_loop_at_same_throughput(minimax):
     assert opened.batch == pytest.approx(closed.throughput_rps * (OSL - 1) * opened.tpot_s, rel=1e-9)
     assert decode_step_s(model, inst, 1, ISL + OSL / 2) < opened.tpot_s
     assert opened.tpot_s == pytest.approx(closed.tpot_s, rel=0.1)
-    with pytest.raises(InvalidInput, match="^rate_rps:"):
+    with pytest.raises(Unsustainable, match="^rate_rps:"):
         colocated_open_loop(model, inst, ISL, OSL, 1000.0)
 
 
@@ -262,8 +262,9 @@ def test_bad_spec_names_the_field(kwargs, field):
 def test_bad_rate(minimax):
     model, inst = minimax
     for rate in (0.0, -1.0, math.inf):
-        with pytest.raises(InvalidInput, match="^rate_rps:"):
+        with pytest.raises(InvalidInput, match="^rate_rps:") as exc:
             colocated_open_loop(model, inst, ISL, OSL, rate)
+        assert not isinstance(exc.value, Unsustainable)  # bad input, not a rate to search below
 
 
 def test_max_sustainable_rate_is_the_edge_the_open_loop_accepts(minimax):
@@ -272,7 +273,7 @@ def test_max_sustainable_rate_is_the_edge_the_open_loop_accepts(minimax):
     model, inst = minimax
     top = max_sustainable_rate(model, inst, 2048, 256)
     colocated_open_loop(model, inst, 2048, 256, top)  # accepted
-    with pytest.raises(InvalidInput, match="rate_rps"):
+    with pytest.raises(Unsustainable, match="^rate_rps:"):
         colocated_open_loop(model, inst, 2048, 256, top * (1 + 1e-6))
     # the prefill server saturates first: a prompt's share of full-budget steps times the rate
     assert 10 < top < 40

@@ -82,7 +82,7 @@ def counts(plan):
     return tuple(by[k].instances if k in by else 0 for k in ("prfaas_prefill", "local_prefill", "local_decode"))
 
 
-@pytest.mark.parametrize("target_rps, ttft_s", [(1.6, None), (1.0, 7.0), (1.4, 5.0)])
+@pytest.mark.parametrize("target_rps, ttft_s", [(1.6, None), (1.0, 7.0), (1.4, 5.0), (2.0, 7.0)])
 def test_no_cheaper_plan_in_an_exhaustive_search(sc, lines, target_rps, ttft_s):
     slo = SizingSLO(ttft_s=ttft_s, tpot_s=sc.spec.slo.tpot_s)
     best, where, (ctx, profs) = exhaustive(sc, target_rps, slo, lines)
@@ -472,3 +472,75 @@ def test_the_cost_milp_buys_one_link_not_two_that_add_up(sc, lines):
     sol = solve_cost(problem(ctx, h200, None), Routing(remote=True, local=False))
     assert 27.0 < sol.egress_gbps < 36.0
     assert sol.tier.id == "line-100g" and sol.link_usd_per_hour == pytest.approx(22.5)
+
+
+def test_a_ttft_slo_that_rules_out_local_prefill_is_what_binds(sc, lines):
+    """0.02 req/s under a 5 s P90 TTFT SLO, H200 PrfaaS and H20 local: H20's bare P90 prefill is
+    over 5 s at any load (its longest buckets), H200's plus the transfer is not, so the joint loop
+    drops the local path when its cap falls below CAP_FLOOR at once (0.02 req/s loads nothing) and
+    buys one PrfaaS and one decode instance, everything offloaded (t = 0). At that rate no stage is
+    busy: what binds is the TTFT SLO, and the plan says so (not "PrfaaS prefill")."""
+    from prfaas_plan.energy import default_sites
+    from prfaas_plan.sizing.search import ttft_floor_s
+
+    slo = SizingSLO(ttft_s=5.0, tpot_s=sc.spec.slo.tpot_s)
+    ctx = sizing_context(sc, 0.02, slo, lines, default_sites(), MAX_N, N_BUCKETS)
+    h200, h20 = profile(sc, ctx, "h200"), profile(sc, ctx, "h20")
+    assert ttft_floor_s(ctx, None, h20, h20) > 5.0 > ttft_floor_s(ctx, h200, None, h20)
+    res = size(sc, 0.02, slo, gpus=GPUS, link_tiers=lines, max_instances_per_role=MAX_N, n_buckets=N_BUCKETS)
+    pd = next(c for c in res.candidates if c.kind == "prfaas-pd")
+    assert pd.feasible and counts(pd) == (1, 0, 1) and pd.threshold_tokens == 0.0
+    assert pd.binding == "ttft_p90" and pd.ttft_quantile_s <= 5.0
+
+
+def test_a_path_too_slow_at_any_load_ends_its_loop_at_the_cap_floor(sc, lines):
+    """The all-local corner of H200 PrfaaS + H20 local at 0.2 req/s under a 7 s P90 SLO (64
+    instances allowed): H20's P90 stays at its bare 10 s whatever its load, so the loop lowers the
+    local cap by TIGHTEN per solve and stops, infeasible, once it would fall below CAP_FLOOR: within
+    1 + ceil(log CAP_FLOOR / log TIGHTEN) solves, not by the instance limit or MAX_ITERATIONS."""
+    from prfaas_plan.energy import default_sites
+    from prfaas_plan.sizing.milp import Routing
+    from prfaas_plan.sizing.search import CAP_FLOOR, TIGHTEN, _Combo, _loop, decode_pool, problem
+
+    slo = SizingSLO(ttft_s=7.0, tpot_s=sc.spec.slo.tpot_s)
+    ctx = sizing_context(sc, 0.2, slo, lines, default_sites(), 64, N_BUCKETS)
+    h200, h20 = profile(sc, ctx, "h200"), profile(sc, ctx, "h20")
+    combo = _Combo(problem(ctx, h200, h20), h200, h20, *decode_pool(ctx, [h20]))
+    plan, solves = _loop(ctx, combo, Routing(remote=False, local=True), "prfaas-pd", "x")
+    assert not plan.feasible and plan.binding == "ttft_p90"
+    assert f"the local prefill cap fell below {CAP_FLOOR}" in plan.reason
+    assert solves <= 1 + math.ceil(math.log(CAP_FLOOR) / math.log(TIGHTEN))
+
+
+def test_staging_memory_that_needs_more_decode_than_the_limit_is_infeasible_by_decode(sc, lines):
+    """Naive heterogeneous H200 -> H20 at 1.6 req/s: 3 H20 decode instances cover the target
+    unstaged, but the staged KV of everything offloaded lowers BS_max so that 4 are needed. With 3
+    allowed per role the combination is infeasible, bound by decode, and says staging is why; with 4
+    it buys the 4."""
+    from prfaas_plan.energy import default_sites
+    from prfaas_plan.sizing.search import size_combination
+
+    on = sc.with_updates(**{"decode.staging_memory": True})
+    slo = SizingSLO(ttft_s=None, tpot_s=sc.spec.slo.tpot_s)
+    sized = {}
+    for x, n in ((sc, 3), (on, 3), (on, 4)):
+        ctx = sizing_context(x, 1.6, slo, lines, default_sites(), n, N_BUCKETS)
+        h200, h20 = profile(x, ctx, "h200", x.spec.prfaas), profile(x, ctx, "h20")
+        sized[x is on, n] = size_combination(ctx, "naive-heterogeneous", "naive", h200, None, [h20])[0]
+    assert sized[False, 3].feasible and counts(sized[False, 3])[2] == 3
+    tight = sized[True, 3]
+    assert not tight.feasible and tight.binding == "decode"
+    assert tight.reason == "decode: with staging memory more than 3 decode instances are needed"
+    assert sized[True, 4].feasible and counts(sized[True, 4])[2] == 4
+
+
+def test_a_pool_that_cannot_decode_still_prefills_at_its_measured_profile():
+    """Under a 1 ms TPOT SLO no 8xH200 instance decodes (even batch 1 is slower), but the case
+    study's H200 pool still prefills, and at its measured profile: Table 5's 0.44, 0.72, 1.84 and
+    7.40 s at 1K, 8K, 32K and 128K tokens (K = 1,024), not the kernel model's times."""
+    sc = pp.load_scenario("paper-case-study").with_updates(**{"slo.tpot_s": 0.001})
+    tokens = np.array([1024.0, 8192.0, 32768.0, 131072.0])
+    h200 = pool_profile(sc, "h200", pool_layout(sc.spec.prfaas, sc.model), tokens)
+    assert h200.decode_rps is None and h200.decode_problem.startswith("tpot: even batch 1 takes")
+    assert h200.problem == ""
+    np.testing.assert_allclose(h200.prefill_s, [0.44, 0.72, 1.84, 7.40], rtol=1e-12)

@@ -21,7 +21,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from prfaas_plan.energy import energy_usd_per_hour, facility_power_w, kwh_per_million_tokens
-from prfaas_plan.errors import InvalidInput, PlanError
+from prfaas_plan.errors import PlanError, Unsustainable
 from prfaas_plan.sizing.result import SizedPlan, SizedPool
 
 if TYPE_CHECKING:
@@ -62,9 +62,7 @@ def _rate_at_slo(ctx: Context, prof: PoolProfile) -> tuple[float, str, Callable[
     def meets(rate: float) -> bool:
         try:
             ttft, tpot = at(rate)
-        except InvalidInput as exc:  # past what the engine sustains (prefill budget, memory)
-            if not str(exc).startswith("rate_rps:"):
-                raise
+        except Unsustainable:  # past what the engine sustains (prefill budget, memory)
             return False
         return tpot <= tpot_slo and (ttft_slo is None or ttft <= ttft_slo)
 
@@ -76,7 +74,7 @@ def _rate_at_slo(ctx: Context, prof: PoolProfile) -> tuple[float, str, Callable[
         lo, hi = (mid, hi) if meets(mid) else (lo, mid)
     try:
         binding = "tpot" if at(hi)[1] > tpot_slo else f"{ctx.slo.ttft_label} (estimate)"
-    except InvalidInput:
+    except Unsustainable:
         binding = "prefill budget or memory"
     return lo, binding, at
 
