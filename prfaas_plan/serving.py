@@ -395,9 +395,9 @@ def _chunk_s(case: _Case, isl: int, osl: int, b: int, tokens: int) -> float:
 
 
 def _check(isl: int, osl: int) -> None:
-    if not isinstance(isl, int | np.integer) or isl < 1:
+    if isinstance(isl, bool) or not isinstance(isl, int | np.integer) or isl < 1:
         raise InvalidInput(f"isl_tokens: must be a whole number of tokens >= 1, got {isl!r}")
-    if not isinstance(osl, int | np.integer) or osl < 1:
+    if isinstance(osl, bool) or not isinstance(osl, int | np.integer) or osl < 1:
         raise InvalidInput(f"osl_tokens: must be a whole number of tokens >= 1, got {osl!r}")
 
 
@@ -687,7 +687,7 @@ def colocated_closed_loop(model: ModelSpec, inst: Instance, isl_tokens: int, osl
     ``vllm bench serve --max-concurrency``); see the module docstring for the model. ``spec``
     turns speculative decoding on (None: as the instance's engine profile says)."""
     _check(isl_tokens, osl_tokens)
-    if not isinstance(concurrency, int | np.integer) or concurrency < 1:
+    if isinstance(concurrency, bool) or not isinstance(concurrency, int | np.integer) or concurrency < 1:
         raise InvalidInput(f"concurrency: must be a whole number of clients >= 1, got {concurrency!r}")
     t = step_table(model, with_spec(inst, spec), isl_tokens, osl_tokens, settings)
     notes = []

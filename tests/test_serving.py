@@ -235,6 +235,9 @@ def test_deepseek_v3_mtp_speedup_on_8xh200(deepseek):
     (dict(concurrency=-3), "concurrency"),
     (dict(osl_tokens=0), "osl_tokens"),
     (dict(isl_tokens=0), "isl_tokens"),
+    (dict(isl_tokens=True), "isl_tokens"),
+    (dict(osl_tokens=False), "osl_tokens"),
+    (dict(concurrency=True), "concurrency"),
 ])
 def test_bad_input_names_the_field(minimax, kwargs, field):
     model, inst = minimax

@@ -260,6 +260,14 @@ def test_bad_input_is_one_line_naming_the_field(minimax, kwargs, field):
     assert "\n" not in str(err.value)
 
 
+@pytest.mark.parametrize("isl, osl, field", [(0, OSL, "isl_tokens"), (True, OSL, "isl_tokens"), (ISL, 2.5, "osl_tokens")])
+def test_bad_lengths_are_one_line_naming_the_field(minimax, isl, osl, field):
+    """A length is a whole number of tokens >= 1; a bool is not one (True would run as 1 token)."""
+    model, inst = minimax
+    with pytest.raises(InvalidInput, match=f"^{field}: must be a whole number of tokens >= 1"):
+        simulate_colocated(model, inst, isl, osl, concurrency=4)
+
+
 # On-demand KV pages (vLLM PagedAttention, SGLang's token pool): a running request holds its prompt
 # and the tokens generated so far. Llama-3.1-70B FP8 on one H200 (50.1 GiB of pool, 327,680 B per
 # token of bf16 KV), ISL 1,024 / OSL 4,096: 32 requests fit at their final 5,120 tokens, 53 at
@@ -309,6 +317,26 @@ def test_long_outputs_whose_final_contexts_do_not_all_fit_run_together(llama_fp8
     assert preempted == 0
     assert float(np.concatenate(ttft).mean()) == pytest.approx(p.ttft_s, rel=TOLERANCE)
     assert float(np.concatenate(tpot).mean()) == pytest.approx(p.tpot_s, rel=TOLERANCE)
+
+
+def test_an_engine_that_reserves_the_final_length_runs_only_what_fits_it(llama_fp8):
+    """The same c = 40 under an engine charged ``isl + osl`` up front (TensorRT-LLM's
+    GUARANTEED_NO_EVICT; the vLLM profile with ``kernel_engine: trtllm``): 32 final contexts fit,
+    so 32 run, nothing is preempted, the other 8 clients wait in TTFT (seconds, not the on-demand
+    engine's 0.16 s), and the simulation agrees with the closed form's memory-bound point."""
+    from prfaas_plan.perf.latency import free_cache_bytes_per_gpu, requests_fit
+
+    model, vllm = llama_fp8
+    inst = replace(vllm, engine=vllm.engine_profile.model_copy(update={"kernel_engine": "trtllm"}))
+    fit = requests_fit(model, inst, LONG_ISL + LONG_OSL, free_cache_bytes_per_gpu(model, inst))
+    assert fit == 32 < LONG_C
+    p = colocated_closed_loop(model, inst, LONG_ISL, LONG_OSL, LONG_C)
+    df, s = simulate_colocated(model, inst, LONG_ISL, LONG_OSL, concurrency=LONG_C, duration_s=1000.0)
+    m = df[df["measured"]]
+    assert s["preemptions"] == 0 and fit * 0.99 < s["batch"] <= fit
+    assert p.batch == pytest.approx(s["batch"], rel=0.01)
+    assert m["ttft_s"].mean() > 10.0 and m["ttft_s"].mean() == pytest.approx(p.ttft_s, rel=TOLERANCE)
+    assert m["tpot_s"].mean() == pytest.approx(p.tpot_s, rel=TOLERANCE)
 
 
 def test_an_oversubscribed_pool_preempts_and_every_request_still_finishes(llama_fp8):
@@ -665,3 +693,35 @@ def test_a_one_token_output_finishes_with_its_prefill(minimax):
     m = df[df["measured"]]
     assert len(m) > 0 and (m["finish_s"] == m["first_token_s"]).all() and m["tpot_s"].isna().all()
     assert s["mean_ttft_s"] == pytest.approx(float(prefill_latency(model, inst, ISL).total_s), rel=1e-9)
+
+
+def _window_measure(intervals, lo_s: float, hi_s: float) -> float:
+    """Seconds of [lo_s, hi_s) covered by the union of ``intervals`` (pairs of start, end)."""
+    covered, reach = 0.0, lo_s
+    for a, b in sorted((max(a, lo_s), min(b, hi_s)) for a, b in intervals if np.isfinite(a) and np.isfinite(b)):
+        if b > reach:
+            covered += b - max(a, reach)
+            reach = b
+    return covered
+
+
+@pytest.mark.parametrize("load", [dict(concurrency=16), dict(rate_rps=17.0)])
+def test_the_window_figures_are_the_requests_timestamps_integrated_over_the_window(minimax, load):
+    """The summary's time-averaged figures count the steps that start in the measured window, not
+    the warm-up nor the drain after it (which lower them: over the whole run the batch reads 14.5
+    against 15.6 at c = 16, 112 against 140 at 17 req/s). Independently, from the requests' own
+    timestamps: the decode batch is Little's law, the requests decoding (first token to finish)
+    integrated over the window over its length; the prefill share is the window's time covered by
+    some prompt's prefill (first chunk to first token; a mixed engine runs a started prompt's
+    chunks in every step); steps x mean step is the window, to one step."""
+    model, inst = minimax
+    duration_s, warmup_s = 30.0, 6.0
+    df, s = simulate_colocated(model, inst, ISL, OSL, duration_s=duration_s, warmup_s=warmup_s, seed=1, **load)
+    window_s = duration_s - warmup_s
+    first, finish = df["first_token_s"].to_numpy(), df["finish_s"].to_numpy()
+    decoding_s = np.clip(np.minimum(finish, duration_s) - np.maximum(first, warmup_s), 0.0, None)
+    assert s["preemptions"] == 0 and s["batch"] > 10
+    assert s["batch"] == pytest.approx(np.nansum(decoding_s) / window_s, rel=5e-3)
+    prefilling_s = _window_measure(zip(df["start_s"], df["first_token_s"]), warmup_s, duration_s)
+    assert s["prefill_share"] == pytest.approx(prefilling_s / window_s, rel=1e-2)
+    assert abs(s["steps"] * s["mean_step_s"] - window_s) <= s["mean_step_s"] * 3

@@ -401,10 +401,10 @@ def _run(steps: _StepTimes, source: _Source, reqs: _Requests, pool: _Pool, durat
                 reqs.start[r] = t - s
             reqs.done[r] += take
             if reqs.done[r] == reqs.target[r]:
-                if queue[0] == r:  # FCFS: a finished prompt is the queue's head
-                    queue.popleft()
-                else:
-                    queue.remove(r)
+                # FCFS: a step's chunks are the queue's first requests, each but the last whole, so
+                # a finished prompt is the head (the ones before it in this step already left)
+                head = queue.popleft()
+                assert head == r
                 batch += _prompt_done(r, t, done_no, reqs, pool, finishing, source, closed, duration_s, accept)
         if mixed or decoding:
             for r in finishing.pop(step_no, ()):
