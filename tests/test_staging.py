@@ -179,6 +179,29 @@ def test_decode_memory_back_pressures_prefill():
     assert (np.isfinite(fin) & (fin <= horizon)).sum() / horizon == pytest.approx(0.6, rel=0.02)
 
 
+def test_decode_memory_reserved_at_transfer_start_holds_back_the_transfer():
+    """Everything remote (10 PrfaaS servers, 1 s prefills of 10 layers, KV of no size), memory for
+    2 requests reserved when a transfer would join the link (its first layer done) and held to its
+    decode's end (5 s): at most 2 requests lie between KV ready and decode end, so 2 per 5 s = 0.4
+    req/s finish while 2 req/s arrive; the wait is the transfer's, which grows (its join waits for
+    memory), not the prefill's (a prefill never waits: memory is not reserved at its start).
+    Unlimited memory: the 3 decode slots bind, 0.6 req/s, and no transfer waits."""
+    horizon = 600.0
+    runs = {}
+    for memory_bytes in (2.0, 1e9):
+        setup = _hand_setup(memory_bytes, "transfer_start", n_prfaas=10, n_pd_p=0, n_layers=10,
+                            routing=Routing.threshold(0))
+        r = runs[memory_bytes] = _run(setup, 2.0, horizon).frames[0]
+        end = r.end_s.to_numpy()
+        assert (r.path == "prfaas").all() and (r.wait_s == 0).all()
+        assert (np.isfinite(end) & (end <= horizon)).sum() / horizon == pytest.approx(
+            0.4 if memory_bytes == 2.0 else 0.6, rel=0.02)
+    tight = runs[2.0]
+    ready = (tight.arrival_s + tight.prefill_s + tight.transfer_s).to_numpy()
+    assert _max_overlap(ready, tight.end_s.to_numpy()) == 2
+    assert tight.transfer_s.to_numpy()[-50:].min() > 100 and (runs[1e9].transfer_s == 0).all()
+
+
 def test_gated_pools_with_room_reproduce_the_ungated_run():
     """With memory and a buffer that never run out, the event-driven (gated) prefill pools start
     every request when the Kiefer-Wolfowitz heaps do: the same records, request by request."""
