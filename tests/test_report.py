@@ -322,6 +322,39 @@ def test_formulas_assumptions_and_provenance(paper, paper_page):
     assert "measured" in plain and "modelled" in plain
 
 
+def test_analytic_ttft_cdf_runs_to_a_quarter_past_the_largest_p99(paper):
+    """Both TTFT CDFs the report computes share one time axis: 241 points from 0 to 1.25 x the
+    largest finite P99 of the plans (homogeneous PD's 19.5 s at its own load), so every plan's tail
+    is drawn."""
+    import pandas as pd
+
+    from prfaas_plan.analysis import analyse_plan
+
+    sc, res = paper
+    p99 = res.ttft[res.ttft.path == "all"].p99_s.to_numpy()
+    rep = analyse_plan(sc, result=res, simulate=False)
+    for rows in (rep.ttft_cdf_common, rep.ttft_cdf_own):
+        grid = pd.DataFrame(rows).groupby("plan").ttft_s
+        assert (grid.size() == 241).all() and (grid.min() == 0).all()
+        assert grid.max().to_numpy() == pytest.approx(1.25 * max(x for x in p99 if math.isfinite(x)), rel=1e-12)
+
+
+def test_a_simulation_too_long_to_chart_says_so(paper, monkeypatch):
+    """A run past the simulator's in-memory limit keeps totals, not records (here a limit of 100
+    rows, patched in): the page leaves its charts out and says how many requests ran and what to do."""
+    import functools
+
+    import prfaas_plan.sim
+
+    sc, res = paper
+    monkeypatch.setattr(prfaas_plan.sim, "simulate", functools.partial(prfaas_plan.sim.simulate, max_rows_in_memory=100))
+    rep = rpt.build_report(sc, result=res, simulate=True, sim_duration_s=120, seed=1)
+    assert rep.data["simulation"] is None
+    assert re.search(r"The simulation \(\d[\d,]* requests\) was too long to chart; give a shorter --sim-duration",
+                     rep.to_html())
+    assert "egress-timeseries" not in {f.name for f in rep.figures}
+
+
 def test_without_simulation_the_page_says_so(paper_report):
     rep = paper_report
     names = {f.name for f in rep.figures}

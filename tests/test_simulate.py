@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -349,6 +350,47 @@ def test_link_event_parsing(tmp_path):
     f.write_text("t,gbps\n0,1\n")
     with pytest.raises(PlanError, match="time_s"):
         read_link_trace(f)
+
+
+@pytest.mark.parametrize("text, needle", [
+    (None, "not found; give a CSV with columns time_s,gbps"),
+    ("time_s,gbps\n0,100\n300,fast\n", "every row needs numeric time_s and gbps"),
+    ("time_s,gbps\n", "every row needs numeric time_s and gbps"),
+    ("time_s,gbps\n0,100\n300,40\n300,100\n", "time_s must be strictly increasing"),
+])
+def test_a_bad_link_trace_is_one_line(tmp_path, text, needle):
+    f = tmp_path / "link.csv"
+    if text is not None:
+        f.write_text(text)
+    with pytest.raises(PlanError, match=f"^--link-trace: .*{re.escape(needle)}"):
+        read_link_trace(f)
+
+
+def test_a_transfer_under_way_follows_a_link_drop():
+    """One remote request: a 1 s prefill of one layer (its transfer joins at the prefill's end) and
+    2 GB of KV on a link of 8 Gbps usable, dropping to 2 Gbps from 2 s to 10 s. Alone on the link,
+    it sends 8 Gbit in its first second and the other 8 Gbit at 2 Gbps: ready at 6 s, a transfer of
+    5 s (3 s at 8 Gbps without the drop). No other transfer joins to reschedule the link: the drop
+    itself must."""
+    setup = Setup(n_prfaas=1, n_pd_p=0, n_pd_d=1, decode_batch_max=10, decode_step_s=0.01, n_layers=1, rtt_s=0.0,
+                  link_bits_per_s=8e9, link_efficiency=1.0, t_remote=lambda l: np.ones(np.shape(l)),
+                  t_local=lambda l: np.ones(np.shape(l)), kv_bytes=lambda l: np.full(np.shape(l), 2e9),
+                  routing=Routing.threshold(0), lengths=None, output_tokens=1)
+    arr = Arrivals(np.zeros(1), np.full(1, 100), np.ones(1, dtype=np.int64))
+    for events, transfer_s in (((), 2.0), ([(2.0, 10.0, 2.0)], 5.0)):
+        r = run_engine(setup, arr, Policy(period_s=1.0), events, 20.0, np.random.default_rng(0)).frames[0]
+        assert r.path.tolist() == ["prfaas"] and r.prefill_s.tolist() == [1.0]
+        assert r.transfer_s.to_numpy() == pytest.approx([transfer_s], rel=1e-12)
+
+
+def test_a_link_of_no_capacity_never_finishes_a_transfer():
+    from prfaas_plan.sim.link import Link
+
+    link = Link(0.0)
+    assert link.join(0.0, 1e6, 1) == math.inf and link.next_done_s(5.0) == math.inf
+    link.advance(5.0)  # nothing sent at 0 bit/s; then the capacity returns (as a link event sets it)
+    link.capacity_bps = 1e6  # the transfer's 1 Mbit takes 1 s from then
+    assert link.next_done_s(5.0) == pytest.approx(6.0)
 
 
 @pytest.mark.parametrize("kw, needle", [

@@ -106,6 +106,18 @@ def test_grid_axes_centre_on_the_scenario(grid):
     assert {len(v) for v in grid.curve.values()} == {8 * 5 * 5 * len(grid.t_tokens)}
 
 
+def test_a_scenario_without_a_link_gets_0_gbps_and_commodity_lines():
+    """Link 0 Gbps: the grid is 0 Gbps and 12.5 Gbps x 2^-5 .. 2^2 (0.39 to 50 Gbps); its 0 Gbps
+    cells offload nothing and are the paper-mode plans of those pools without a link."""
+    grid = W.whatif_grid(P.plan_inputs(cell_scenario(0.0, 32, 64)))
+    assert grid.link_gbps.tolist() == [0.0, 0.390625, 0.78125, 1.5625, 3.125, 6.25, 12.5, 25.0, 50.0]
+    cells = cell_row(grid.cells, 0.0, 32, 64).iloc[0]
+    want = paper_optimum(0.0, 32, 64)
+    assert want["offload_fraction"] == 0 and want["threshold_tokens"] is None
+    for k, v in want.items():
+        assert same(cells[k], np.nan if v is None else v), (k, cells[k], v)
+
+
 @pytest.mark.parametrize("cell", [SCENARIO_CELL, *OTHER_CELLS])
 def test_cell_optimum_is_the_paper_mode_plan(grid, cell):
     got = cell_row(grid.cells, *cell).iloc[0]
