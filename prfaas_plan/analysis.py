@@ -32,7 +32,6 @@ from prfaas_plan.defaults import (
 from prfaas_plan.errors import InvalidInput, PlanError
 from prfaas_plan.tabular import Columns, Rows, centred_mean, downsample, finite, frame_rows
 from prfaas_plan.units import BITS_PER_BYTE, GBPS_BITS_PER_S, MIB_BYTES
-from prfaas_plan.vocab import PLAN_MODES
 
 if TYPE_CHECKING:
     from prfaas_plan.hardware import Instance
@@ -423,8 +422,6 @@ def analyse_plan(sc: Scenario, mode: str = "exact", result: PlanResult | None = 
     seconds with ``seed`` at ``load`` (default: the scenario's), and the numbers derived from them."""
     from prfaas_plan.planner import plan
 
-    if mode not in PLAN_MODES:
-        raise InvalidInput(f"--mode: {mode!r} is not a planner mode; use exact or paper")
     res = result if result is not None else plan(sc, mode=mode, load=load)
     sim, sim_note = _simulation(sc, res, simulate, load, sim_duration_s, seed)
     inp, best = res.inputs, res.plan

@@ -202,6 +202,21 @@ def test_decode_memory_reserved_at_transfer_start_holds_back_the_transfer():
     assert tight.transfer_s.to_numpy()[-50:].min() > 100 and (runs[1e9].transfer_s == 0).all()
 
 
+def test_a_running_request_bigger_than_its_staged_bytes_waits_for_memory_at_admission():
+    """Each request stages 1 byte from prefill start and holds 3 bytes once it decodes; 6 bytes of
+    memory: at most 2 decode at once, though there are 3 slots (an admission that would raise the
+    held bytes past the memory waits, unless the instance is idle). Unlimited memory: 3 at once."""
+    most = {}
+    for memory_bytes in (6.0, 1e9):
+        staging = Staging("prefill_start", memory_bytes=memory_bytes, running_bytes=3.0, batch_max=3,
+                          staged_bytes=lambda t: np.ones(np.shape(t)))
+        r = _run(_hand_setup(memory_bytes, staging=staging), 2.0, 600.0).frames[0]
+        end = r.end_s.to_numpy()
+        decoding = np.isfinite(end)
+        most[memory_bytes] = _max_overlap(end[decoding] - 5.0, end[decoding])
+    assert most == {6.0: 2, 1e9: 3}
+
+
 def test_gated_pools_with_room_reproduce_the_ungated_run():
     """With memory and a buffer that never run out, the event-driven (gated) prefill pools start
     every request when the Kiefer-Wolfowitz heaps do: the same records, request by request."""
