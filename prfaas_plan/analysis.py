@@ -567,8 +567,6 @@ def analyse_compare(models: Iterable[str] | None = None, hardware: str = "h200",
         raise InvalidInput("models: a model is listed twice")
     if gpus < 1:
         raise InvalidInput("--gpus: an instance needs at least 1 GPU")
-    if cluster_gpus < 1:
-        raise InvalidInput("--cluster-gpus: a cluster needs at least 1 GPU")
     if not 0 < link_efficiency <= 1:
         raise InvalidInput("link efficiency must be in (0, 1]")
     settings = settings or DEFAULT_SETTINGS

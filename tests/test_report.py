@@ -454,6 +454,7 @@ def test_compare_curves_stop_at_max_context(compare_page):
         m = pp.load_model(mid)
         toks = [int(r["tokens"]) for r in rows if r["name"] == short_name(m)]
         assert min(toks) == 1024 and max(toks) == min(m.max_context_tokens, 2 ** 20)
+        assert toks == sorted(set(toks))  # a max context on the grid (2^17, 2^18) is not drawn twice
     specs = json.loads(page.script_text["report-specs"])
     assert len(specs) == 6 == int(page.body["data-chart-count"])
 
@@ -483,8 +484,13 @@ def test_unknown_model_is_planerror_and_leaves_no_file(tmp_path):
 def test_unknown_hardware_and_bad_sizes_are_planerrors(tmp_path):
     with pytest.raises(PlanError):
         rpt.write_compare(None, tmp_path / "c.html", hardware="no-such-gpu")
-    with pytest.raises(PlanError, match="cluster-gpus"):
+    with pytest.raises(PlanError, match="^--cluster-gpus: a cluster needs at least 1 GPU"):
         rpt.write_compare(None, tmp_path / "c.html", cluster_gpus=0)
+    with pytest.raises(PlanError, match="^--gpus: an instance needs at least 1 GPU"):
+        rpt.write_compare(None, tmp_path / "c.html", gpus=0)
+    for efficiency in (0.0, 1.5):
+        with pytest.raises(PlanError, match=r"^link efficiency must be in \(0, 1\]"):
+            rpt.write_compare(None, tmp_path / "c.html", link_efficiency=efficiency)
     with pytest.raises(PlanError, match="twice"):
         rpt.write_compare(["mimo-v2-flash", "mimo-v2-flash"], tmp_path / "c.html")
     with pytest.raises(PlanError, match="mode"):
@@ -573,6 +579,39 @@ def test_cli_bad_input_exit_2_and_no_file(tmp_path, capsys):
     assert cli("report", "paper-case-study", "-o", str(tmp_path / "missing" / "r.html")) == 2
     assert cli("report", "paper-case-study", "-o", str(tmp_path / "r.html"), "--sim-duration", "0") == 2
     assert list(tmp_path.iterdir()) == []
+
+
+def test_the_flagship_pair_leads_whatever_else_is_compared():
+    """With MiMo-V2-Flash and MiniMax-M2.5 on the page, the headline is theirs even where another
+    model ships less (DeepSeek-V3) or more (Llama-3.1-8B) KV per second: at 32K on 8xH200 the ratios
+    are MiniMax's over MiMo's (independently: kvcache.kv_bytes, bandwidth.kv_throughput_gbps)."""
+    from prfaas_plan.analysis import analyse_compare
+
+    models = ("deepseek-v3", "mimo-v2-flash", "minimax-m2.5", "llama-3.1-8b")
+    inst = pp.instance("h200", 8)
+    phi = {m: float(pp.kv_throughput_gbps(pp.load_model(m), inst, 32768)) for m in models}
+    assert min(phi, key=phi.get) == "deepseek-v3" and max(phi, key=phi.get) == "llama-3.1-8b"
+    rep = analyse_compare(models)
+    assert rep.pair == ("mimo-v2-flash", "minimax-m2.5")
+    assert rep.phi_ratio == pytest.approx(phi["minimax-m2.5"] / phi["mimo-v2-flash"], rel=1e-12)
+    kv = {m: float(pp.kv_bytes(pp.load_model(m), 32768)) for m in rep.pair}
+    assert rep.kv_ratio == pytest.approx(kv["minimax-m2.5"] / kv["mimo-v2-flash"], rel=1e-12)
+
+
+def test_a_reference_length_beyond_a_models_context_leaves_its_row_empty():
+    """At 64K (K = 1024) Qwen3-32B (40,960 tokens of context) has no numbers, only the reason; MiMo
+    has its own; with one model reaching the length there is no headline pair."""
+    from prfaas_plan.analysis import analyse_compare
+
+    rep = analyse_compare(["qwen3-32b", "mimo-v2-flash"], context_tokens=65536)
+    by = {r["model"]: r for r in rep.table}
+    short = by["qwen3-32b"]
+    assert short["bound_ref"] == "beyond max context" and short["smallest_line"] == "–"
+    assert all(math.isnan(short[k]) for k in ("kv_mib_ref", "prefill_s_ref", "phi_gbps_ref", "cluster_gbps_ref",
+                                              "lines_100g", "util_100g"))
+    mimo = pp.load_model("mimo-v2-flash")
+    assert by["mimo-v2-flash"]["kv_mib_ref"] == pytest.approx(float(pp.kv_bytes(mimo, 65536)) / 2 ** 20, rel=1e-12)
+    assert rep.pair is None and math.isnan(rep.kv_ratio)
 
 
 # ----------------------------------------------------------------------------- defects found by new users
