@@ -217,6 +217,31 @@ def test_a_running_request_bigger_than_its_staged_bytes_waits_for_memory_at_admi
     assert most == {6.0: 2, 1e9: 3}
 
 
+@pytest.mark.parametrize("reserve_at, held_fraction, prefill_waits", [
+    ("prefill_start", 0.5, True), ("transfer_start", 0.5, False), ("arrival", 0.0, False)])
+def test_where_decode_memory_is_reserved_decides_what_waits(reserve_at, held_fraction, prefill_waits):
+    """Local requests at 2 req/s, one decode slot (5 s decodes: 0.2 req/s whatever the memory), 2
+    bytes of memory, 1 staged and 1 running per request. Reserved at prefill start, one request is
+    always staged beside the running one and the prefills wait for memory (their queue grows); at
+    transfer start (a local prefill's end) one is staged too, but the prefills run and the rest wait
+    to hand over; reserved only once the bytes arrive, nothing is staged: half the memory held on
+    average in the first two cases (one byte of two), none in the last."""
+    staging = Staging(reserve_at, memory_bytes=2.0, running_bytes=1.0, batch_max=1,
+                      staged_bytes=lambda t: np.ones(np.shape(t)))
+    rng = np.random.default_rng(0)
+    t = poisson_times(2.0, 0.0, 600.0, rng)
+    arr = Arrivals(t, np.full(len(t), 100), np.ones(len(t), dtype=np.int64))
+    engine = run_engine(_hand_setup(2.0, reserve_at, decode_batch_max=1, staging=staging), arr, Policy(period_s=1.0),
+                        (), 600.0, rng)
+    r = engine.frames[0]
+    end = r.end_s.to_numpy()
+    assert (np.isfinite(end) & (end <= 600.0)).sum() / 600.0 == pytest.approx(0.2, rel=0.02)
+    assert engine.staging_figures()["held_decode_fraction_mean"] == pytest.approx(held_fraction, abs=0.01)
+    assert (r.wait_s.to_numpy()[-50:].min() > 100) == prefill_waits
+    # the time series counts the prefills that wait for memory in their pool's queue
+    assert (engine.frames[1].local_queue.to_numpy()[-50:].min() > 100) == prefill_waits
+
+
 def test_gated_pools_with_room_reproduce_the_ungated_run():
     """With memory and a buffer that never run out, the event-driven (gated) prefill pools start
     every request when the Kiefer-Wolfowitz heaps do: the same records, request by request."""
