@@ -148,3 +148,16 @@ def test_simulate_spares_the_collector_its_set_up_and_then_restores_it():
                 assert gc.isenabled() == enabled and gc.get_freeze_count() == 0
             finally:
                 gc.enable()
+
+
+def test_a_trace_scenario_simulates_its_own_trace():
+    """A scenario whose workload is a trace replays that trace when no arrivals are given: the
+    trace's 30 requests, at its timestamps (ms -> s, from 0) with its prompt lengths, not Poisson
+    arrivals at the plan's load."""
+    sc = pp.load_scenario("paper-case-study").with_trace(TRACE)
+    sim = pp.simulate(sc, pp.plan(sc), seed=0)
+    trace = pd.read_json(TRACE, lines=True)
+    got = sim.requests.sort_values("arrival_s", kind="stable")
+    assert len(got) == len(trace) == 30
+    np.testing.assert_allclose(got.arrival_s.to_numpy(), (trace.timestamp - trace.timestamp.min()).to_numpy() / 1e3)
+    assert sorted(got.input_tokens.tolist()) == sorted(trace.input_length.tolist())

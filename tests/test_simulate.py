@@ -8,6 +8,7 @@ to, and the whole file runs in well under a minute on two cores.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import re
@@ -294,6 +295,57 @@ def test_traffic_shift_rebalancer_moves_instances_and_recovers_throughput(case):
     assert d_b["ttft_p90_s"] < 0.1 * fixed.summary(2400, 3600)["ttft_p90_s"]  # fixed still drains phase 1
     done_dual, done_fixed = dual.summary(0, 3600)["completed"], fixed.summary(0, 3600)["completed"]
     assert done_dual > 0.98 * len(tr) and done_dual > done_fixed
+    # each move takes one local instance from one role to the other and is logged once: as many
+    # moves as the time series' role counts show
+    roles = ts[["n_pd_p", "n_pd_d"]].to_numpy()
+    assert (roles.sum(axis=1) == res.instances["pd_p"] + res.instances["pd_d"]).all()
+    moves = np.abs(np.diff(roles[:, 0]))
+    assert set(moves.tolist()) <= {0, 1} and dual.info["role_changes"] == moves.sum() > 0
+    assert fixed.info["role_changes"] == 0
+
+
+def _replan_by_hand(setup, tokens, n_p):
+    """replan_threshold's answer by enumeration: each distinct length as t (everything up to it
+    local), the prefill-limited rate min(n_p / W_local, n_prfaas / W_remote, link / bits) of the
+    sample; the largest, its smallest t; t below every length when all go remote."""
+    lengths = np.sort(np.asarray(tokens, float))
+    best, best_t = -1.0, None
+    for t in [lengths[0] - 1, *np.unique(lengths)]:
+        local, remote = lengths[lengths <= t], lengths[lengths > t]
+        caps = [n_p / setup.t_local(local).sum() if local.size else math.inf,
+                setup.n_prfaas / setup.t_remote(remote).sum() if remote.size else math.inf,
+                setup.link_bits_per_s / (8 * setup.kv_bytes(remote).sum()) if remote.size else math.inf]
+        if min(caps) > best * (1 + 1e-12):
+            best, best_t = min(caps), float(t)
+    return best_t
+
+
+@pytest.mark.parametrize("link_bits_per_s, remote_s_per_token, local_s_per_token",
+                         [(1e12, 1e-4, 3e-4), (2e9, 1e-4, 3e-4), (1e12, 1.0, 3e-4), (1e12, 1e-4, 1e3)])
+def test_the_rebalancer_replans_t_for_the_best_prefill_limited_rate(link_bits_per_s, remote_s_per_token,
+                                                                    local_s_per_token):
+    """The dual scheduler's re-planned threshold on 400 observed lengths, against enumerating every
+    threshold: a fast link and PrfaaS (offload the long ones), a thin link (offload fewer), a slow
+    PrfaaS (keep everything local: t is the longest length), a slow local pool (offload all: t
+    below the shortest). No PrfaaS pool or no local prefill: no threshold."""
+    from prfaas_plan.sim.policies import replan_threshold
+
+    rng = np.random.default_rng(11)
+    tokens = np.round(TruncatedLogNormal(9.0, 1.0, 128, 131072).sample(400, rng))
+    setup = Setup(n_prfaas=2, n_pd_p=4, n_pd_d=4, decode_batch_max=10, decode_step_s=0.02, n_layers=61, rtt_s=0.0,
+                  link_bits_per_s=link_bits_per_s, link_efficiency=1.0,
+                  t_remote=lambda l: np.asarray(l, float) * remote_s_per_token,
+                  t_local=lambda l: 0.05 + np.asarray(l, float) * local_s_per_token,
+                  kv_bytes=lambda l: np.asarray(l, float) * 7e4, routing=Routing.threshold(8000), lengths=None,
+                  output_tokens=100)
+    got = replan_threshold(setup, tokens, 4, link_bits_per_s)
+    assert got == _replan_by_hand(setup, tokens, 4)
+    if remote_s_per_token == 1.0:
+        assert got == tokens.max()
+    if local_s_per_token == 1e3:
+        assert got < tokens.min()
+    assert replan_threshold(dataclasses.replace(setup, n_prfaas=0), tokens, 4, link_bits_per_s) is None
+    assert replan_threshold(setup, tokens, 0, link_bits_per_s) is None
 
 
 # ----------------------------------------------------------------------------- API details
@@ -336,6 +388,45 @@ def test_bursty_arrivals_have_the_mmpp_mean_and_are_overdispersed(case):
     assert len(t) / 20_000 == pytest.approx(b.mean_rps, rel=0.05)
     counts = np.bincount((t // 10).astype(int))
     assert counts.var() / counts.mean() > 3  # Poisson would give 1
+
+
+@pytest.mark.parametrize("kw, needle", [
+    (dict(on_rps=-1.0), "bursty.on_rps: -1.0 must be a finite rate >= 0"),
+    (dict(off_rps=math.inf), "bursty.off_rps: inf must be a finite rate >= 0"),
+    (dict(mean_on_s=0.0), "bursty.mean_on_s: 0.0 must be a positive number of seconds"),
+    (dict(mean_off_s=math.nan), "bursty.mean_off_s: nan must be a positive number of seconds"),
+    (dict(on_rps=0.0, off_rps=0.0), "bursty: both rates are 0; give a positive on_rps"),
+])
+def test_a_bad_bursty_process_names_its_field(kw, needle):
+    with pytest.raises(PlanError, match=f"^{re.escape(needle)}"):
+        Bursty(**(dict(on_rps=6.0, off_rps=1.0, mean_on_s=30.0, mean_off_s=60.0) | kw))
+    assert Bursty(on_rps=0.0, off_rps=1.0, mean_on_s=30.0, mean_off_s=60.0).mean_rps == pytest.approx(60 / 90)
+
+
+def test_an_on_off_process_sends_nothing_while_off():
+    """Bursty with off_rps = 0 (an on/off source): 6 req/s for 30 s on average, then silence for 60
+    s; its mean is 6 x 30 / 90 = 2 req/s, and its gaps are the on-state's exponential ones (mean
+    1/6 s) or silences (the longest well over a minute)."""
+    from prfaas_plan.sim.arrivals import bursty_chunks
+
+    b = Bursty(on_rps=6.0, off_rps=0.0, mean_on_s=30.0, mean_off_s=60.0)
+    t = np.concatenate(list(bursty_chunks(b, 20_000.0, np.random.default_rng(5))))
+    assert len(t) / 20_000 == pytest.approx(b.mean_rps, rel=0.05) and b.mean_rps == pytest.approx(2.0)
+    gaps = np.diff(t)
+    assert np.median(gaps) == pytest.approx(np.log(2) / 6.0, rel=0.1) and gaps.max() > 120.0
+
+
+@pytest.mark.parametrize("kw, needle", [
+    (dict(duration_s=0.2), "no request arrives in the simulated time; raise the rate or the duration"),
+    (dict(trace=pd.DataFrame({"arrival_s": [0.0, 1.0], "input_tokens": [1000, 2000]})),
+     "trace: no 'output_tokens' column; load traces with load_trace()"),
+    (dict(trace=pd.DataFrame({"arrival_s": [0.0, 1.0], "input_tokens": [1000, 2000], "output_tokens": [10, 10]}),
+          duration_s=0.0), "--duration: no trace request arrives within it; lengthen it"),
+])
+def test_a_run_with_nothing_to_simulate_says_why(case, kw, needle):
+    sc, res = case
+    with pytest.raises(PlanError, match=f"^{re.escape(needle)}"):
+        simulate(sc, res, seed=0, **kw)
 
 
 def test_link_event_parsing(tmp_path):
@@ -399,16 +490,32 @@ def test_a_link_of_no_capacity_never_finishes_a_transfer():
     ({"seed": -1}, "--seed"),
     ({"link_events": [(10, 5, 20)]}, "window"),
     ({"trace": "no/such/trace.jsonl"}, "no such trace file"),
+    ({"trace": pd.DataFrame({"arrival_s": [0.0], "input_tokens": [1000], "output_tokens": [10]}), "rate_rps": 1.0},
+     "^trace: a trace brings its own arrivals; scale them with rate_scale"),
+    ({"duration_s": -1.0}, r"^--duration: -1\.0 must be a positive number of seconds"),
+    ({"duration_s": math.inf}, "^--duration: inf must be a positive number of seconds"),
+    ({"arrivals": "uniform"}, "^arrivals: 'uniform' must be 'poisson' or a Bursty"),
+    ({"arrivals": Bursty(6.0, 1.0, 30.0, 60.0), "load": 0.5}, "^arrivals: a Bursty process sets its own rates"),
+    ({"load": -0.5}, r"^--load: -0\.5 must be a positive fraction of the plan's maximum rate"),
+    ({"rate_rps": 0.0}, r"^rate_rps: 0\.0 must be a positive request rate"),
+    ({"rate_rps": 1e9}, "^--duration/--rate-scale: 10 s at 1e[+]09 req/s is 1e[+]10 requests, more than the"),
 ])
 def test_bad_input_is_a_plan_error(case, kw, needle):
     sc, res = case
     with pytest.raises(PlanError, match=needle):
-        simulate(sc, res, duration_s=10, **kw)
+        simulate(sc, res, **({"duration_s": 10} | kw))
 
 
 def test_bad_policy_levels():
     with pytest.raises(PlanError, match="policy.low"):
         Policy("short", low=0.9, high=0.8)
+    for kw, needle in ((dict(period_s=0.0), "policy.period_s: 0.0 must be a positive number"),
+                       (dict(rebalance_high=math.nan), "policy.rebalance_high: nan must be a positive number"),
+                       (dict(smooth_s="60"), "policy.smooth_s: '60' must be a positive number"),
+                       (dict(local_queue_high=-1), "policy.local_queue_high: -1 must be >= 0"),
+                       (dict(queue_low=5, queue_high=2), "policy.queue_low: 5 must lie between 0 and queue_high (2)")):
+        with pytest.raises(PlanError, match=f"^{re.escape(needle)}"):
+            Policy("dual", **kw)
     with pytest.raises(PlanError, match="cache_aware"):
         Policy("short", cache_aware="sometimes")
     with pytest.raises(PlanError, match="raise_factor"):

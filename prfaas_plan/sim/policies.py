@@ -286,7 +286,5 @@ def replan_threshold(s: Setup, tokens: np.ndarray, n_p: int, link_bits_per_s: fl
     with np.errstate(divide="ignore"):
         load = np.maximum.reduce([tl / n_p, tr / s.n_prfaas, br / max(link_bits_per_s, 1e-300)])
     k = int(np.argmin(load))
-    if k >= l.size:
-        return float(l[-1])
-    # cut between distinct lengths: everything up to l[k-1] local
+    # cut between distinct lengths: everything up to l[k-1] local (k = n: all local, t the longest)
     return float(l[k - 1]) if k > 0 else float(max(l[0] - 1, 0))
