@@ -304,6 +304,25 @@ def test_traffic_shift_rebalancer_moves_instances_and_recovers_throughput(case):
     assert fixed.info["role_changes"] == 0
 
 
+@pytest.mark.parametrize("policy", ["short", "dual"])
+def test_an_adaptive_policy_without_a_prfaas_pool_keeps_everything_local(policy):
+    """A PD cluster alone (no PrfaaS pool, no link) under the adaptive policies: the short-term rule
+    has no remote side to weigh and the rebalancer no threshold to re-plan (after its 200 observed
+    lengths, every 10 s), so every request is prefilled locally and finishes, with the threshold
+    the plan's throughout."""
+    setup = Setup(n_prfaas=0, n_pd_p=3, n_pd_d=3, decode_batch_max=2, decode_step_s=1.0, n_layers=1, rtt_s=0.0,
+                  link_bits_per_s=0.0, link_efficiency=1.0, t_remote=lambda l: np.ones(np.shape(l)),
+                  t_local=lambda l: np.full(np.shape(l), 0.1), kv_bytes=lambda l: np.zeros(np.shape(l)),
+                  routing=Routing.threshold(1e18), lengths=None, output_tokens=1)
+    rng = np.random.default_rng(0)
+    t = poisson_times(2.0, 0.0, 600.0, rng)
+    arr = Arrivals(t, np.full(len(t), 100), np.ones(len(t), dtype=np.int64))
+    engine = run_engine(setup, arr, Policy(policy, period_s=1.0, rebalance_period_s=10.0), (), 600.0, rng)
+    requests, ts = engine.frames
+    assert len(requests) > 1000 and (requests.path == "pd_p").all() and np.isfinite(requests.end_s).all()
+    assert (ts.threshold_tokens == 1e18).all() and engine.role_changes == []
+
+
 def _replan_by_hand(setup, tokens, n_p):
     """replan_threshold's answer by enumeration: each distinct length as t (everything up to it
     local), the prefill-limited rate min(n_p / W_local, n_prfaas / W_remote, link / bits) of the
