@@ -223,19 +223,32 @@ def test_pareto_flag_agrees_with_brute_force_on_the_frontiers(ttft_frontier, rat
     assert _winners(ttft_frontier)["pareto"].any() and _winners(rate_frontier)["pareto"].all()
 
 
+def test_the_serial_executor_starts_no_cluster(case, monkeypatch):
+    import prfaas_plan.sweeps.executors as executors
+    from prfaas_plan.sizing.pareto import frontier_cost_vs_rate
+
+    def no_cluster(*args, **kwargs):
+        raise AssertionError("a serial frontier asked for a dask client")
+
+    monkeypatch.setattr(executors, "dask_client", no_cluster)
+    df = frontier_cost_vs_rate(case, [TARGET_RPS], executor="serial", progress=False, **_size_kwargs())
+    assert df[df.series == "winner"].feasible.tolist() == [True]
+
+
 def test_dask_gives_the_serial_frame(case, ttft_frontier):
     """The 3-point TTFT frontier (its first point infeasible) on a LocalCluster: every point crosses a process
     boundary (one worker process keeps the test short; the benchmark runs two)."""
     pytest.importorskip("dask.distributed")
-    from dask.distributed import Client, LocalCluster
+    from dask.distributed import Client, LocalCluster, get_task_stream
 
     from prfaas_plan.sizing.pareto import frontier_cost_vs_ttft
 
     with LocalCluster(n_workers=1, threads_per_worker=1, processes=True, dashboard_address=None) as cluster, \
-            Client(cluster) as client:
+            Client(cluster) as client, get_task_stream(client) as stream:
         df = frontier_cost_vs_ttft(case, TARGET_RPS, TTFT_SLOS_S, executor="dask", scheduler=client, progress=False,
                                    **_size_kwargs())
     pd.testing.assert_frame_equal(df, ttft_frontier)
+    assert [str(t["key"]).split("-")[0] for t in stream.data] == ["size_points"]  # one task, on the worker
 
 
 @pytest.mark.parametrize(("kwargs", "needle"), [
