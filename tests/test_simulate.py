@@ -223,6 +223,12 @@ def test_mooncake_replay_with_and_without_prefix_caching(case):
     assert runs[None].requests.uncached_tokens.mean() < 0.85 * runs[0].requests.uncached_tokens.mean()
     assert on["ttft_mean_s"] < off["ttft_mean_s"]
     assert on["egress_gbps_mean"] > 0 and off["egress_gbps_mean"] > 0
+    # each cluster's own hit rate, counted as the records stream out: the requests it prefilled
+    r = runs[None].requests
+    for cluster, path in (("local", "pd_p"), ("remote", "prfaas")):
+        mine = r[r.path == path]
+        assert on[f"{cluster}_token_hit_rate"] == pytest.approx(mine.hit_tokens.sum() / mine.input_tokens.sum(),
+                                                                rel=1e-12)
 
 
 # ----------------------------------------------------------------------------- policies
@@ -491,6 +497,18 @@ def test_a_transfer_under_way_follows_a_link_drop():
         r = run_engine(setup, arr, Policy(period_s=1.0), events, 20.0, np.random.default_rng(0)).frames[0]
         assert r.path.tolist() == ["prfaas"] and r.prefill_s.tolist() == [1.0]
         assert r.transfer_s.to_numpy() == pytest.approx([transfer_s], rel=1e-12)
+
+
+def test_a_run_shorter_than_one_period_has_an_empty_time_series_of_every_column():
+    from prfaas_plan.sim.outputs import TIMESERIES_COLUMNS
+
+    setup = Setup(n_prfaas=0, n_pd_p=1, n_pd_d=1, decode_batch_max=4, decode_step_s=0.01, n_layers=1, rtt_s=0.0,
+                  link_bits_per_s=0.0, link_efficiency=1.0, t_remote=lambda l: np.ones(np.shape(l)),
+                  t_local=lambda l: np.full(np.shape(l), 0.1), kv_bytes=lambda l: np.zeros(np.shape(l)),
+                  routing=Routing.threshold(1e18), lengths=None, output_tokens=1)
+    arr = Arrivals(np.array([0.1, 0.2]), np.full(2, 100), np.ones(2, dtype=np.int64))
+    requests, ts = run_engine(setup, arr, Policy(period_s=1.0), (), 0.5, np.random.default_rng(0)).frames
+    assert len(requests) == 2 and len(ts) == 0 and list(ts.columns) == list(TIMESERIES_COLUMNS)
 
 
 def test_a_link_of_no_capacity_never_finishes_a_transfer():
