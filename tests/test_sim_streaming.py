@@ -212,3 +212,15 @@ def test_columns_are_the_frames_values_without_pandas(case):
             "s = simulate(sc, load=0.9, duration_s=100, seed=1); s.summary(); s.summary(start_s=10.0); s.columns('requests'); "
             "print('pandas' in sys.modules)")
     assert subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.strip() == "False"
+
+
+def test_a_streamed_run_shorter_than_one_period_still_writes_every_file(case, tmp_path):
+    """0.9 s at the plan's load (3 requests with seed 3) streams no time-series row: its file is
+    still written, with every column and no row, beside the others the manifest lists."""
+    sc, res = case
+    out = tmp_path / "out"
+    simulate(sc, res, duration_s=0.9, seed=3, out_dir=out)
+    assert sorted(p.name for p in out.iterdir()) == sorted(prfaas_plan.sim.outputs.OUTPUT_FILES)
+    ts = pd.read_parquet(out / "timeseries.parquet")
+    assert len(ts) == 0 and list(ts.columns) == list(prfaas_plan.sim.outputs.TIMESERIES_COLUMNS)
+    assert len(pd.read_parquet(out / "requests.parquet")) == 3
