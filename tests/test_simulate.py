@@ -405,6 +405,29 @@ def test_result_frames_and_summary(case):
     assert s["slo_attainment"] == pytest.approx(float((r.ttft_s <= 10.0).mean()))
 
 
+def test_slo_attainment_counts_both_slos_and_a_window_its_own_requests(case):
+    """Every request decodes at the plan's step (20.5 ms a token): under a 25 ms TPOT SLO the
+    attainment is the TTFT SLO's share alone, under 19.9 ms no request attains. A window's figures
+    are over the requests that arrived in it, as ``window`` selects them by arrival time."""
+    sc, res = case
+    step_s = res.inputs.decode_step_s
+    for tpot_slo_s in (0.025, 0.0199):
+        slos = sc.with_updates(**{"slo.ttft_s": 10.0, "slo.tpot_s": tpot_slo_s})
+        sim = simulate(slos, res, load=0.6, duration_s=600, seed=1)
+        r = sim.requests
+        assert r.tpot_s.to_numpy() == pytest.approx(np.full(len(r), step_s), rel=1e-9)
+        want = float(((r.ttft_s <= 10.0) & (r.tpot_s <= tpot_slo_s)).mean())
+        assert sim.summary()["slo_attainment"] == pytest.approx(want, abs=1e-12)
+        assert (want > 0.99) if tpot_slo_s > step_s else (want == 0)
+    arrival = r.arrival_s.to_numpy()
+    inside = r[(arrival >= 100.0) & (arrival < 300.0)]
+    pd.testing.assert_frame_equal(sim.window(100.0, 300.0), inside)
+    pd.testing.assert_frame_equal(sim.window(None, 300.0), r[arrival < 300.0])
+    part = sim.summary(100.0, 300.0)
+    assert 0 < part["requests"] == len(inside) < len(r)
+    assert part["ttft_mean_s"] == pytest.approx(inside.ttft_s.mean(), rel=1e-12)
+
+
 def test_bursty_arrivals_have_the_mmpp_mean_and_are_overdispersed(case):
     sc, res = case
     b = Bursty(on_rps=6.0, off_rps=1.0, mean_on_s=30.0, mean_off_s=60.0)
