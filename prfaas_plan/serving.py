@@ -865,7 +865,7 @@ def colocated_open_loop(model: ModelSpec, inst: Instance, isl_tokens: int, osl_t
     in_system = rate_rps * (s["ttft"] + (osl_tokens - 1) * s["tpot"])
     if not s["converged"] or s.get("rho", 1.0) >= 1.0 or in_system > t.fit:
         raise Unsustainable(f"rate_rps: {rate_rps:g} requests/s is more than {inst.name} sustains for "
-                           f"{isl_tokens}/{osl_tokens}-token requests (prefill budget or memory); lower the rate")
+                            f"{isl_tokens}/{osl_tokens}-token requests (prefill budget or memory); lower the rate")
     return _point(s, int(osl_tokens), float(rate_rps), 0.0, [])
 
 
