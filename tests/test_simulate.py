@@ -509,7 +509,7 @@ def test_a_transfer_under_way_follows_a_link_drop():
     """One remote request: a 1 s prefill of one layer (its transfer joins at the prefill's end) and
     2 GB of KV on a link of 8 Gbps usable, dropping to 2 Gbps from 2 s to 10 s. Alone on the link,
     it sends 8 Gbit in its first second and the other 8 Gbit at 2 Gbps: ready at 6 s, a transfer of
-    5 s (3 s at 8 Gbps without the drop). No other transfer joins to reschedule the link: the drop
+    5 s (without the drop: ready at 3 s, 2 s). No other transfer joins to reschedule the link: the drop
     itself must."""
     setup = Setup(n_prfaas=1, n_pd_p=0, n_pd_d=1, decode_batch_max=10, decode_step_s=0.01, n_layers=1, rtt_s=0.0,
                   link_bits_per_s=8e9, link_efficiency=1.0, t_remote=lambda l: np.ones(np.shape(l)),
