@@ -310,16 +310,24 @@ def test_traffic_shift_rebalancer_moves_instances_and_recovers_throughput(case):
     assert fixed.info["role_changes"] == 0
 
 
+def _constant_setup(local_s: float = 0.1, remote_s: float = 1.0, kv_bytes: float = 0.0, **fields) -> Setup:
+    """A Setup whose prefills take constant seconds (``local_s``, ``remote_s``) and ship ``kv_bytes``
+    each, one layer, no round trip; one PD-P and one PD-D instance of 4 slots, 10 ms decode steps,
+    one output token, everything local, unless ``fields`` say otherwise."""
+    base = dict(n_prfaas=0, n_pd_p=1, n_pd_d=1, decode_batch_max=4, decode_step_s=0.01, n_layers=1, rtt_s=0.0,
+                link_bits_per_s=0.0, link_efficiency=1.0, t_remote=lambda l: np.full(np.shape(l), remote_s),
+                t_local=lambda l: np.full(np.shape(l), local_s), kv_bytes=lambda l: np.full(np.shape(l), kv_bytes),
+                routing=Routing.threshold(1e18), lengths=None, output_tokens=1)
+    return Setup(**(base | fields))
+
+
 @pytest.mark.parametrize("policy", ["short", "dual"])
 def test_an_adaptive_policy_without_a_prfaas_pool_keeps_everything_local(policy):
     """A PD cluster alone (no PrfaaS pool, no link) under the adaptive policies: the short-term rule
     has no remote side to weigh and the rebalancer no threshold to re-plan (after its 200 observed
     lengths, every 10 s), so every request is prefilled locally and finishes, with the threshold
     the plan's throughout."""
-    setup = Setup(n_prfaas=0, n_pd_p=3, n_pd_d=3, decode_batch_max=2, decode_step_s=1.0, n_layers=1, rtt_s=0.0,
-                  link_bits_per_s=0.0, link_efficiency=1.0, t_remote=lambda l: np.ones(np.shape(l)),
-                  t_local=lambda l: np.full(np.shape(l), 0.1), kv_bytes=lambda l: np.zeros(np.shape(l)),
-                  routing=Routing.threshold(1e18), lengths=None, output_tokens=1)
+    setup = _constant_setup(n_pd_p=3, n_pd_d=3, decode_batch_max=2, decode_step_s=1.0)
     rng = np.random.default_rng(0)
     t = poisson_times(2.0, 0.0, 600.0, rng)
     arr = Arrivals(t, np.full(len(t), 100), np.ones(len(t), dtype=np.int64))
@@ -511,10 +519,8 @@ def test_a_transfer_under_way_follows_a_link_drop():
     it sends 8 Gbit in its first second and the other 8 Gbit at 2 Gbps: ready at 6 s, a transfer of
     5 s (without the drop: ready at 3 s, 2 s). No other transfer joins to reschedule the link: the drop
     itself must."""
-    setup = Setup(n_prfaas=1, n_pd_p=0, n_pd_d=1, decode_batch_max=10, decode_step_s=0.01, n_layers=1, rtt_s=0.0,
-                  link_bits_per_s=8e9, link_efficiency=1.0, t_remote=lambda l: np.ones(np.shape(l)),
-                  t_local=lambda l: np.ones(np.shape(l)), kv_bytes=lambda l: np.full(np.shape(l), 2e9),
-                  routing=Routing.threshold(0), lengths=None, output_tokens=1)
+    setup = _constant_setup(remote_s=1.0, kv_bytes=2e9, n_prfaas=1, n_pd_p=0, decode_batch_max=10,
+                            link_bits_per_s=8e9, routing=Routing.threshold(0))
     arr = Arrivals(np.zeros(1), np.full(1, 100), np.ones(1, dtype=np.int64))
     for events, transfer_s in (((), 2.0), ([(2.0, 10.0, 2.0)], 5.0)):
         r = run_engine(setup, arr, Policy(period_s=1.0), events, 20.0, np.random.default_rng(0)).frames[0]
@@ -525,10 +531,7 @@ def test_a_transfer_under_way_follows_a_link_drop():
 def test_a_run_shorter_than_one_period_has_an_empty_time_series_of_every_column():
     from prfaas_plan.sim.outputs import TIMESERIES_COLUMNS
 
-    setup = Setup(n_prfaas=0, n_pd_p=1, n_pd_d=1, decode_batch_max=4, decode_step_s=0.01, n_layers=1, rtt_s=0.0,
-                  link_bits_per_s=0.0, link_efficiency=1.0, t_remote=lambda l: np.ones(np.shape(l)),
-                  t_local=lambda l: np.full(np.shape(l), 0.1), kv_bytes=lambda l: np.zeros(np.shape(l)),
-                  routing=Routing.threshold(1e18), lengths=None, output_tokens=1)
+    setup = _constant_setup()
     arr = Arrivals(np.array([0.1, 0.2]), np.full(2, 100), np.ones(2, dtype=np.int64))
     requests, ts = run_engine(setup, arr, Policy(period_s=1.0), (), 0.5, np.random.default_rng(0)).frames
     assert len(requests) == 2 and len(ts) == 0 and list(ts.columns) == list(TIMESERIES_COLUMNS)
