@@ -13,12 +13,14 @@ import pandas as pd
 import pytest
 
 import prfaas_plan as pp
+from prfaas_plan.planner import Buckets
 from prfaas_plan.sim import Engine, Policy, Routing, Setup, arrivals, engine, simulate, tables
 from prfaas_plan.sim.arrivals import source_for
 from prfaas_plan.sim.outputs import Sink
+from prfaas_plan.sim.params import bucket_upper_edges
 from prfaas_plan.sim.policies import scheduler_for
 from prfaas_plan.sim.tables import TokenTable, cached_lengths
-from prfaas_plan.workload import TruncatedLogNormal
+from prfaas_plan.workload import EmpiricalLengths, TruncatedLogNormal
 
 
 def test_chunk_routing_equals_request_routing():
@@ -34,6 +36,47 @@ def test_chunk_routing_equals_request_routing():
     np.testing.assert_array_equal(routing.offload_probabilities(tokens), one_by_one)
     assert len(set(one_by_one)) > 2  # the plan has local, remote and partial buckets
     assert Routing.threshold(100.0).offload_probabilities(np.array([99, 100, 101])).tolist() == [0.0, 0.0, 1.0]
+
+
+def _buckets_of(lengths, n: int) -> Buckets:
+    tokens, probs = lengths.buckets(n)
+    zeros = np.zeros(len(tokens))
+    return Buckets(np.asarray(tokens, float), np.asarray(probs, float), zeros, zeros, zeros)
+
+
+def _own_bucket(edges_tokens: np.ndarray, tokens: np.ndarray) -> np.ndarray:
+    """The bucket a routing length falls in, as the simulator's router finds it."""
+    routing = Routing(tuple(edges_tokens.tolist()), tuple(float(k) for k in range(len(edges_tokens))), None)
+    return routing.offload_probabilities(tokens).astype(int)
+
+
+def test_a_lognormals_bucket_edges_hold_its_cumulative_bucket_mass():
+    lengths = TruncatedLogNormal(mu=math.log(8000), sigma=1.2, min_tokens=100, max_tokens=128_000)
+    buckets = _buckets_of(lengths, 12)
+    edges = bucket_upper_edges(lengths, buckets)
+    # P(L <= edge_k) is the mass of buckets 0..k: the edges are the planner's own bucket bounds
+    np.testing.assert_allclose(1.0 - lengths.tail_prob(edges), np.cumsum(buckets.probs), atol=1e-12)
+    assert edges[-1] == 128_000
+    assert _own_bucket(edges, buckets.tokens).tolist() == list(range(12))
+
+
+def test_an_empirical_samples_bucket_edges_are_each_buckets_longest_length():
+    sample = np.array([5, 5, 5, 7, 9, 9, 12, 40, 40, 40, 41, 300, 300, 2000, 2000, 2000, 2001, 9000])
+    lengths = EmpiricalLengths(sample)
+    buckets = _buckets_of(lengths, 5)
+    edges = bucket_upper_edges(lengths, buckets)
+    below = np.array([np.mean(sample <= e) for e in edges])
+    np.testing.assert_allclose(below, np.cumsum(buckets.probs))
+    assert set(edges.tolist()) <= set(sample.tolist())  # a bucket ends at a sampled length
+    assert _own_bucket(edges, buckets.tokens).tolist() == list(range(len(buckets.tokens)))
+    assert _own_bucket(edges, sample).tolist() == sorted(_own_bucket(edges, sample).tolist())
+
+
+def test_a_distribution_of_unknown_kind_splits_its_buckets_halfway():
+    buckets = Buckets(np.array([100.0, 1000.0, 5000.0]), np.array([0.5, 0.3, 0.2]), *[np.zeros(3)] * 3)
+    edges = bucket_upper_edges(object(), buckets)  # neither log-spaced edges nor a sample
+    assert edges.tolist() == [550.0, 3000.0, math.inf]
+    assert _own_bucket(edges, np.array([100, 550, 551, 3000, 3001, 1e9])).tolist() == [0, 0, 1, 1, 2, 2]
 
 
 def test_a_short_policy_that_never_adapts_is_the_fixed_policy():

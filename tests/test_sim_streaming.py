@@ -29,6 +29,7 @@ from prfaas_plan.sim import Bursty, Policy, Setup, run_engine, simulate, write_o
 from prfaas_plan.sim.arrivals import source_for
 from prfaas_plan.sim.outputs import Sink
 from prfaas_plan.sim.result import Totals
+from prfaas_plan.sim.ring import Ring
 from prfaas_plan.workload import EmpiricalLengths, TruncatedLogNormal
 
 OUTPUTS = ["manifest.json", "requests.parquet", "summary.json", "timeseries.parquet"]
@@ -110,6 +111,14 @@ def test_memory_follows_the_requests_in_flight_not_the_run(case, tiny_chunks):
     lean = simulate(sc, res, load=0.5, duration_s=300, max_rows_in_memory=10)
     with pytest.raises(PlanError, match="kept only its totals; pass out_dir="):
         _ = lean.requests
+
+
+@pytest.mark.parametrize("chunk", [0, 48])
+def test_the_ring_takes_only_chunks_of_a_power_of_two(chunk):
+    """A request's place is its number masked by the ring's size: only whole power-of-two chunks fit it."""
+    with pytest.raises(ValueError, match=f"chunk {chunk} must be a power of two"):
+        Ring(chunk, 1000, 0.01)
+    assert Ring(64, 1000, 0.01).cap == 128
 
 
 @pytest.mark.parametrize("dist", [TruncatedLogNormal(mu=9.5, sigma=1.2, min_tokens=100, max_tokens=128_000),
@@ -195,18 +204,22 @@ def test_a_failed_streamed_run_leaves_the_previous_output(case, tiny_chunks, tmp
     assert sorted(p.name for p in tmp_path.iterdir()) == ["run"]  # the folder it created is gone again
 
 
-def test_columns_are_the_frames_values_without_pandas(case):
+def test_columns_are_the_frames_values_without_pandas(case, tmp_path):
     """SimResult.columns gives what the frames' columns give (names, dtypes, values; the path as
-    names), and a run that only summarises builds no frame: pandas stays unimported."""
+    names), a streamed run's the same read back from its files, and a run that only summarises
+    builds no frame: pandas stays unimported."""
     sc, res = case
     sim = simulate(sc, res, load=0.9, duration_s=200, seed=1)
+    streamed = simulate(sc, res, load=0.9, duration_s=200, seed=1, out_dir=tmp_path / "out", max_rows_in_memory=0)
+    assert streamed.frames is None
     for kind, frame in (("requests", sim.requests), ("timeseries", sim.timeseries)):
         columns = sim.columns(kind)
-        assert list(columns) == list(frame.columns)
+        assert list(columns) == list(frame.columns) == list(streamed.columns(kind))
         for name, values in columns.items():
             expected = frame[name].to_numpy()
             assert values.dtype == expected.dtype
             np.testing.assert_array_equal(values, expected)
+            np.testing.assert_array_equal(streamed.columns(kind)[name], expected)
     assert set(sim.columns("requests")["path"]) == {"pd_p", "prfaas"}
     code = ("import sys, prfaas_plan as pp; from prfaas_plan.sim import simulate; sc = pp.load_scenario('paper-case-study'); "
             "s = simulate(sc, load=0.9, duration_s=100, seed=1); s.summary(); s.summary(start_s=10.0); s.columns('requests'); "
@@ -223,4 +236,6 @@ def test_a_streamed_run_shorter_than_one_period_still_writes_every_file(case, tm
     assert sorted(p.name for p in out.iterdir()) == sorted(prfaas_plan.sim.outputs.OUTPUT_FILES)
     ts = pd.read_parquet(out / "timeseries.parquet")
     assert len(ts) == 0 and list(ts.columns) == list(prfaas_plan.sim.outputs.TIMESERIES_COLUMNS)
+    in_memory = simulate(sc, res, duration_s=0.9, seed=3).columns("timeseries")  # the same, kept in memory
+    assert list(in_memory) == list(ts.columns) and all(len(values) == 0 for values in in_memory.values())
     assert len(pd.read_parquet(out / "requests.parquet")) == 3

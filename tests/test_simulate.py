@@ -21,7 +21,7 @@ import pandas as pd
 import pytest
 
 import prfaas_plan as pp
-from prfaas_plan.errors import PlanError
+from prfaas_plan.errors import InvalidInput, PlanError
 from prfaas_plan.planner import Buckets, ttft_at, unhidden_transfer_s
 from prfaas_plan.queueing import erlang_c
 from prfaas_plan.sim import (
@@ -219,6 +219,8 @@ def test_mooncake_replay_with_and_without_prefix_caching(case):
     shared = prefix_cache_replay(tr, None).token_hit_rate
     assert on["requests"] == off["requests"] == len(tr)
     assert off["token_hit_rate"] == 0 and on["unfinished"] == off["unfinished"] == 0
+    cache_figures = {f"{c}_{f}" for c in ("local", "remote") for f in ("token_hit_rate", "evicted_blocks")}
+    assert cache_figures <= set(on) and not cache_figures & set(off)  # no caches, no cache figures
     assert 0.15 < on["token_hit_rate"] <= shared + 1e-9
     assert runs[None].requests.uncached_tokens.mean() < 0.85 * runs[0].requests.uncached_tokens.mean()
     assert on["ttft_mean_s"] < off["ttft_mean_s"]
@@ -319,6 +321,32 @@ def _constant_setup(local_s: float = 0.1, remote_s: float = 1.0, kv_bytes: float
                 t_local=lambda l: np.full(np.shape(l), local_s), kv_bytes=lambda l: np.full(np.shape(l), kv_bytes),
                 routing=Routing.threshold(1e18), lengths=None, output_tokens=1)
     return Setup(**(base | fields))
+
+
+@pytest.mark.parametrize(("side", "pools", "routing"), [
+    ("remote", {"n_prfaas": 1, "n_pd_p": 2}, Routing.threshold(0.0)),
+    ("local", {"n_prfaas": 2, "n_pd_p": 1}, Routing.threshold(1e18)),
+])
+def test_the_rebalancer_weighs_each_prefill_pool_by_its_own_work(side, pools, routing):
+    """One request a second, each 0.95 s of prefill on one side: that side's one instance is 95%
+    busy (over rebalance_high, 0.9), while the same work spread over the other side's two would be
+    48%; decode is nearly idle. So the first look (at 20 s) moves a PD-D instance to PD-P whichever
+    side is busy, and only because that side's work is counted against that side's pool."""
+    setup = _constant_setup(local_s=0.95, remote_s=0.95, n_pd_d=3, link_bits_per_s=1e9, routing=routing, **pools)
+    t = np.arange(0.0, 40.0, 1.0)
+    arr = Arrivals(t, np.full(len(t), 100), np.ones(len(t), dtype=np.int64))
+    policy = Policy("dual", queue_high=1e9, queue_low=1e9, local_queue_high=1e9, rebalance_period_s=20.0)
+    engine = run_engine(setup, arr, policy, (), 40.0, np.random.default_rng(0))
+    assert engine.role_changes[0] == (20.0, pools["n_pd_p"] + 1, 2), side
+
+
+@pytest.mark.parametrize(("fields", "says"), [
+    ({"n_pd_d": 0}, "no decode instance"), ({"decode_batch_max": 0}, "BS_max is 0"),
+    ({"n_pd_p": 0}, "no prefill instance"),
+])
+def test_a_setup_that_cannot_serve_says_which_pool_is_missing(fields, says):
+    with pytest.raises(InvalidInput, match=says):
+        _constant_setup(**fields)
 
 
 @pytest.mark.parametrize("policy", ["short", "dual"])
@@ -562,11 +590,23 @@ def test_a_link_of_no_capacity_never_finishes_a_transfer():
     ({"load": -0.5}, r"^--load: -0\.5 must be a positive fraction of the plan's maximum rate"),
     ({"rate_rps": 0.0}, r"^rate_rps: 0\.0 must be a positive request rate"),
     ({"rate_rps": 1e9}, "^--duration/--rate-scale: 10 s at 1e[+]09 req/s is 1e[+]10 requests, more than the"),
+    ({"policy": 3}, "^policy: 3 must be one of fixed, short, dual or a Policy"),
+    ({"rate_scale": 0}, "^--rate-scale: 0 must be a positive factor"),
+    ({"rate_scale": math.nan}, "^--rate-scale: nan must be a positive factor"),
+    ({"max_rows_in_memory": -1}, "^max_rows_in_memory: -1 must be a whole number >= 0"),
+    ({"max_rows_in_memory": True}, "^max_rows_in_memory: True must be a whole number >= 0"),
+    ({"max_rows_in_memory": 1.5}, r"^max_rows_in_memory: 1\.5 must be a whole number >= 0"),
 ])
 def test_bad_input_is_a_plan_error(case, kw, needle):
     sc, res = case
     with pytest.raises(PlanError, match=needle):
         simulate(sc, res, **({"duration_s": 10} | kw))
+
+
+def test_a_plan_in_the_scenarios_place_says_where_it_goes(case):
+    sc, res = case
+    with pytest.raises(PlanError, match=r"^sc: PlanResult is not a Scenario; give load_scenario\(...\) first \(a plan goes in as res=\)"):
+        simulate(res, duration_s=10)
 
 
 def test_bad_policy_levels():

@@ -7,6 +7,7 @@ runs in well under a minute on two cores.
 from __future__ import annotations
 
 import json
+import math
 import os
 import re
 import signal
@@ -23,7 +24,7 @@ from prfaas_plan.cli import main
 from prfaas_plan.errors import Infeasible, InvalidInput, PlanError
 from prfaas_plan.report import sweep_report
 from prfaas_plan.sweeps import cells as cell_mod
-from prfaas_plan.sweeps import expand_grid, read_results, read_sidecar, run_cell, sidecar_dir, sweep
+from prfaas_plan.sweeps import expand_grid, read_results, read_sidecar, run_cell, sidecar_dir, summary_outputs, sweep
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -94,6 +95,67 @@ def test_failed_cells_are_recorded_and_do_not_stop_the_sweep(local_tables):
     # more PrfaaS GPUs and a faster link never lower throughput
     g = good.set_index(["link.gbps", "prfaas.gpus"])["lambda_max_rps"]
     assert g[(100, 32)] >= g[(10, 32)] >= g[(10, 16)] - 1e-9
+
+
+@pytest.mark.parametrize("axes", [{"slo.ttft_s": [30.0]}, {"link.gbps": [0]}], ids=["ttft-slo", "no-link"])
+def test_a_plan_cells_outputs_are_its_plans_own_figures(axes):
+    """A cell's columns are what planning its scenario directly gives: the plan's row, TTFT at its
+    own load and at the common rate, the rate within the TTFT SLO (only with one), and each
+    baseline's ratios, NaN against a baseline that serves nothing (no link: naive-heterogeneous)."""
+    from prfaas_plan.planner import plan
+
+    _, base, (cell,) = expand_grid({"name": "one", "scenario": "paper-case-study", "n_buckets": 16, "axes": axes})
+    rec = run_cell(cell)
+    assert rec["status"] == "ok", rec["error"]
+    out = rec["outputs"]
+    res = plan(base.with_updates(**{k: v[0] for k, v in axes.items()}), mode=cell.mode, n_buckets=16)
+    p, tt = res.plan, res.ttft.set_index(["plan", "basis", "path"])
+    assert (out["n_prfaas"], out["n_pd_p"], out["n_pd_d"]) == (p.instances["prfaas"], p.instances["pd_p"], p.instances["pd_d"])
+    assert all(type(out[k]) is int for k in ("n_prfaas", "n_pd_p", "n_pd_d"))
+    assert out["lambda_max_rps"] == p.lambda_max_rps and out["binding"] == p.binding
+    own = tt.loc[("prfaas-pd", "own load", "all")]
+    assert (out["ttft_rate_rps"], out["ttft_p50_s"], out["ttft_p90_s"]) == (own.rate_rps, own.p50_s, own.p90_s)
+    assert out["ttft_p90_s_common_rate"] == tt.loc[("prfaas-pd", "common rate", "all")].p90_s
+    assert ("slo_rps" in out) == ("slo.ttft_s" in axes)
+    if "slo.ttft_s" in axes:
+        assert out["slo_rps"] == res.slo_rps["prfaas-pd"] > 0
+    for name, b in res.baselines.items():
+        key = name.replace("-", "_")
+        assert out[f"{key}_rps"] == b.lambda_max_rps
+        if b.lambda_max_rps > 0:
+            assert out[f"vs_{key}"] == pytest.approx(p.lambda_max_rps / b.lambda_max_rps)
+            assert out[f"ttft_p90_vs_{key}"] == pytest.approx(
+                out["ttft_p90_s_common_rate"] / tt.loc[(name, "common rate", "all")].p90_s)
+        else:
+            assert math.isnan(out[f"vs_{key}"]) and math.isnan(out[f"ttft_p90_vs_{key}"])
+    assert ("naive-heterogeneous" in res.baselines and res.baselines["naive-heterogeneous"].lambda_max_rps == 0) == (
+        "link.gbps" in axes)
+
+
+def test_a_simulated_cells_sim_columns_are_its_runs_summary(local_tables):
+    """Each seed's ``sim_*`` columns are the summary of simulating the cell's plan with that seed."""
+    from prfaas_plan.planner import plan
+    from prfaas_plan.sim import simulate
+
+    _, base, cells = expand_grid(SIM_GRID)
+    sc = base.with_updates(**{"link.gbps": 100})
+    res = plan(sc, mode=cells[0].mode, n_buckets=16)
+    table = local_tables["simulate"].set_index("seed")
+    for seed in (0, 1):
+        expected = summary_outputs(simulate(sc, res, load=sc.spec.load, seed=seed, duration_s=120).summary())
+        assert expected and {k: table.loc[seed, k] for k in expected} == expected
+        assert all(type(v) in (int, float) for v in expected.values())
+
+
+def test_table_values_are_plain_json_scalars():
+    """Numpy scalars (a planner's counts, a frame's axis values) become the Python scalars JSON
+    writes; anything else that is not a JSON scalar is written as its text."""
+    import numpy as np
+
+    for value, plain in ((np.int64(3), 3), (np.bool_(True), True), (np.float64(0.5), 0.5), (None, None), ("a", "a")):
+        got = cell_mod.json_scalar(value)
+        assert got == plain and type(got) is type(plain)
+    assert json.dumps([cell_mod.json_scalar(np.int64(7)), cell_mod.json_scalar((16, 32))]) == '[7, "(16, 32)"]'
 
 
 def test_serial_executor_matches_too(local_tables):

@@ -53,10 +53,8 @@ class Routing:
 def bucket_upper_edges(lengths: LengthDist, buckets: Buckets) -> np.ndarray:
     """The upper length edge (tokens) of each planner bucket, so a length can be mapped to its bucket."""
     n = len(buckets.tokens)
-    if hasattr(lengths, "bucket_edges"):  # TruncatedLogNormal: log-spaced edges
-        edges = np.asarray(lengths.bucket_edges(n), dtype=float)[1:]
-        if len(edges) == n:
-            return edges
+    if hasattr(lengths, "bucket_edges"):  # TruncatedLogNormal: its n buckets' log-spaced edges
+        return np.asarray(lengths.bucket_edges(n), dtype=float)[1:]
     tokens = getattr(lengths, "tokens", None)
     if tokens is not None:  # EmpiricalLengths: contiguous runs of the sorted sample
         tokens = np.asarray(tokens, dtype=float)

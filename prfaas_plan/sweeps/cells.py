@@ -17,8 +17,6 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-import pandas as pd
-
 from prfaas_plan.errors import Infeasible, PlanError
 from prfaas_plan.scenario import Scenario, ScenarioSpec
 
@@ -76,25 +74,10 @@ def plan_outputs(res: PlanResult) -> dict:
     return {k: json_scalar(v) for k, v in row.items()}
 
 
-def summary_outputs(summary: dict | pd.Series | pd.DataFrame) -> dict:
-    """The simulator's summary (a dict, Series or one-row frame) as ``sim_*`` columns."""
-    if isinstance(summary, pd.DataFrame):
-        if len(summary) == 1:
-            summary = summary.iloc[0].to_dict()
-        else:  # one row per group: flatten as sim_<group>_<field>
-            first = summary.columns[0]
-            summary = {f"{g}_{c}": v for g, r in summary.set_index(first).iterrows() for c, v in r.items()}
-    elif isinstance(summary, pd.Series):
-        summary = summary.to_dict()
-    elif not isinstance(summary, dict):
-        summary = dict(summary)
-    out = {}
-    for k, v in summary.items():
-        if isinstance(v, dict):
-            out.update({f"sim_{k}_{kk}": json_scalar(vv) for kk, vv in v.items()})
-        else:
-            out[f"sim_{k}"] = json_scalar(v)
-    return out
+def summary_outputs(summary: dict[str, Any]) -> dict:
+    """The simulator's summary (:meth:`~prfaas_plan.sim.SimResult.summary`: figure name -> scalar)
+    as ``sim_*`` columns."""
+    return {f"sim_{k}": json_scalar(v) for k, v in summary.items()}
 
 
 def _scenario(cell: Cell) -> Scenario:
