@@ -253,6 +253,35 @@ def test_javascript_inlined_once(paper_page, compare_page):
         assert int(page.body["data-chart-count"]) >= 6
 
 
+def test_the_javascript_bundle_is_built_once_and_read_back_from_its_cache(tmp_path, monkeypatch):
+    """A cached bundle (it defines window.vegaEmbed) is read back as it is; one without it (a
+    partial write) is rebuilt and the cache rewritten; an unwritable cache folder is skipped."""
+    import vl_convert
+
+    from prfaas_plan.report import bundle
+
+    built = "/* built */ window.vegaEmbed = 1;"
+    calls = []
+    monkeypatch.setattr(vl_convert, "javascript_bundle", lambda **kw: calls.append(kw) or built)
+    monkeypatch.setenv("PRFAAS_PLAN_CACHE_DIR", str(tmp_path))
+    bundle.vega_bundle.cache_clear()
+    try:
+        assert bundle.vega_bundle() == built and len(calls) == 1
+        (cached,) = tmp_path.iterdir()
+        assert cached.read_text() == built and cached.name.startswith("vega-bundle-vlconvert")
+        bundle.vega_bundle.cache_clear()
+        cached.write_text("/* cached */ window.vegaEmbed = 2;")
+        assert bundle.vega_bundle() == "/* cached */ window.vegaEmbed = 2;" and len(calls) == 1
+        bundle.vega_bundle.cache_clear()
+        cached.write_text("/* cut short */")
+        assert bundle.vega_bundle() == built and len(calls) == 2 and cached.read_text() == built
+        bundle.vega_bundle.cache_clear()
+        monkeypatch.setenv("PRFAAS_PLAN_CACHE_DIR", str(cached / "not-a-folder"))
+        assert bundle.vega_bundle() == built and len(calls) == 3
+    finally:
+        bundle.vega_bundle.cache_clear()
+
+
 def test_every_chart_spec_is_valid_vega_lite(paper_report):
     """Pages skip altair's schema validation when they are written (0.1 s a page): it runs here, once."""
     for rep in (paper_report, rpt.build_compare(None)):

@@ -59,10 +59,14 @@ def dask_tables():
     pytest.importorskip("dask.distributed")
     from dask.distributed import Client, LocalCluster
 
+    # a dask sweep's own cluster (no scheduler), one named by its address, a cluster object and a client
+    plan_table = sweep(PLAN_GRID, executor="dask", workers=2)
     with LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None) as cluster, \
             Client(cluster) as client:
-        return {"plan": sweep(PLAN_GRID, executor="dask", scheduler=client),
-                "simulate": sweep(SIM_GRID, executor="dask", scheduler=client)}
+        one_cell = {**PLAN_GRID, "axes": {"link.gbps": [10]}}
+        assert sweep(one_cell, executor="dask", scheduler=cluster)["lambda_max_rps"].tolist() == \
+            sweep(one_cell, executor="dask", scheduler=client)["lambda_max_rps"].tolist()
+        return {"plan": plan_table, "simulate": sweep(SIM_GRID, executor="dask", scheduler=cluster.scheduler_address)}
 
 
 # ----------------------------------------------------------------------------- executors agree
@@ -133,7 +137,9 @@ def test_a_plan_cells_outputs_are_its_plans_own_figures(axes):
 
 
 def test_a_simulated_cells_sim_columns_are_its_runs_summary(local_tables):
-    """Each seed's ``sim_*`` columns are the summary of simulating the cell's plan with that seed."""
+    """Each seed's ``sim_*`` columns are the summary of simulating the cell's plan with that seed
+    (for 120 s); a grid that names a policy and no duration runs that policy for simulate's
+    default duration (the dual policy's rebalancer moves t here: its summary is not the fixed one's)."""
     from prfaas_plan.planner import plan
     from prfaas_plan.sim import simulate
 
@@ -145,6 +151,11 @@ def test_a_simulated_cells_sim_columns_are_its_runs_summary(local_tables):
         expected = summary_outputs(simulate(sc, res, load=sc.spec.load, seed=seed, duration_s=120).summary())
         assert expected and {k: table.loc[seed, k] for k in expected} == expected
         assert all(type(v) in (int, float) for v in expected.values())
+    _, _, (dual_cell,) = expand_grid({k: v for k, v in SIM_GRID.items() if k not in ("seeds", "duration_s")}
+                                     | {"policy": "dual"})
+    dual = summary_outputs(simulate(sc, res, load=sc.spec.load, seed=0, policy="dual").summary())
+    assert {k: v for k, v in run_cell(dual_cell)["outputs"].items() if k.startswith("sim_")} == dual
+    assert dual != summary_outputs(simulate(sc, res, load=sc.spec.load, seed=0).summary())
 
 
 def test_table_values_are_plain_json_scalars():
@@ -156,6 +167,30 @@ def test_table_values_are_plain_json_scalars():
         got = cell_mod.json_scalar(value)
         assert got == plain and type(got) is type(plain)
     assert json.dumps([cell_mod.json_scalar(np.int64(7)), cell_mod.json_scalar((16, 32))]) == '[7, "(16, 32)"]'
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the start method is chosen this way on Linux")
+def test_the_pool_forks_only_while_this_process_has_one_thread(monkeypatch):
+    """Forking a process that runs other threads can copy a lock one of them holds: with a second
+    thread alive the pool starts its workers from a fork server instead."""
+    import threading
+
+    from prfaas_plan.sweeps.executors import _pool_context
+
+    for threads, method in ((1, "fork"), (2, "forkserver")):
+        monkeypatch.setattr(threading, "active_count", lambda n=threads: n)
+        assert _pool_context().get_start_method() == method
+
+
+def test_a_dask_scheduler_out_of_reach_or_with_workers_is_one_line(monkeypatch):
+    pytest.importorskip("dask.distributed")
+    from prfaas_plan.sweeps import executors
+
+    monkeypatch.setattr(executors, "SCHEDULER_TIMEOUT_S", 0.5)
+    with pytest.raises(InvalidInput, match=r"^--scheduler: cannot reach a dask scheduler at tcp://127\.0\.0\.1:9 \("):
+        sweep(PLAN_GRID, executor="dask", scheduler="tcp://127.0.0.1:9")
+    with pytest.raises(InvalidInput, match="^--workers: with --scheduler the cluster's own workers run the cells"):
+        sweep(PLAN_GRID, executor="dask", scheduler="tcp://127.0.0.1:9", workers=2)
 
 
 def test_serial_executor_matches_too(local_tables):

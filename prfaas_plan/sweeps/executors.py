@@ -23,6 +23,8 @@ if TYPE_CHECKING:
     from prfaas_plan.sweeps.grid import Cell
 
 Results = Iterator[tuple["Cell", dict]]
+SCHEDULER_TIMEOUT_S = 10.0
+"""How long to try to reach a dask scheduler given by its address before saying it cannot be reached."""
 
 
 def units(todo: list[Cell], slots: int) -> list[list[Cell]]:
@@ -122,7 +124,7 @@ def dask_client(workers: int | None, scheduler: Any, stack: contextlib.ExitStack
         return scheduler
     if isinstance(scheduler, str):
         try:
-            client = Client(scheduler, timeout="10s")
+            client = Client(scheduler, timeout=f"{SCHEDULER_TIMEOUT_S}s")
         except (OSError, TimeoutError) as exc:
             raise InvalidInput(f"--scheduler: cannot reach a dask scheduler at {scheduler} ({exc})") from None
         return stack.enter_context(client)
