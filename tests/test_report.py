@@ -469,9 +469,12 @@ def test_compare_numbers_equal_library(compare_page):
         assert num(t[mid]["phi_gbps_ref"]) == pytest.approx(phi, rel=1e-9)
         assert num(t[mid]["cluster_gbps_ref"]) == pytest.approx(512 / 8 * phi, rel=1e-9)
         assert num(t[mid]["util_100g"]) == pytest.approx(512 / 8 * phi / 100, rel=1e-9)
-    # the flagship: MiMo-V2-Flash ships an order of magnitude less KV than MiniMax-M2.5 at 32K
+    # the flagship: MiMo-V2-Flash ships an order of magnitude less KV than MiniMax-M2.5 at 32K, next
+    # to the paper's own measurement of the same pair, setting and length
     ratio = num(t["minimax-m2.5"]["phi_gbps_ref"]) / num(t["mimo-v2-flash"]["phi_gbps_ref"])
     assert 8 < ratio < 16
+    lead = re.search(r'<p class="lead">(.*?)</p>', compare_page[2], re.S).group(1)
+    assert "(The PrfaaS paper's Table 3 measures 60 vs 4.66 Gbps, 12.9×, on 8×H200;" in lead
 
 
 def test_compare_curves_stop_at_max_context(compare_page):
@@ -547,9 +550,28 @@ def test_unwritable_path_is_planerror_and_leaves_no_file(tmp_path, kind):
 
 def test_png_dir_that_is_a_file_is_planerror(tmp_path):
     (tmp_path / "png").write_text("x")
-    with pytest.raises(PlanError, match="--png"):
+    with pytest.raises(PlanError, match=f"^--png: {re.escape(str(tmp_path / 'png'))} exists and is not a folder$"):
         rpt.write_compare(["mimo-v2-flash"], tmp_path / "c.html", png_dir=tmp_path / "png")
     assert not (tmp_path / "c.html").exists()
+
+
+def test_a_png_folder_that_cannot_be_written_says_which_before_any_work(tmp_path, monkeypatch):
+    """A folder it may not write into, or may not create (the nearest existing parent is not
+    writable): one line naming it; a missing folder under a writable parent is fine (created
+    later). The tests run as root, for whom every folder is writable, so permission is faked."""
+    from prfaas_plan.report import files
+
+    locked = tmp_path / "locked"
+    locked.mkdir()
+    monkeypatch.setattr(files.os, "access", lambda path, mode: Path(path) != locked)
+    with pytest.raises(PlanError, match=f"^--png: cannot write to folder {re.escape(str(locked))} \\(permission denied\\)$"):
+        rpt.write_compare(["mimo-v2-flash"], tmp_path / "c.html", png_dir=locked)
+    deep = locked / "a" / "b"
+    with pytest.raises(PlanError, match=re.escape(f"--png: cannot create folder {deep} (parent {locked} is not writable)")):
+        rpt.write_compare(["mimo-v2-flash"], tmp_path / "c.html", png_dir=deep)
+    assert not (tmp_path / "c.html").exists() and list(locked.iterdir()) == []
+    free = tmp_path / "free" / "a"
+    assert files._check_png_dir(free) == free and not free.exists()  # made when the images are written
 
 
 def test_failure_while_rendering_keeps_the_old_file(tmp_path, monkeypatch):
@@ -665,6 +687,7 @@ def test_compare_headline_pairs_the_models_given(models, tmp_path):
     name = {m: s.name.split(" (")[0] for m, s in specs.items()}
     lead = re.search(r'<p class="lead">(.*?)</p>', text, re.S).group(1)
     assert f"<b>{name[lo]}</b> ships" in lead and f"than <b>{name[hi]}</b>" in lead
+    assert "Table 3" not in lead  # the paper measured only MiMo-V2-Flash against MiniMax-M2.5
     cards = dict(re.findall(r'<div class="k">(.*?)</div><div class="v">(.*?)</div>', text))
     assert cards["KV traffic per 8×H200"] == f"{phi[hi] / phi[lo]:.1f}× less"
     kv = float(pp.kv_bytes(specs[hi], 32768)) / float(pp.kv_bytes(specs[lo], 32768))
