@@ -233,6 +233,26 @@ def test_grid_shape_errors_name_the_field():
         expand_grid({"scenario": "paper-case-study", "axis": {"link.gbps": [1]}})
     with pytest.raises(PlanError, match="unknown scenario"):
         expand_grid({"scenario": "no-such-scenario"})
+    with pytest.raises(PlanError, match="^grid: axes.duration_s: only for run: simulate$"):
+        expand_grid({"scenario": "paper-case-study", "axes": {"duration_s": [60, 120]}})
+    from prfaas_plan.sweeps.grid import GridSpec
+
+    with pytest.raises(PlanError, match="^tiny: axes.duration_s: only for run: simulate$"):  # a spec says its name
+        expand_grid(GridSpec.model_validate({**PLAN_GRID, "axes": {"duration_s": [60, 120]}}))
+
+
+def test_a_grid_file_is_found_named_and_its_mapping_values_kept_as_json(tmp_path):
+    """A grid file without a name takes its file's; a missing file or a folder is one line; an
+    axis whose values are mappings (GEMM dtype overrides) is a JSON column of the table."""
+    with pytest.raises(PlanError, match="^grid file .*nothing.yaml' not found$"):
+        expand_grid(tmp_path / "nothing.yaml")
+    with pytest.raises(PlanError, match="is a folder$"):
+        expand_grid(tmp_path)
+    axes = {"gemm_dtypes": [{}, {"experts": "bf16", "attention": "bf16"}]}
+    (tmp_path / "dtype-check.yaml").write_text(yaml.safe_dump({"scenario": "paper-case-study", "axes": axes}))
+    g, _, cells = expand_grid(tmp_path / "dtype-check.yaml")
+    assert g.name == "dtype-check"
+    assert [c.inputs["gemm_dtypes"] for c in cells] == ["{}", '{"attention": "bf16", "experts": "bf16"}']
 
 
 # ----------------------------------------------------------------------------- cell identity
