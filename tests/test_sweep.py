@@ -23,6 +23,7 @@ import yaml
 from prfaas_plan.cli import main
 from prfaas_plan.errors import Infeasible, InvalidInput, PlanError
 from prfaas_plan.report import sweep_report
+from prfaas_plan.scenario import load_scenario
 from prfaas_plan.sweeps import cells as cell_mod
 from prfaas_plan.sweeps import expand_grid, read_results, read_sidecar, run_cell, sidecar_dir, summary_outputs, sweep
 
@@ -253,6 +254,21 @@ def test_a_grid_file_is_found_named_and_its_mapping_values_kept_as_json(tmp_path
     g, _, cells = expand_grid(tmp_path / "dtype-check.yaml")
     assert g.name == "dtype-check"
     assert [c.inputs["gemm_dtypes"] for c in cells] == ["{}", '{"attention": "bf16", "experts": "bf16"}']
+
+
+def test_a_grids_seeds_and_load_reach_every_cell():
+    """A plan grid's cells have no seed; a simulated one's are 0..K-1 or the list given (distinct);
+    a top-level load is every cell's scenario load, unless fixed or an axis sets it too."""
+    assert {c.seed for c in expand_grid(PLAN_GRID)[2]} == {None}
+    assert [c.seed for c in expand_grid({**SIM_GRID, "seeds": [7, 3]})[2]] == [7, 3]
+    for seeds in ([], [1, 1]):
+        with pytest.raises(PlanError, match="^grid: seeds: give a positive count or a list of distinct integers$"):
+            expand_grid({**SIM_GRID, "seeds": seeds})
+    _, base, cells = expand_grid({**PLAN_GRID, "load": 0.6})
+    assert base.spec.load == 0.6 != load_scenario("paper-case-study").spec.load
+    assert {c.spec["load"] for c in cells} == {0.6}
+    with pytest.raises(PlanError, match="^grid: load: given twice"):
+        expand_grid({**PLAN_GRID, "load": 0.6, "fixed": {"load": 0.5}})
 
 
 # ----------------------------------------------------------------------------- cell identity
