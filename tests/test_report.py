@@ -432,6 +432,17 @@ def test_mooncake_trace_report(tmp_path):
     assert "unlimited prefix cache" in path.read_text(encoding="utf-8")
 
 
+def test_the_formula_says_when_the_planner_ships_measured_bytes_instead(paper, paper_page):
+    """The case study's PrfaaS profile measures S_kv: the cache formula is shown for comparison and
+    the page says so; with the profile's times alone the formula is what the planner ships."""
+    note = "The planner ships the measured S_kv of the PrfaaS profile"
+    assert note in paper_page[2]
+    sc = paper[0].with_updates(**{"prfaas.profile.kv_mib": None})
+    assert sc.prfaas_profile is not None and sc.prfaas_profile.kv_bytes is None
+    text = rpt.build_report(sc, result=pp.plan(sc, mode="paper"), simulate=False).to_html(bundle="")
+    assert note not in text and "MiB (cache model)" in text
+
+
 def test_per_length_table_is_eq1_of_the_scenarios_profile(paper, paper_page):
     """S_kv, T_prefill and Phi_kv at a few lengths: the measured profile's, and Eq. 1 from bandwidth."""
     from prfaas_plan.bandwidth import kv_throughput_gbps

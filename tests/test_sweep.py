@@ -269,6 +269,10 @@ def test_a_grids_seeds_and_load_reach_every_cell():
     assert {c.spec["load"] for c in cells} == {0.6}
     with pytest.raises(PlanError, match="^grid: load: given twice"):
         expand_grid({**PLAN_GRID, "load": 0.6, "fixed": {"load": 0.5}})
+    with pytest.raises(PlanError, match="^grid: axes.link.gbps: also set in fixed; keep one$"):
+        expand_grid({**PLAN_GRID, "fixed": {"link.gbps": 10}})
+    with pytest.raises(PlanError, match="^grid: axes.link.gbps: give at least one value$"):
+        expand_grid({**PLAN_GRID, "axes": {"link.gbps": []}})
 
 
 # ----------------------------------------------------------------------------- cell identity
