@@ -412,6 +412,38 @@ def test_report_is_offline_html_with_heatmaps(local_tables, tmp_path):
         sweep_report(df, tmp_path / "x.html", x="link.gbps", y="prfaas.gpu")
 
 
+def test_heatmap_data_is_the_tables_cells_on_the_axes_asked_for(local_tables):
+    """The first two axes by default (the third a drop-down), or the ones named; a cell's figures
+    are its own row's, a failed cell's none (its error kept); tables without axes, figures or two
+    distinct axes are one line."""
+    from prfaas_plan.sweeps import heatmap_data
+
+    df = local_tables["plan"]
+    hm = heatmap_data(df)
+    assert (hm.x, hm.y, hm.others) == ("link.gbps", "prfaas.gpus", ["slo.ttft_s"])
+    assert hm.choices == {"slo.ttft_s": [None, 1.0]} and hm.order["link.gbps"] == [10, 100]
+    cells = hm.data.set_index(["link_gbps", "prfaas_gpus", "slo_ttft_s"])
+    for _, r in df.iterrows():
+        got = cells.loc[(r["link.gbps"], r["prfaas.gpus"], r["slo.ttft_s"])]
+        assert got.cells == 1 and got.failed == (r.status != "ok")
+        if r.status == "ok":
+            assert got.lambda_max_rps == r.lambda_max_rps and got.ttft_p90_s == r.ttft_p90_s
+        else:
+            assert math.isnan(got.lambda_max_rps) and "slo.ttft_s" in got.error
+    swapped = heatmap_data(df, x="prfaas.gpus")
+    assert (swapped.x, swapped.y, swapped.others) == ("prfaas.gpus", "link.gbps", ["slo.ttft_s"])
+    with pytest.raises(PlanError, match="^--x/--y: give two different axes$"):
+        heatmap_data(df, x="link.gbps", y="link.gbps")
+    bare = df.copy()
+    bare.attrs = {}
+    with pytest.raises(PlanError, match="^--html: this table does not say its axes"):
+        heatmap_data(bare)
+    failed = df[df.status != "ok"].dropna(axis=1, how="all")  # every cell failed: no figure columns
+    failed.attrs = df.attrs
+    with pytest.raises(PlanError, match=r"^--html: the sweep has no throughput/cost/TTFT columns \(did every cell fail\?\)$"):
+        heatmap_data(failed)
+
+
 def test_report_of_a_simulated_sweep_averages_seeds(local_tables, tmp_path):
     page = sweep_report(local_tables["simulate"], tmp_path / "s.html").read_text()  # one axis: a strip
     assert "Simulated P90 TTFT" in page and "Simulated throughput" in page
