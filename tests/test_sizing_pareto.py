@@ -120,6 +120,17 @@ def test_page_has_the_tables_and_charts_and_loads_nothing_remote(tmp_path, ttft_
         assert f.spec(validate=True) == f.spec(), f.name
 
 
+def test_a_frontier_without_a_feasible_point_says_so_in_place_of_its_chart(tmp_path, ttft_frontier, rate_frontier):
+    from prfaas_plan.report.sizing_page import sizing_page
+
+    nowhere = ttft_frontier.assign(feasible=False, pareto=False, reason="every point infeasible (test)")
+    page = sizing_page(hand_result(), {"ttft": nowhere, "rate": rate_frontier}, tmp_path / "s.html").read_text("utf-8")
+    charts = re.findall(r'<div class="chart" data-chart="([^"]+)"', page)
+    assert charts == ["frontier-rate-usd_per_hour", "frontier-rate-usd_per_million_tokens"]
+    assert page.count("No point of this frontier has a feasible plan to draw.") == 1
+    assert {"frontier-ttft", "infeasible-ttft", "frontier-rate"} <= _tables(page)
+
+
 def test_page_escapes_user_strings(tmp_path):
     from prfaas_plan.report.sizing_page import sizing_page
 

@@ -438,6 +438,9 @@ def test_heatmap_data_is_the_tables_cells_on_the_axes_asked_for(local_tables):
     bare.attrs = {}
     with pytest.raises(PlanError, match="^--html: this table does not say its axes"):
         heatmap_data(bare)
+    all_failed = df[df.status != "ok"]
+    all_failed.attrs = df.attrs
+    assert heatmap_data(all_failed).data["lambda_max_rps"].isna().all()  # no cell to average: blank, not missing
     failed = df[df.status != "ok"].dropna(axis=1, how="all")  # every cell failed: no figure columns
     failed.attrs = df.attrs
     with pytest.raises(PlanError, match=r"^--html: the sweep has no throughput/cost/TTFT columns \(did every cell fail\?\)$"):
