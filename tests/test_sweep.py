@@ -330,6 +330,26 @@ def test_interrupted_sweep_resumes_with_only_the_missing_cells(tmp_path, monkeyp
     assert sweep(PLAN_GRID, executor="serial", out=out).attrs["computed"] == 0 and again == []
     df = sweep(PLAN_GRID, executor="serial", out=out, retry_failed=True)
     assert len(again) == 4 and df.attrs["computed"] == 4
+    assert not {"policy", "seed"} & set(df.columns)  # a plan grid's rows have neither
+
+
+def test_a_sidecar_keeps_only_the_records_that_are_what_their_name_says(tmp_path):
+    """A record is reused only from a file named by its own cell id: a file cut short, one of
+    another shape or one renamed is recomputed; no folder is no record."""
+    assert read_sidecar(tmp_path / "missing") == {}
+    side = tmp_path / "r.parquet.cells"
+    side.mkdir()
+    (side / "aaa.json").write_text(json.dumps({"cell_id": "aaa", "status": "ok", "outputs": {}}))
+    (side / "bbb.json").write_text(json.dumps({"cell_id": "ccc", "status": "ok", "outputs": {}}))
+    (side / "ddd.json").write_text('{"cell_id": "ddd", "sta')
+    (side / "eee.json").write_text(json.dumps(["eee"]))
+    assert list(read_sidecar(side)) == ["aaa"]
+
+
+def test_a_parquet_file_without_a_grid_reads_as_a_plain_table(tmp_path):
+    pd.DataFrame({"lambda_max_rps": [1.0, 2.0]}).to_parquet(tmp_path / "plain.parquet")
+    df = read_results(tmp_path / "plain.parquet")
+    assert df["lambda_max_rps"].tolist() == [1.0, 2.0] and "axes" not in df.attrs
 
 
 def test_killed_cli_sweep_resumes_with_only_the_missing_cells(tmp_path):
