@@ -221,6 +221,16 @@ def test_bad_axis_fails_before_any_cell_runs(axes, needles, tmp_path, monkeypatc
     assert calls == [] and not out.exists() and not sidecar_dir(out).exists()
 
 
+def test_an_output_that_cannot_be_a_file_fails_before_any_cell_runs(tmp_path, monkeypatch):
+    calls = []
+    monkeypatch.setattr(cell_mod, "run_cell", lambda cell, plans=None: calls.append(cell))
+    with pytest.raises(PlanError, match=f"^--output: {re.escape(str(tmp_path))} is a folder; give a file name"):
+        sweep(PLAN_GRID, executor="serial", out=tmp_path)
+    with pytest.raises(PlanError, match=f"^--output: folder {re.escape(str(tmp_path / 'no'))} does not exist$"):
+        sweep(PLAN_GRID, executor="serial", out=tmp_path / "no" / "r.parquet")
+    assert calls == [] and list(tmp_path.iterdir()) == []
+
+
 def test_jointly_invalid_cell_fails_before_any_cell_runs():
     grid = {"scenario": "paper-case-study", "axes": {"prfaas.gpus": [16, 32], "prfaas.gpus_per_instance": [8, 32]}}
     with pytest.raises(PlanError, match=r"cell prfaas.gpus=16, prfaas.gpus_per_instance=32: .*multiple"):
@@ -430,6 +440,22 @@ def test_report_is_offline_html_with_heatmaps(local_tables, tmp_path):
     assert "Failed cells" in page and "slo.ttft_s" in page  # the third axis is a drop-down
     with pytest.raises(PlanError, match="--y: 'prfaas.gpu' is not an axis"):
         sweep_report(df, tmp_path / "x.html", x="link.gbps", y="prfaas.gpu")
+
+
+def test_each_heatmap_panel_has_a_y_axis_only_when_the_sweep_has_a_second(local_tables, tmp_path):
+    """Two axes: every panel's cells are placed by both; one axis (the simulated grid): a single row
+    of cells, and with no failed cell no failed-cells table."""
+    from prfaas_plan.report.sweep_page import _chart
+    from prfaas_plan.sweeps import heatmap_data
+
+    def y_fields(df):
+        panels = _chart(heatmap_data(df)).to_dict()["hconcat"]
+        return [layer["encoding"].get("y", {}).get("field") for p in panels for layer in p["layer"]]
+
+    assert set(y_fields(local_tables["plan"])) == {"prfaas_gpus"}
+    assert set(y_fields(local_tables["simulate"])) == {None}
+    page = sweep_report(local_tables["simulate"], tmp_path / "s.html").read_text()
+    assert "Failed cells" not in page and "0 failed" in page
 
 
 def test_heatmap_data_is_the_tables_cells_on_the_axes_asked_for(local_tables):
