@@ -123,3 +123,30 @@ def test_profile_leaves_out_a_gpu_that_cannot_hold_the_weights():
         "engine's reserve); use more GPUs per instance"]
     r = run("profile", "glm-5", "--hardware", "h20")
     assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1 and "do not fit 8xh20" in r.stderr
+
+
+TRACE = Path(__file__).parent / "fixtures" / "traces" / "mooncake_conversation_rows4183-4212.jsonl"
+
+
+@pytest.mark.parametrize("args, message", [
+    (("--link-drop", "100:20@0-10", "--link-trace", "{tmp}/link.csv"), "--link-drop/--link-trace: give one of them, not both"),
+    (("--duration", "-5"), "--duration: give a positive number of seconds"),
+    (("--load", "0"), "--load: 0.0 is not a positive, finite number of times Lambda_max"),
+    (("--trace", str(TRACE), "--load", "0.5"), "--load: a trace brings its own arrivals; scale them with --rate-scale"),
+    (("--prefix-cache-blocks", "4"), "--prefix-cache-blocks: only with --trace, and at least 0"),
+    (("--trace", str(TRACE), "--prefix-cache-blocks", "-1"), "--prefix-cache-blocks: only with --trace, and at least 0"),
+    (("--out", "{tmp}/file"), "--out: {tmp}/file is a file; give a folder (it is created if missing)"),
+    (("--link-drop", "100:20@700-800"), "--link-drop: the window 700-800 s starts after the 600 s of simulated arrivals; "
+                                        "give --duration above 800 or an earlier window"),
+])
+def test_simulate_refuses_bad_flags_before_it_plans(args, message, tmp_path, capsys, monkeypatch):
+    """Each of these is refused by its flag in one line, exit 2, before the seconds of planning."""
+    import prfaas_plan.planner
+    from prfaas_plan.cli import main
+
+    (tmp_path / "file").write_text("x")
+    monkeypatch.setattr(prfaas_plan.planner, "plan", lambda *a, **k: pytest.fail("planned before refusing the flags"))
+    with pytest.raises(SystemExit) as exc:
+        main(["simulate", "paper-case-study", *(a.replace("{tmp}", str(tmp_path)) for a in args)])
+    assert exc.value.code == 2
+    assert capsys.readouterr().err.strip().splitlines() == ["prfaas-plan: error: " + message.replace("{tmp}", str(tmp_path))]
