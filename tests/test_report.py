@@ -143,6 +143,16 @@ def test_baseline_table_equals_planner_frame(paper, paper_page):
         for c in cols:
             assert same(num(table[row["plan"]][c]), row[c]), (row["plan"], c)
         assert table[row["plan"]]["binding"] == row["binding"]
+    assert not res.slo_rps and not any("slo_rps" in r for r in table.values())  # no TTFT SLO, no column
+
+
+def test_baseline_table_gives_each_plans_rate_within_a_ttft_slo(tmp_path):
+    sc = pp.load_scenario("paper-case-study").with_updates(**{"slo.ttft_s": 30.0})
+    res = pp.plan(sc, mode="paper")
+    table = parse(rpt.write_report(sc, tmp_path / "slo.html", result=res, simulate=False)).tables["baselines"]
+    assert set(res.slo_rps) == set(table) and all(rate > 0 for rate in res.slo_rps.values())
+    for name, rate in res.slo_rps.items():
+        assert num(table[name]["slo_rps"]) == rate
 
 
 def test_plan_table_equals_recommended_plan(paper, paper_page):
@@ -161,6 +171,12 @@ def test_plan_table_equals_recommended_plan(paper, paper_page):
     assert int(t["gpus_remote"]["value"]) == p.gpus["prfaas"]
     assert int(t["gpus_local"]["value"]) == p.gpus["pd_p"] + p.gpus["pd_d"]
     assert t["binding"]["value"] == p.binding
+    local_gpus = p.gpus["pd_p"] + p.gpus["pd_d"]
+    g = math.gcd(p.gpus["prfaas"], local_gpus)
+    assert t["gpu_ratio"]["value"] == f"{p.gpus['prfaas'] // g} : {local_gpus // g}" == "1 : 2"  # 32 H200 : 64 H20
+    from prfaas_plan.report.plan_report import _gpu_ratio
+
+    assert (_gpu_ratio(0, 64), _gpu_ratio(32, 0), _gpu_ratio(24, 40)) == ("0 : 64", "32 : 0", "3 : 5")
     # stage capacities: Eq. 6's terms, the smallest is Lambda_max
     s = page.tables["stages"]
     for k in ("prfaas", "pd_p", "pd_d"):
@@ -511,6 +527,12 @@ def test_compare_png_and_svg_export(tmp_path):
         assert png[:8] == b"\x89PNG\r\n\x1a\n" and len(png) > 5000
         assert (out / f"{name}.svg").read_text(encoding="utf-8").lstrip().startswith("<svg")
     assert not list(out.glob("*.part")) and not list(tmp_path.glob(".*.part"))
+
+
+def test_a_report_of_a_scenario_named_by_its_id_is_the_report_of_the_loaded_scenario(paper, paper_page, tmp_path):
+    _, res = paper
+    path = rpt.write_report("paper-case-study", tmp_path / "r.html", mode="paper", result=res, simulate=False)
+    assert path.read_bytes() == paper_page[0].read_bytes()
 
 
 # ----------------------------------------------------------------------------- bad input
