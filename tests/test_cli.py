@@ -150,3 +150,17 @@ def test_simulate_refuses_bad_flags_before_it_plans(args, message, tmp_path, cap
         main(["simulate", "paper-case-study", *(a.replace("{tmp}", str(tmp_path)) for a in args)])
     assert exc.value.code == 2
     assert capsys.readouterr().err.strip().splitlines() == ["prfaas-plan: error: " + message.replace("{tmp}", str(tmp_path))]
+
+
+def test_simulate_table_names_the_scenario_the_run_and_the_plan_above_the_figures():
+    import prfaas_plan as pp
+
+    r = run("simulate", "paper-case-study", "--duration", "60", "--seed", "3")
+    assert r.returncode == 0, r.stderr
+    sc = pp.load_scenario("paper-case-study")
+    res = pp.plan(sc)
+    head, run_line, *table = r.stdout.splitlines()
+    assert head == sc.spec.name and run_line.startswith("fixed policy, 60 s of arrivals, seed 3; plan: ")
+    assert run_line.endswith(f"PrfaaS {res.instances['prfaas']} + PD-P {res.instances['pd_p']} + PD-D "
+                             f"{res.instances['pd_d']}, Lambda_max = {res.lambda_max_rps:.3f} req/s")
+    assert "Simulation summary" in table[0] and any("ttft_p90_s" in line for line in table)

@@ -151,6 +151,7 @@ def test_cli_simulate_twice_into_the_same_folder(tmp_path):
     for seed in ("1", "2"):
         r = _cli("simulate", "paper-case-study", "--duration", "120", "--seed", seed, "--out", str(out), "--format", "json")
         assert r.returncode == 0, r.stderr
+        assert r.stderr.strip().splitlines() == [f"wrote {out}"]
         assert json.loads((out / "summary.json").read_text())["info_seed"] == int(seed)
         assert json.loads((out / "summary.json").read_text())["requests"] == json.loads(r.stdout)[0]["requests"]
     assert sorted(p.name for p in out.iterdir()) == sorted([*OUTPUTS, "notes.txt", "figures"])
