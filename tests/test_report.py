@@ -144,15 +144,37 @@ def test_baseline_table_equals_planner_frame(paper, paper_page):
             assert same(num(table[row["plan"]][c]), row[c]), (row["plan"], c)
         assert table[row["plan"]]["binding"] == row["binding"]
     assert not res.slo_rps and not any("slo_rps" in r for r in table.values())  # no TTFT SLO, no column
+    assert "Simulation was turned off for this report; the TTFT curves are the queueing model only." in paper_page[2]
 
 
-def test_baseline_table_gives_each_plans_rate_within_a_ttft_slo(tmp_path):
+def _layers(spec: dict) -> list[tuple[dict, list[dict]]]:
+    """Each layer of a chart spec with the rows of its dataset."""
+    return [(layer, spec["datasets"][layer["data"]["name"]]) for layer in spec["layer"]]
+
+
+def test_a_ttft_slo_is_a_column_of_rates_and_a_rule_on_the_ttft_curves(tmp_path):
+    """With a P90 TTFT SLO of 30 s: the baseline table gives each plan's rate within it (the
+    planner's), and both TTFT CDFs draw it as a vertical rule at 30 s; the simulated requests are the
+    dashed curve, in the colour legend."""
     sc = pp.load_scenario("paper-case-study").with_updates(**{"slo.ttft_s": 30.0})
     res = pp.plan(sc, mode="paper")
-    table = parse(rpt.write_report(sc, tmp_path / "slo.html", result=res, simulate=False)).tables["baselines"]
+    rep = rpt.build_report(sc, result=res, simulate=True, sim_duration_s=60, seed=1)
+    path = tmp_path / "slo.html"
+    path.write_text(rep.to_html(), encoding="utf-8")
+    table = parse(path).tables["baselines"]
     assert set(res.slo_rps) == set(table) and all(rate > 0 for rate in res.slo_rps.values())
     for name, rate in res.slo_rps.items():
         assert num(table[name]["slo_rps"]) == rate
+    for figure in ("ttft-cdf-common-rate", "ttft-cdf-own-load"):
+        rules = [rows for layer, rows in _layers(rep.specs()[figure])
+                 if layer["mark"]["type"] == "rule" and "x" in layer["encoding"]]
+        assert rules == [[{"x": 30.0, "label": "P90 SLO 30 s"}]], figure
+    own = _layers(rep.specs()["ttft-cdf-own-load"])
+    label = f"PrfaaS-PD (simulated, {len(rep.data['simulation'].requests):,} requests)"
+    dashed = [rows for layer, rows in own if layer["mark"].get("strokeDash") == [5, 3]]
+    assert len(dashed) == 1 and {r["label"] for r in dashed[0]} == {label}
+    assert own[0][0]["encoding"]["color"]["scale"]["domain"][-1] == label
+    assert "the TTFT curves are the queueing model only" not in path.read_text(encoding="utf-8")
 
 
 def test_plan_table_equals_recommended_plan(paper, paper_page):

@@ -381,6 +381,8 @@ def cli(*args: str):
     (["--target-rps", "1", "--link-tiers", "no-such-file.yaml"], "--link-tiers"),
     (["--target-rps", "1", "--tpot-ms", "0"], "--tpot-ms"),
     (["--target-rps", "1", "--layouts", "tp8-ep3"], "--layouts"),
+    (["--target-rps", "1", "--gpus", " , "], "--gpus: give at least one name, comma-separated (e.g. h200,h20)"),
+    (["--target-rps", "1", "--layouts", ","], "--layouts: give at least one name, comma-separated"),
 ])
 def test_cli_bad_input_is_one_line(args, needle):
     code, err, _ = cli("paper-case-study", *args)
