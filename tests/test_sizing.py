@@ -420,8 +420,14 @@ def test_cli_pareto_frontier_in_the_json(tmp_path: Path):
     out = tmp_path / "size.json"
     code, err, _ = cli("paper-case-study", "--target-rps", "1.5", "--pareto", "2", "--out", str(out), "--format", "csv")
     assert code == 0, err
-    rate = json.loads(out.read_text())["frontiers"]["rate"]
-    assert sorted({r["target_rps"] for r in rate}) == pytest.approx([1.5 * 0.25, 1.5 * 4.0])
+    frontiers = json.loads(out.read_text())["frontiers"]
+    assert list(frontiers) == ["rate"]  # no TTFT SLO, no TTFT frontier
+    assert sorted({r["target_rps"] for r in frontiers["rate"]}) == pytest.approx([1.5 * 0.25, 1.5 * 4.0])
+    code, err, _ = cli("paper-case-study", "--target-rps", "1.5", "--ttft-p90-s", "20", "--pareto", "2", "--out", str(out),
+                       "--format", "csv")
+    assert code == 0, err
+    ttft = json.loads(out.read_text())["frontiers"]["ttft"]
+    assert sorted({r["ttft_slo_s"] for r in ttft}) == pytest.approx([20 * 0.5, 20 * 2.0])
 
 
 def test_the_decode_pool_is_the_cheapest_that_covers_the_target_whatever_the_order(sc, lines):
