@@ -245,6 +245,7 @@ def test_analytic_ttft_cdf_matches_queueing_model(paper, paper_report):
 
     sc, res = paper
     rep = paper_report
+    assert {"plan", "baselines", "ttft-cdf-common-rate-data"} <= set(rep.tables)  # the page's tables and charts' data
     data = pd.DataFrame(rep.tables["ttft-cdf-common-rate-data"].df)
     for plan_name, grp in data.groupby("plan"):
         rate = float(grp.rate_rps.iloc[0])
@@ -555,6 +556,22 @@ def test_a_report_of_a_scenario_named_by_its_id_is_the_report_of_the_loaded_scen
     _, res = paper
     path = rpt.write_report("paper-case-study", tmp_path / "r.html", mode="paper", result=res, simulate=False)
     assert path.read_bytes() == paper_page[0].read_bytes()
+
+
+@pytest.mark.parametrize("value, how, shown", [
+    (0.0, "num", "0"), (27937.0, "num", "27,937"), (512.3, "num", "512.3"), (3.14159, "num", "3.14"),
+    (0.0421, "num", "0.042"), (0.00123456, "num", "0.00123"), (-2.5e-5, "num", "-2.5e-05"),
+    (None, "int", "–"), (math.nan, "pct", "–"), (math.inf, "num", "∞"), (-math.inf, "num", "−∞"),
+    (True, "num", "yes"), (False, "int", "no"), ("h200", "num", "h200"), (7, "text", "7"),
+    (1234.6, "int", "1,235"), (0.1234, "pct", "12.3%"), (1.5, "ratio", "1.50×"), (1234.567, "usd", "$1,234.57"),
+    (1234.567, "usd3", "$1,234.567"), (32768.0, "tokens", "32K"), (0.5, "{:.2e}", "5.00e-01"),
+    (3, lambda v: f"<{v}>", "<3>"),
+])
+def test_a_table_cell_shows_its_value_in_its_format(value, how, shown):
+    """What a reader sees in a table cell (the tests read the exact value from data-value; this is the text)."""
+    from prfaas_plan.report.page import _fmt
+
+    assert _fmt(value, how) == shown
 
 
 # ----------------------------------------------------------------------------- bad input
