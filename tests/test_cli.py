@@ -164,3 +164,21 @@ def test_simulate_table_names_the_scenario_the_run_and_the_plan_above_the_figure
     assert run_line.endswith(f"PrfaaS {res.instances['prfaas']} + PD-P {res.instances['pd_p']} + PD-D "
                              f"{res.instances['pd_d']}, Lambda_max = {res.lambda_max_rps:.3f} req/s")
     assert "Simulation summary" in table[0] and any("ttft_p90_s" in line for line in table)
+
+
+def test_size_names_each_infeasible_candidate_and_why_on_stderr():
+    """Under a 4 s P90 TTFT SLO at 1.5 req/s the H20-only candidates cannot serve (H20 prefill of the
+    longest prompts alone takes longer): each is named on stderr with the sizing's own reason."""
+    from dataclasses import replace
+
+    import prfaas_plan as pp
+    from prfaas_plan.sizing import SizingSLO, size
+
+    sc = pp.load_scenario("paper-case-study")
+    res = size(sc, 1.5, replace(SizingSLO.of_scenario(sc), ttft_s=4.0, ttft_quantile=0.9))
+    infeasible = [f"{c.label}: infeasible: {c.reason}" for c in res.candidates if not c.feasible]
+    assert infeasible and res.winner.feasible
+    r = run("size", "paper-case-study", "--target-rps", "1.5", "--ttft-p90-s", "4")
+    assert r.returncode == 0, r.stderr
+    assert r.stderr.strip().splitlines() == infeasible
+    assert r.stdout.startswith(f"Cheapest for 1.5 req/s: {res.winner.label}, ${res.winner.usd_per_hour:,.2f}/hour")

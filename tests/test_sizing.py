@@ -383,6 +383,7 @@ def cli(*args: str):
     (["--target-rps", "1", "--layouts", "tp8-ep3"], "--layouts"),
     (["--target-rps", "1", "--gpus", " , "], "--gpus: give at least one name, comma-separated (e.g. h200,h20)"),
     (["--target-rps", "1", "--layouts", ","], "--layouts: give at least one name, comma-separated"),
+    (["--target-rps", "1", "--pareto", "0"], "--pareto: 0 points is out of range; give 1 to 200"),
 ])
 def test_cli_bad_input_is_one_line(args, needle):
     code, err, _ = cli("paper-case-study", *args)
