@@ -564,7 +564,9 @@ def test_a_report_of_a_scenario_named_by_its_id_is_the_report_of_the_loaded_scen
     (None, "int", "–"), (math.nan, "pct", "–"), (math.inf, "num", "∞"), (-math.inf, "num", "−∞"),
     (True, "num", "yes"), (False, "int", "no"), ("h200", "num", "h200"), (7, "text", "7"),
     (1234.6, "int", "1,235"), (0.1234, "pct", "12.3%"), (1.5, "ratio", "1.50×"), (1234.567, "usd", "$1,234.57"),
-    (1234.567, "usd3", "$1,234.567"), (32768.0, "tokens", "32K"), (0.5, "{:.2e}", "5.00e-01"),
+    (1234.567, "usd3", "$1,234.567"), (32768.0, "tokens", "32K"), (1048576.0, "tokens", "1M"),
+    (1025.0 * 1024, "tokens", "1025K"), (27937.0, "tokens", "27,937 (27.3K)"), (1000.0, "tokens", "1,000"),
+    (0.5, "{:.2e}", "5.00e-01"),
     (3, lambda v: f"<{v}>", "<3>"),
 ])
 def test_a_table_cell_shows_its_value_in_its_format(value, how, shown):
@@ -572,6 +574,16 @@ def test_a_table_cell_shows_its_value_in_its_format(value, how, shown):
     from prfaas_plan.report.page import _fmt
 
     assert _fmt(value, how) == shown
+
+
+def test_a_table_cells_data_value_is_its_exact_value():
+    import numpy as np
+
+    from prfaas_plan.report.page import _raw
+
+    values = (None, True, np.bool_(False), 7, np.int64(-3), 0.1, np.float32(0.5), 1e-300, "h200 → h20")
+    assert [_raw(v) for v in values] == ["", "true", "false", "7", "-3", "0.1", "0.5", "1e-300", "h200 → h20"]
+    assert float(_raw(2 / 3)) == 2 / 3  # repr round-trips
 
 
 # ----------------------------------------------------------------------------- bad input
