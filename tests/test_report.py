@@ -656,6 +656,7 @@ def test_a_png_folder_that_cannot_be_written_says_which_before_any_work(tmp_path
     assert not (tmp_path / "c.html").exists() and list(locked.iterdir()) == []
     free = tmp_path / "free" / "a"
     assert files._check_png_dir(free) == free and not free.exists()  # made when the images are written
+    assert files._check_png_dir(tmp_path) == tmp_path  # an existing folder it may write into
 
 
 def test_failure_while_rendering_keeps_the_old_file(tmp_path, monkeypatch):

@@ -263,6 +263,8 @@ def test_a_grid_file_is_found_named_and_its_mapping_values_kept_as_json(tmp_path
     (tmp_path / "dtype-check.yaml").write_text(yaml.safe_dump({"scenario": "paper-case-study", "axes": axes}))
     g, _, cells = expand_grid(tmp_path / "dtype-check.yaml")
     assert g.name == "dtype-check"
+    (tmp_path / "named.yaml").write_text(yaml.safe_dump({"name": "mine", "scenario": "paper-case-study", "axes": axes}))
+    assert expand_grid(tmp_path / "named.yaml")[0].name == "mine"  # a name given stays
     assert [c.inputs["gemm_dtypes"] for c in cells] == ["{}", '{"attention": "bf16", "experts": "bf16"}']
 
 
