@@ -157,6 +157,7 @@ def test_simulate_table_names_the_scenario_the_run_and_the_plan_above_the_figure
 
     r = run("simulate", "paper-case-study", "--duration", "60", "--seed", "3")
     assert r.returncode == 0, r.stderr
+    assert "wrote" not in r.stderr  # no --out, no files
     sc = pp.load_scenario("paper-case-study")
     res = pp.plan(sc)
     head, run_line, *table = r.stdout.splitlines()
@@ -182,3 +183,21 @@ def test_size_names_each_infeasible_candidate_and_why_on_stderr():
     assert r.returncode == 0, r.stderr
     assert r.stderr.strip().splitlines() == infeasible
     assert r.stdout.startswith(f"Cheapest for 1.5 req/s: {res.winner.label}, ${res.winner.usd_per_hour:,.2f}/hour")
+
+
+def test_simulate_replays_the_trace_it_is_given_and_plans_for_it():
+    """``--trace``: every request of the trace (30 rows) is simulated, on a plan made for it."""
+    rows = TRACE.read_text().splitlines()
+    r = run("simulate", "paper-case-study", "--trace", str(TRACE), "--format", "json")
+    assert r.returncode == 0, r.stderr
+    summary = json.loads(r.stdout)[0]
+    assert summary["requests"] == len(rows) == 30 and summary["unfinished"] == 0
+
+
+@pytest.mark.parametrize("args, message", [
+    (("--executor", "ray"), "--executor: 'ray' is not an executor; use serial or dask"),
+    (("--executor", "dask"), "--executor: only with --pareto N"),
+])
+def test_size_refuses_an_executor_it_cannot_use(args, message):
+    r = run("size", "paper-case-study", "--target-rps", "1", *args)
+    assert r.returncode == 2 and r.stderr.strip().splitlines() == [f"prfaas-plan: error: {message}"]
