@@ -501,6 +501,11 @@ def test_per_length_table_is_eq1_of_the_scenarios_profile(paper, paper_page):
 
 
 # ----------------------------------------------------------------------------- comparison
+def _lead(page: str) -> str:
+    """A page's lead paragraph (HTML)."""
+    return re.search(r'<p class="lead">(.*?)</p>', page, re.S).group(1)
+
+
 def test_compare_numbers_equal_library(compare_page):
     from prfaas_plan.bandwidth import kv_throughput_gbps
     from prfaas_plan.kvcache import fixed_state_bytes, kv_bytes, kv_bytes_per_token
@@ -523,7 +528,7 @@ def test_compare_numbers_equal_library(compare_page):
     # to the paper's own measurement of the same pair, setting and length
     ratio = num(t["minimax-m2.5"]["phi_gbps_ref"]) / num(t["mimo-v2-flash"]["phi_gbps_ref"])
     assert 8 < ratio < 16
-    lead = re.search(r'<p class="lead">(.*?)</p>', compare_page[2], re.S).group(1)
+    lead = _lead(compare_page[2])
     assert "(The PrfaaS paper's Table 3 measures 60 vs 4.66 Gbps, 12.9×, on 8×H200;" in lead
 
 
@@ -770,7 +775,7 @@ def test_compare_headline_pairs_the_models_given(models, tmp_path):
     phi = {m: float(pp.kv_throughput_gbps(s, inst, 32768)) for m, s in specs.items()}
     lo, hi = min(phi, key=phi.get), max(phi, key=phi.get)
     name = {m: s.name.split(" (")[0] for m, s in specs.items()}
-    lead = re.search(r'<p class="lead">(.*?)</p>', text, re.S).group(1)
+    lead = _lead(text)
     assert f"<b>{name[lo]}</b> ships" in lead and f"than <b>{name[hi]}</b>" in lead
     assert "Table 3" not in lead  # the paper measured only MiMo-V2-Flash against MiniMax-M2.5
     cards = dict(re.findall(r'<div class="k">(.*?)</div><div class="v">(.*?)</div>', text))

@@ -1066,6 +1066,11 @@ def test_no_prompt_compute_line_without_a_predicted_run(tmp_path):
     assert "no max_concurrency (open-loop run)" in r.stdout and "prompt compute" not in r.stdout
 
 
+def _cards(page: str) -> dict[str, str]:
+    """A page's headline cards: title -> value."""
+    return dict(re.findall(r'<div class="k">(.*?)</div><div class="v">(.*?)</div>', page))
+
+
 def test_html_page_cards_are_the_frames_errors_or_say_nothing_was_predicted(frame, tmp_path):
     """The cards give the predicted runs' median |error| and signed error from errors_pct; a frame
     with no predicted row draws no scatter and says so."""
@@ -1073,8 +1078,7 @@ def test_html_page_cards_are_the_frames_errors_or_say_nothing_was_predicted(fram
     from prfaas_plan.validate import errors_pct
 
     ok = errors_pct(frame)
-    text = validate_report(frame, tmp_path / "v.html").read_text()
-    cards = dict(re.findall(r'<div class="k">(.*?)</div><div class="v">(.*?)</div>', text))
+    cards = _cards(validate_report(frame, tmp_path / "v.html").read_text())
     assert cards["runs predicted"] == f"{len(ok):,}" and len(ok) > 0
     assert cards["TTFT median |error|"] == f"{ok['ttft_error_pct'].abs().median():.0f}%"
     assert cards["TPOT median |error|"] == f"{ok['tpot_error_pct'].abs().median():.0f}%"
@@ -1082,7 +1086,7 @@ def test_html_page_cards_are_the_frames_errors_or_say_nothing_was_predicted(fram
     none = frame[frame["status"] != "ok"]
     none.attrs = frame.attrs
     text = validate_report(none, tmp_path / "none.html").read_text()
-    cards = dict(re.findall(r'<div class="k">(.*?)</div><div class="v">(.*?)</div>', text))
+    cards = _cards(text)
     assert cards == {"runs predicted": "0"} and "No row was predicted; see the rows per status below." in text
     assert "tpot-scatter" not in text
 
